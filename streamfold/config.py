@@ -1,0 +1,115 @@
+"""Where every endpoint comes from: the environment, so the same code runs in both stacks.
+
+A variable that is not set falls back to the local stack's `$STREAMFOLD_HOME/stack.env`
+(written by `streamfold stack up`), so `make demo` works without `eval $(streamfold stack env)`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+# The contract (DESIGN.md section 1) plus the role passwords and AWS settings.
+ENDPOINT_VARS = (
+    "STREAMFOLD_PG_DSN",
+    "STREAMFOLD_KAFKA_BOOTSTRAP",
+    "STREAMFOLD_CONNECT_URL",
+    "STREAMFOLD_KINESIS_ENDPOINT",
+)
+SECRET_VARS = (
+    "STREAMFOLD_DEBEZIUM_PASSWORD",
+    "STREAMFOLD_WRITER_PASSWORD",
+    "STREAMFOLD_READER_PASSWORD",
+)
+AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+
+# Least-privilege roles created by `streamfold setup` (db/roles.sql).
+DEBEZIUM_ROLE = "streamfold_debezium"
+WRITER_ROLE = "streamfold_writer"
+READER_ROLE = "streamfold_reader"
+
+
+class ConfigError(RuntimeError):
+    """A required setting is missing; the message names it."""
+
+
+def home() -> Path:
+    return Path(os.environ.get("STREAMFOLD_HOME", ".streamfold")).resolve()
+
+
+def stack_env_file(base: Path | None = None) -> Path:
+    return (base or home()) / "stack.env"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """Parse `export KEY=VALUE` / `KEY=VALUE` lines (the format `stack env` prints)."""
+    if not path.exists():
+        return {}
+    values: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip().removeprefix("export ").strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            values[key.strip()] = value.strip().strip("'\"")
+    return values
+
+
+def lookup(name: str, default: str | None = None) -> str:
+    """A setting from the environment, else the local stack's env file, else `default`."""
+    value = os.environ.get(name) or read_env_file(stack_env_file()).get(name) or default
+    if value is None:
+        raise ConfigError(
+            f"{name} is not set: export it, or start the local stack with `streamfold stack up`"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    pg_dsn: str
+    kafka_bootstrap: str
+    connect_url: str
+    kinesis_endpoint: str
+    home: Path
+
+    def role_dsn(self, role: str, password_var: str) -> str:
+        """The admin DSN with another role's credentials (same host, port, database)."""
+        params = conninfo_to_dict(self.pg_dsn)
+        params.update(user=role, password=lookup(password_var))
+        return make_conninfo(**params)
+
+    @property
+    def writer_dsn(self) -> str:
+        return self.role_dsn(WRITER_ROLE, "STREAMFOLD_WRITER_PASSWORD")
+
+    @property
+    def reader_dsn(self) -> str:
+        return self.role_dsn(READER_ROLE, "STREAMFOLD_READER_PASSWORD")
+
+
+def load() -> Settings:
+    return Settings(
+        pg_dsn=lookup("STREAMFOLD_PG_DSN"),
+        kafka_bootstrap=lookup("STREAMFOLD_KAFKA_BOOTSTRAP"),
+        connect_url=lookup("STREAMFOLD_CONNECT_URL").rstrip("/"),
+        kinesis_endpoint=lookup("STREAMFOLD_KINESIS_ENDPOINT", ""),
+        home=home(),
+    )
+
+
+def aws_settings() -> dict[str, str | None]:
+    """boto3 client kwargs: standard AWS variables, with STREAMFOLD_KINESIS_ENDPOINT as override."""
+    endpoint = lookup("STREAMFOLD_KINESIS_ENDPOINT", "") or None
+    region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
+    region = region or read_env_file(stack_env_file()).get("AWS_DEFAULT_REGION")
+    env_file = read_env_file(stack_env_file())
+    return {
+        "endpoint_url": endpoint,
+        "region_name": region,
+        "aws_access_key_id": os.environ.get("AWS_ACCESS_KEY_ID") or env_file.get("AWS_ACCESS_KEY_ID"),
+        "aws_secret_access_key": os.environ.get("AWS_SECRET_ACCESS_KEY")
+        or env_file.get("AWS_SECRET_ACCESS_KEY"),
+    }

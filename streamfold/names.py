@@ -1,0 +1,38 @@
+"""Every topic, stream, table and connector name from DESIGN.md, defined once."""
+
+from __future__ import annotations
+
+CDC_TOPIC_PREFIX = "cdc"
+CDC_USERS_TOPIC = f"{CDC_TOPIC_PREFIX}.public.users"
+# Debezium's default heartbeat topic: <topic.heartbeat.prefix>.<topic.prefix>.
+HEARTBEAT_TOPIC = f"__debezium-heartbeat.{CDC_TOPIC_PREFIX}"
+
+CLICKS_TOPIC = "clicks"
+CLICKS_STREAM = "clicks"  # Kinesis
+USERS_CHANGELOG_TOPIC = "users_changelog"
+USER_CLICKS_TOPIC = "user_clicks"
+CLICKS_PER_REGION_TOPIC = "clicks_per_region"
+URL_REGION_TOPIC = "url_region_click_count"
+DLQ_TOPIC = "clicks_dlq"
+
+# Topics `streamfold setup` creates; (name, compacted).
+PIPELINE_TOPICS: tuple[tuple[str, bool], ...] = (
+    (CLICKS_TOPIC, False),
+    (USERS_CHANGELOG_TOPIC, True),
+    (USER_CLICKS_TOPIC, False),
+    (CLICKS_PER_REGION_TOPIC, True),
+    (URL_REGION_TOPIC, True),
+    (DLQ_TOPIC, False),
+)
+
+CONNECTOR_NAME = "streamfold-users"
+SLOT_NAME = "streamfold_users"
+PUBLICATION_NAME = "streamfold_users"
+
+SINK_SCHEMA = "streamfold"
+ENRICHED_CLICKS_TABLE = f"{SINK_SCHEMA}.enriched_clicks"
+CLICKS_PER_REGION_TABLE = f"{SINK_SCHEMA}.clicks_per_region"
+URL_REGION_TABLE = f"{SINK_SCHEMA}.url_region_click_count"
+DEAD_LETTERS_TABLE = f"{SINK_SCHEMA}.dead_letters"
+
+UNKNOWN_REGION = "UNKNOWN"
