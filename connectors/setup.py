@@ -1,0 +1,170 @@
+"""`streamfold setup`: schema and roles, topics, the Kinesis stream, and the Debezium connector.
+
+Every step is idempotent, so the compose `setup` service and developers can run it any time.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+import time
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+import requests
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+from psycopg.conninfo import conninfo_to_dict
+
+from db import schema
+from streamfold import config, names
+
+CLICK_PARTITIONS = 3
+CDC_PARTITIONS = 3
+
+
+class SetupError(RuntimeError):
+    """A set-up step failed; the message says which and why (no stack trace for users)."""
+
+
+def connector_config(settings: config.Settings) -> dict[str, str]:
+    """connectors/debezium-postgres.json with endpoints, names and secrets filled in."""
+    template = resources.files("connectors").joinpath("debezium-postgres.json").read_text()
+    dsn = conninfo_to_dict(settings.pg_dsn)
+    columns = schema.PUBLIC_USER_COLUMNS
+    values = {
+        "PG_HOST": str(dsn.get("host", "localhost")),
+        "PG_PORT": str(dsn.get("port", "5432")),
+        "PG_DATABASE": str(dsn.get("dbname", "postgres")),
+        "DEBEZIUM_ROLE": config.DEBEZIUM_ROLE,
+        "STREAMFOLD_DEBEZIUM_PASSWORD": config.lookup("STREAMFOLD_DEBEZIUM_PASSWORD"),
+        "CDC_TOPIC_PREFIX": names.CDC_TOPIC_PREFIX,
+        "INCLUDED_COLUMNS": ",".join(f"public.users.{c}" for c in columns),
+        "SNAPSHOT_SELECT": f"SELECT {', '.join(columns)} FROM public.users",
+        "PUBLICATION_NAME": names.PUBLICATION_NAME,
+        "SLOT_NAME": names.SLOT_NAME,
+    }
+    rendered: dict[str, str] = json.loads(template)
+    return {key: string.Template(value).substitute(values) for key, value in rendered.items()}
+
+
+def ensure_topics(bootstrap: str) -> list[str]:
+    """Create the pipeline and CDC topics that are missing; returns the ones created."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = [
+        NewTopic(names.CDC_USERS_TOPIC, CDC_PARTITIONS, 1),
+        NewTopic(names.HEARTBEAT_TOPIC, 1, 1),
+        *(
+            NewTopic(
+                topic,
+                CLICK_PARTITIONS if topic == names.CLICKS_TOPIC else 1,
+                1,
+                config={"cleanup.policy": "compact"} if compacted else {},
+            )
+            for topic, compacted in names.PIPELINE_TOPICS
+        ),
+    ]
+    existing = set(admin.list_topics(timeout=30).topics)
+    missing = [t for t in wanted if t.topic not in existing]
+    if not missing:
+        return []
+    created = []
+    for topic, future in admin.create_topics(missing, operation_timeout=30).items():
+        try:
+            future.result()
+            created.append(topic)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise SetupError(f"could not create topic {topic}: {exc.args[0].str()}") from exc
+    return created
+
+
+def register_connector(connect_url: str, name: str, cfg: dict[str, str]) -> bool:
+    """PUT the config (create or update). Returns True when Connect reports a change."""
+    try:
+        current = requests.get(f"{connect_url}/connectors/{name}/config", timeout=30)
+        if current.status_code == 200 and _same_config(current.json(), cfg, name):
+            return False
+        response = requests.put(f"{connect_url}/connectors/{name}/config", json=cfg, timeout=120)
+    except requests.ConnectionError as exc:
+        raise SetupError(f"Kafka Connect is not reachable at {connect_url}: {exc}") from exc
+    if response.status_code >= 400:
+        raise SetupError(f"Kafka Connect rejected connector {name}: {_error_text(response)}")
+    return True
+
+
+def wait_until_running(
+    connect_url: str, name: str, timeout_s: float = 120, on_wait: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Poll the status API until connector and every task are RUNNING; a FAILED task is an error."""
+    deadline = time.monotonic() + timeout_s
+    last = "no status yet"
+    while time.monotonic() < deadline:
+        response = requests.get(f"{connect_url}/connectors/{name}/status", timeout=30)
+        if response.status_code == 200:
+            status = response.json()
+            failure = _failure(status)
+            if failure:
+                raise SetupError(f"connector {name} failed: {failure}")
+            tasks = status.get("tasks", [])
+            last = f"connector {status['connector']['state']}, tasks {[t['state'] for t in tasks]}"
+            if (
+                status["connector"]["state"] == "RUNNING"
+                and tasks
+                and all(t["state"] == "RUNNING" for t in tasks)
+            ):
+                return status
+        if on_wait:
+            on_wait(last)
+        time.sleep(1)
+    raise SetupError(f"connector {name} not running after {timeout_s:.0f}s ({last})")
+
+
+def _failure(status: dict[str, Any]) -> str | None:
+    for part in (status["connector"], *status.get("tasks", [])):
+        if part.get("state") == "FAILED":
+            trace = part.get("trace", "") or "no trace"
+            # The first lines name the cause (e.g. password authentication failed).
+            return " | ".join(line.strip() for line in trace.splitlines()[:3])
+    return None
+
+
+def _same_config(current: dict[str, str], wanted: dict[str, str], name: str) -> bool:
+    return {k: v for k, v in current.items() if k != "name"} == {
+        k: v for k, v in wanted.items() if k != "name"
+    }
+
+
+def _error_text(response: requests.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500]
+    message = body.get("message", "")
+    # Validation errors list each bad field; keep the ones with messages.
+    errors = [
+        f"{c['value']['name']}: {'; '.join(c['value']['errors'])}"
+        for c in body.get("configs", [])
+        if c.get("value", {}).get("errors")
+    ]
+    return "; ".join([message, *errors]) if errors else message or response.text[:500]
+
+
+def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[[str], None] = print) -> None:
+    """Every step of `streamfold setup`, in order; each is a no-op when already done."""
+    schema.apply(settings.pg_dsn)
+    echo("schema, roles and publication applied")
+    created = ensure_topics(settings.kafka_bootstrap)
+    echo(f"topics: created {', '.join(created)}" if created else "topics: all present")
+    if settings.kinesis_endpoint or config.aws_settings()["region_name"]:
+        from streamfold import kinesis
+
+        kinesis.ensure_stream(kinesis.client(), names.CLICKS_STREAM, shards=CLICK_PARTITIONS)
+        echo(f"kinesis stream {names.CLICKS_STREAM}: active")
+    changed = register_connector(settings.connect_url, names.CONNECTOR_NAME, connector_config(settings))
+    echo(
+        f"connector {names.CONNECTOR_NAME}: {'registered' if changed else 'unchanged'}; waiting until it runs"
+    )
+    wait_until_running(settings.connect_url, names.CONNECTOR_NAME, timeout_s)
+    echo(f"connector {names.CONNECTOR_NAME}: RUNNING")

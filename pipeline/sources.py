@@ -1,0 +1,80 @@
+"""Sources: clicks from Kafka or Kinesis, and the Debezium CDC stream from Kafka.
+
+Each source is reduced to the columns the next step needs, with a deterministic record id taken
+from the record's position (topic/partition/offset or stream/shard/sequence), so a replayed batch
+produces the same ids.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streamfold import names
+
+DEFAULT_MAX_RECORDS_PER_BATCH = 200_000
+
+
+def _kafka(spark: SparkSession, bootstrap: str, topics: str, max_records: int) -> DataFrame:
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topics)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(max_records))
+        .load()
+    )
+
+
+def _position(*parts: Column | str) -> Column:
+    return F.concat_ws(":", *[F.lit(p) if isinstance(p, str) else p for p in parts])
+
+
+def kafka_clicks(
+    spark: SparkSession, bootstrap: str, max_records: int = DEFAULT_MAX_RECORDS_PER_BATCH
+) -> DataFrame:
+    """event_id, source, payload, now_ms (the batch's processing time, fixed on replay)."""
+    raw = _kafka(spark, bootstrap, names.CLICKS_TOPIC, max_records)
+    return raw.select(
+        _position(
+            "kafka", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string")
+        ).alias("event_id"),
+        F.lit(f"kafka:{names.CLICKS_TOPIC}").alias("source"),
+        F.col("value").alias("payload"),
+        F.unix_millis(F.current_timestamp()).alias("now_ms"),
+    )
+
+
+def kinesis_clicks(spark: SparkSession, max_records: int = DEFAULT_MAX_RECORDS_PER_BATCH) -> DataFrame:
+    """The same columns as kafka_clicks, from the Kinesis stream through our Python data source."""
+    from pipeline.kinesis_source import KinesisDataSource
+
+    spark.dataSource.register(KinesisDataSource)
+    raw = (
+        spark.readStream.format("kinesis")
+        .option("streamName", names.CLICKS_STREAM)
+        .option("startingPosition", "TRIM_HORIZON")
+        .option("maxRecordsPerBatch", str(max_records))
+        .load()
+    )
+    return raw.select(
+        _position("kinesis", names.CLICKS_STREAM, F.col("shard_id"), F.col("sequence_number")).alias(
+            "event_id"
+        ),
+        F.lit(f"kinesis:{names.CLICKS_STREAM}").alias("source"),
+        F.col("data").alias("payload"),
+        F.unix_millis(F.current_timestamp()).alias("now_ms"),
+    )
+
+
+def cdc(spark: SparkSession, bootstrap: str, max_records: int = DEFAULT_MAX_RECORDS_PER_BATCH) -> DataFrame:
+    """Debezium change events and heartbeats: topic, key, value, record_id."""
+    raw = _kafka(spark, bootstrap, f"{names.CDC_USERS_TOPIC},{names.HEARTBEAT_TOPIC}", max_records)
+    return raw.select(
+        "topic",
+        "key",
+        "value",
+        _position(
+            "kafka", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string")
+        ).alias("record_id"),
+    )

@@ -1,0 +1,43 @@
+"""The Spark session: local[*] by default, any master by configuration (`--conf spark.master=...`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+# Jars resolved by pom.xml's `spark` profile (Kafka connector, Postgres JDBC); nothing downloads at run time.
+DEFAULT_JARS_DIR = Path(__file__).resolve().parents[1] / "lib" / "spark"
+
+DEFAULTS = {
+    "spark.master": "local[*]",
+    # transformWithState keeps its state in RocksDB (required by the operator, and bounded in memory).
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    # State is partitioned by this at the first run of a checkpoint; small machines want few partitions.
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.memory": "2g",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def jars(jars_dir: Path | None = None) -> list[str]:
+    folder = Path(os.environ.get("STREAMFOLD_JARS", jars_dir or DEFAULT_JARS_DIR))
+    found = sorted(str(p) for p in folder.glob("*.jar"))
+    if not found:
+        raise FileNotFoundError(f"no Spark connector jars in {folder}: run `make setup`")
+    return found
+
+
+def session(app_name: str, conf: dict[str, str] | None = None) -> SparkSession:
+    settings = {**DEFAULTS, **{k: v for k, v in (conf or {}).items() if k.startswith("spark.")}}
+    builder = SparkSession.builder.appName(app_name).config("spark.jars", ",".join(jars()))
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Installs whatever is missing, idempotently: Debian packages (PostgreSQL server, docker-compose
+# for validating compose/), the Python venv with pinned dependencies, every JVM artifact from
+# pom.xml into lib/, and kinesis-local from npm. Nothing downloads at run time after this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*"; }
+die() { printf '[bootstrap] error: %s\n' "$*" >&2; exit 1; }
+
+# --- prerequisites that we do not install ourselves -------------------------------------------
+command -v python3 >/dev/null || die "python3 (3.11+) is required"
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "Python 3.11+ is required"
+command -v java >/dev/null || die "a JDK 17+ is required (Debian: openjdk-17-jdk-headless)"
+java_major=$(java -XshowSettings:properties -version 2>&1 | awk -F'= ' '/java.specification.version/ {print $2}')
+[ "${java_major%%.*}" -ge 17 ] || die "JDK 17+ is required, found $java_major"
+command -v mvn >/dev/null || die "Maven is required (Debian: maven)"
+command -v npm >/dev/null || die "Node.js and npm are required (Debian: nodejs npm)"
+
+# --- Debian packages ----------------------------------------------------------------------------
+missing=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+command -v psql >/dev/null || missing+=(postgresql-client)
+command -v docker-compose >/dev/null || missing+=(docker-compose)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    say "apt-get install ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    die "missing Debian packages: ${missing[*]} (run: sudo apt-get install ${missing[*]})"
+  fi
+fi
+
+# --- Python venv ---------------------------------------------------------------------------------
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  python3 -m venv .venv
+fi
+if [ ! -f .venv/.installed ] || [ requirements.txt -nt .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
+  say "pip install -r requirements.txt"
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -r requirements.txt
+  .venv/bin/pip install -q --no-deps -e .
+  touch .venv/.installed
+fi
+
+# --- JVM artifacts, one pom ----------------------------------------------------------------------
+copy_jars() {  # profile, output dir
+  local stamp="$2/.complete"
+  if [ ! -f "$stamp" ] || [ pom.xml -nt "$stamp" ]; then
+    say "mvn -P $1 -> $2"
+    rm -rf "$2"
+    mvn -q -P "$1" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$2"
+    touch "$stamp"
+  fi
+}
+copy_jars kafka lib/kafka
+copy_jars debezium lib/connect-plugins/debezium-connector-postgres
+copy_jars spark lib/spark
+
+# --- kinesis-local -------------------------------------------------------------------------------
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  say "npm ci (kinesis-local)"
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+say "ready"

@@ -1,0 +1,174 @@
+"""The `streamfold` command: stack, setup, run, generate, query."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from streamfold import config
+
+app = typer.Typer(help="streamfold: CDC ingestion and enrichment appliance.", no_args_is_help=True)
+stack_app = typer.Typer(help="The local stack: every service as a native process under STREAMFOLD_HOME.")
+generate_app = typer.Typer(help="Sample users and realistic click load.")
+app.add_typer(stack_app, name="stack")
+app.add_typer(generate_app, name="generate")
+console = Console(stderr=True)
+
+
+class Source(StrEnum):
+    kafka = "kafka"
+    kinesis = "kinesis"
+
+
+def fail(message: str) -> None:
+    console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(1)
+
+
+def progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    )
+
+
+@stack_app.command("up")
+def stack_up() -> None:
+    """Start PostgreSQL, Kafka (KRaft), Kafka Connect + Debezium and kinesis-local; idempotent."""
+    from compose import local_stack
+
+    try:
+        local_stack.up(config.home())
+    except local_stack.StackError as exc:
+        fail(str(exc))
+    console.print(f"[green]stack up[/] (home {config.home()}); `streamfold stack env` prints its variables")
+
+
+@stack_app.command("down")
+def stack_down() -> None:
+    """Stop the processes this stack started (pid files); leaves data in place."""
+    from compose import local_stack
+
+    local_stack.down(config.home())
+
+
+@stack_app.command("status")
+def stack_status() -> None:
+    """Each service, its endpoint and whether it runs."""
+    from compose import local_stack
+
+    table = Table("service", "state", "endpoint", "pid")
+    for row in local_stack.status(config.home()):
+        table.add_row(
+            row.name, "[green]up[/]" if row.up else "[red]down[/]", row.endpoint, str(row.pid or "")
+        )
+    Console().print(table)
+
+
+@stack_app.command("env")
+def stack_env() -> None:
+    """Print `export KEY=VALUE` lines: eval "$(streamfold stack env)"."""
+    from compose import local_stack
+
+    for line in local_stack.env_lines(config.home()):
+        print(line)
+
+
+@app.command()
+def setup(
+    timeout: Annotated[float, typer.Option(help="seconds to wait for the connector to run")] = 180,
+) -> None:
+    """Schema and roles, topics, the Kinesis stream, and the Debezium connector; waits until it runs."""
+    from connectors.setup import SetupError, run_setup
+
+    try:
+        run_setup(config.load(), timeout_s=timeout, echo=lambda msg: console.print(f"[cyan]setup[/] {msg}"))
+    except (SetupError, config.ConfigError) as exc:
+        fail(str(exc))
+
+
+@app.command()
+def run(
+    source: Annotated[Source, typer.Option(help="where clicks come from")] = Source.kafka,
+    once: Annotated[
+        bool, typer.Option("--once", help="process everything available at start, then exit")
+    ] = False,
+    conf: Annotated[
+        list[str] | None,
+        typer.Option(help="KEY=VALUE: join.mode, join.max_wait, join.version_retention, spark.*"),
+    ] = None,
+) -> None:
+    """The Spark job: CDC fold, temporal join, aggregates, sinks."""
+    from pipeline import job
+
+    try:
+        settings = dict(item.split("=", 1) for item in conf or [])
+    except ValueError:
+        fail("--conf takes KEY=VALUE")
+    try:
+        job.run(config.load(), source.value, once=once, conf=settings, echo=console.print)
+    except (config.ConfigError, job.JobError) as exc:
+        fail(str(exc))
+
+
+@generate_app.command("users")
+def generate_users(count: Annotated[int, typer.Option(help="number of users")] = 1000) -> None:
+    """Insert sample users User_1..User_N into public.users (existing ones are left alone)."""
+    from streamfold.generate import load_users
+
+    with progress() as bar:
+        task = bar.add_task("users", total=count)
+        inserted = load_users(config.load().pg_dsn, count, on_progress=lambda n: bar.advance(task, n))
+    console.print(f"{inserted} users inserted")
+
+
+@generate_app.command("clicks")
+def generate_clicks(
+    count: Annotated[int, typer.Option(help="number of clicks")] = 10_000,
+    users: Annotated[int, typer.Option(help="clicks are spread over User_1..User_M")] = 1000,
+    sink: Annotated[Source, typer.Option(help="kafka topic or kinesis stream `clicks`")] = Source.kafka,
+    rate: Annotated[
+        float | None, typer.Option(help="clicks per second (default: as fast as possible)")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="random seed")] = 11,
+    bad_every: Annotated[int, typer.Option(help="make every Nth record malformed (0: none)")] = 0,
+) -> None:
+    """Realistic click load (event time = the wall clock at send time)."""
+    from streamfold import generate
+
+    spec = generate.ClickSpec(count=count, users=users, seed=seed, rate=rate)
+    records = generate.encoded(spec, bad_every=bad_every)
+    with progress() as bar:
+        task = bar.add_task(f"clicks -> {sink.value}", total=count)
+        if sink is Source.kafka:
+            sent = generate.send_kafka(config.load().kafka_bootstrap, records, lambda n: bar.advance(task, n))
+        else:
+            sent = generate.send_kinesis(records, lambda n: bar.advance(task, n))
+    console.print(f"{sent} clicks sent to {sink.value}")
+
+
+@app.command()
+def query(sql_or_name: Annotated[str, typer.Argument(help="SQL, or a name: clicks_per_region, ...")]) -> None:
+    """Print rows from the enriched tables (read-only role)."""
+    import psycopg
+
+    from db import queries
+
+    try:
+        columns, rows = queries.run(config.load().reader_dsn, sql_or_name)
+    except psycopg.Error as exc:
+        fail(str(exc).strip())
+    table = Table(*columns, title=sql_or_name if sql_or_name in queries.NAMED else None)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+    console.print(f"({len(rows)} rows)")
