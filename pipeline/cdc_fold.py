@@ -87,14 +87,14 @@ def parse_envelope(topic: str, key: bytes | None, value: bytes | None) -> Change
     ts_ms = _int(source, "ts_ms", "source")
     lsn = source.get("lsn") or 0
     row = envelope.get("before" if op == "d" else "after")
+    if op != "d" and not isinstance(row, dict):
+        raise BadEnvelope(f"op={op} event without an 'after' row")
     userid = (row or {}).get("userid") or _key_userid(key)
     if not isinstance(userid, str) or not userid:
         raise BadEnvelope("change event without a userid")
     valid_from = BEGINNING_OF_TIME_MS if op == "r" else ts_ms
     if op == "d":
         return Change(userid, op, valid_from, lsn, ts_ms)
-    if not isinstance(row, dict):
-        raise BadEnvelope(f"op={op} event without an 'after' row")
     return Change(userid, op, valid_from, lsn, ts_ms, **{f: row.get(f) for f in PROFILE_FIELDS})
 
 

@@ -141,11 +141,12 @@ def generate_clicks(
     ] = None,
     seed: Annotated[int, typer.Option(help="random seed")] = 11,
     bad_every: Annotated[int, typer.Option(help="make every Nth record malformed (0: none)")] = 0,
+    user_offset: Annotated[int, typer.Option(help="use User_{offset+1}.. instead of User_1..")] = 0,
 ) -> None:
     """Realistic click load (event time = the wall clock at send time)."""
     from streamfold import generate
 
-    spec = generate.ClickSpec(count=count, users=users, seed=seed, rate=rate)
+    spec = generate.ClickSpec(count=count, users=users, seed=seed, rate=rate, user_offset=user_offset)
     records = generate.encoded(spec, bad_every=bad_every)
     with progress() as bar:
         task = bar.add_task(f"clicks -> {sink.value}", total=count)
@@ -172,3 +173,19 @@ def query(sql_or_name: Annotated[str, typer.Argument(help="SQL, or a name: click
         table.add_row(*("" if v is None else str(v) for v in row))
     Console(width=200 if not sys.stdout.isatty() else None).print(table)
     console.print(f"({len(rows)} rows)")
+
+
+@app.command()
+def topic(
+    name: Annotated[str, typer.Argument(help="a Kafka topic, e.g. cdc.public.users, user_clicks")],
+    count: Annotated[int, typer.Option(help="how many of the latest records per partition")] = 5,
+) -> None:
+    """Print the latest records of a Kafka topic (key, value, partition, offset)."""
+    from streamfold.topics import latest_records
+
+    try:
+        records = latest_records(config.load().kafka_bootstrap, name, count)
+    except KeyError:
+        fail(f"no topic {name}")
+    for record in records:
+        print(f"{record.partition}:{record.offset} {record.key} {record.value}")

@@ -80,6 +80,7 @@ class ClickSpec:
     rate: float | None = None  # clicks per second; None = as fast as possible
     event_time_ms: int | None = None  # fixed start of event time; None = the wall clock at send time
     step_ms: int = 1  # event-time step between clicks when event_time_ms is fixed
+    user_offset: int = 0  # User_{offset+1}..: users that do not exist yet, say
 
 
 def clicks(spec: ClickSpec) -> Iterator[dict]:
@@ -91,7 +92,7 @@ def clicks(spec: ClickSpec) -> Iterator[dict]:
         i = (rank * 2_654_435_761) % spec.users + 1
         event_time = spec.event_time_ms + n * spec.step_ms if spec.event_time_ms else int(time.time() * 1000)
         yield {
-            "userid": userid(i),
+            "userid": userid(i + spec.user_offset),
             "url": rng.choice(URLS),
             "device_id": rng.choice(DEVICES),
             "ip": f"10.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}",

@@ -1,0 +1,49 @@
+"""Reading the tail of a Kafka topic (for people and tests)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, TopicPartition
+
+
+@dataclass(frozen=True)
+class Record:
+    partition: int
+    offset: int
+    key: str | None
+    value: str | None
+
+
+def latest_records(bootstrap: str, topic: str, count: int, timeout_s: float = 10) -> list[Record]:
+    """The last `count` records of each partition. Raises KeyError for an unknown topic."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "streamfold-cli", "enable.auto.commit": False}
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
+        if metadata.error is not None:
+            raise KeyError(topic)
+        assignments, wanted = [], 0
+        for partition in metadata.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+            start = max(low, high - count)
+            if high > start:
+                assignments.append(TopicPartition(topic, partition, start))
+                wanted += high - start
+        consumer.assign(assignments)
+        records: list[Record] = []
+        deadline = time.monotonic() + timeout_s
+        while len(records) < wanted and time.monotonic() < deadline:
+            for message in consumer.consume(wanted - len(records), timeout=1):
+                if message.error() is None:
+                    key, value = _text(message.key()), _text(message.value())
+                    records.append(Record(message.partition(), message.offset(), key, value))
+        return sorted(records, key=lambda r: (r.partition, r.offset))
+    finally:
+        consumer.close()
+
+
+def _text(raw: bytes | None) -> str | None:
+    return None if raw is None else raw.decode("utf-8", "replace")
