@@ -34,8 +34,9 @@ def connector_config(settings: config.Settings) -> dict[str, str]:
     dsn = conninfo_to_dict(settings.pg_dsn)
     columns = schema.PUBLIC_USER_COLUMNS
     values = {
-        "PG_HOST": str(dsn.get("host", "localhost")),
-        "PG_PORT": str(dsn.get("port", "5432")),
+        # Where Kafka Connect reaches Postgres; differs from the DSN when setup runs outside the containers.
+        "PG_HOST": config.lookup("STREAMFOLD_CONNECT_PG_HOST", str(dsn.get("host", "localhost"))),
+        "PG_PORT": config.lookup("STREAMFOLD_CONNECT_PG_PORT", str(dsn.get("port", "5432"))),
         "PG_DATABASE": str(dsn.get("dbname", "postgres")),
         "DEBEZIUM_ROLE": config.DEBEZIUM_ROLE,
         "STREAMFOLD_DEBEZIUM_PASSWORD": config.lookup("STREAMFOLD_DEBEZIUM_PASSWORD"),

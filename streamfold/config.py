@@ -77,9 +77,8 @@ class Settings:
 
     def role_dsn(self, role: str, password_var: str) -> str:
         """The admin DSN with another role's credentials (same host, port, database)."""
-        params = conninfo_to_dict(self.pg_dsn)
-        params.update(user=role, password=lookup(password_var))
-        return make_conninfo(**params)
+        params = {**conninfo_to_dict(self.pg_dsn), "user": role, "password": lookup(password_var)}
+        return make_conninfo("", **params)
 
     @property
     def writer_dsn(self) -> str:

@@ -1,0 +1,110 @@
+"""The compose stack's services under testcontainers, for `pytest --stack=containers`.
+
+`start()` brings up the infrastructure of compose/docker-compose.yml with testcontainers'
+DockerCompose: the same images (pinned in compose/.env), configuration and healthchecks as
+`docker compose up`, so nothing is described twice. It returns the variables the local stack's
+`streamfold stack env` exports, pointing at the loopback-published ports. Like the local stack it
+starts neither `setup` nor `pipeline`: the tests run those from the host.
+
+Needs a Docker engine with the compose plugin (v2.20+); nothing here runs without one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from pathlib import Path
+
+from psycopg.conninfo import make_conninfo
+from testcontainers.compose import DockerCompose
+
+from streamfold import config
+
+COMPOSE_DIR = Path(__file__).resolve().parent
+COMPOSE_FILE = "docker-compose.yml"
+INFRA_SERVICES = ["postgres", "kafka", "connect", "localstack"]
+# The host ports docker-compose.yml publishes for those services (compose/.env names).
+PORT_VARS = ("POSTGRES_HOST_PORT", "KAFKA_HOST_PORT", "CONNECT_HOST_PORT", "LOCALSTACK_HOST_PORT")
+
+_stack: DockerCompose | None = None
+
+
+def compose_settings() -> dict[str, str]:
+    """compose/.env, overridden by the environment: the precedence docker compose applies."""
+    values = config.read_env_file(COMPOSE_DIR / ".env")
+    return {key: os.environ.get(key, value) for key, value in values.items()}
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct free loopback ports (all held open while choosing, so none is picked twice)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
+def isolated_settings(pid: int) -> dict[str, str]:
+    """compose/.env with free host ports (unless the environment sets them) and a project of its own,
+    so neither a local stack nor a developer's `docker compose up` gets in the way."""
+    settings = compose_settings()
+    ports = dict(zip(PORT_VARS, free_ports(len(PORT_VARS)), strict=True))
+    settings.update({var: os.environ.get(var) or str(port) for var, port in ports.items()})
+    settings["COMPOSE_PROJECT_NAME"] = f"streamfold-test-{pid}"
+    return settings
+
+
+def stack_env(settings: dict[str, str], workdir: Path) -> dict[str, str]:
+    """What `streamfold stack env` exports, for the containers' published ports."""
+    pg_dsn = make_conninfo(
+        host="127.0.0.1",
+        port=settings["POSTGRES_HOST_PORT"],
+        dbname="streamfold",
+        user="streamfold",
+        password=settings["STREAMFOLD_PG_PASSWORD"],
+    )
+    env = {
+        "STREAMFOLD_PG_DSN": pg_dsn,
+        "STREAMFOLD_KAFKA_BOOTSTRAP": f"127.0.0.1:{settings['KAFKA_HOST_PORT']}",
+        "STREAMFOLD_CONNECT_URL": f"http://127.0.0.1:{settings['CONNECT_HOST_PORT']}",
+        "STREAMFOLD_KINESIS_ENDPOINT": f"http://127.0.0.1:{settings['LOCALSTACK_HOST_PORT']}",
+        "STREAMFOLD_HOME": str(workdir),
+        # Connect runs inside the compose network: it reaches the database by service name, not at the
+        # port published on the host. connectors/setup.py must prefer these over the DSN's host/port.
+        "STREAMFOLD_CONNECT_PG_HOST": "postgres",
+        "STREAMFOLD_CONNECT_PG_PORT": "5432",
+    }
+    env.update({name: settings[name] for name in (*config.SECRET_VARS, *config.AWS_VARS)})
+    return env
+
+
+def start(workdir: Path) -> dict[str, str]:
+    """Build streamfold/connect, start the infrastructure and wait until every healthcheck passes."""
+    global _stack
+    workdir.mkdir(parents=True, exist_ok=True)
+    settings = isolated_settings(os.getpid())
+    env_file = workdir / "compose.env"
+    env_file.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+    _stack = DockerCompose(
+        COMPOSE_DIR,
+        compose_file_name=COMPOSE_FILE,
+        env_file=str(env_file),
+        services=INFRA_SERVICES,
+        build=True,
+        wait=True,
+    )
+    try:
+        _stack.start()
+    except BaseException:
+        stop()
+        raise
+    return stack_env(settings, workdir)
+
+
+def stop() -> None:
+    """Remove the containers and their volumes."""
+    global _stack
+    if _stack is not None:
+        _stack.stop(down=True)
+        _stack = None
