@@ -21,7 +21,9 @@ from db import schema
 from streamfold import config, names
 
 CLICK_PARTITIONS = 3
-CDC_PARTITIONS = 3
+# One partition: change events stay in commit order, and CDC progress never runs ahead of a change
+# still unread in another partition (the temporal join's completeness relies on it).
+CDC_PARTITIONS = 1
 
 
 class SetupError(RuntimeError):

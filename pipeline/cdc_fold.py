@@ -19,10 +19,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from pipeline.temporal_state import BEGINNING_OF_TIME_MS
 from streamfold import names
-
-# Valid-from of snapshot rows: before any click (clicks before 2000 are rejected anyway).
-BEGINNING_OF_TIME_MS = -(2**62)
 
 PROFILE_FIELDS = ("regionid", "gender", "interests", "registertime")
 
@@ -145,18 +143,17 @@ def _fold_row(row: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Folded:
+    records: DataFrame  # every record, tagged by `kind`
     changes: DataFrame  # userid, op, valid_from_ms, lsn, profile fields
     progress: DataFrame  # progress_ms
-    rejects: DataFrame  # record_id, error, payload
 
 
 def fold(cdc_raw: DataFrame) -> Folded:
-    """Split raw CDC records (topic, key, value, record_id) into changes, progress and rejects."""
+    """Raw CDC records (topic, key, value, record_id) -> tagged records, changes and progress."""
     folded = cdc_raw.mapInArrow(fold_batches, FOLDED_DDL)
     changes = folded.where("kind = 'change'").select("userid", "op", "valid_from_ms", "lsn", *PROFILE_FIELDS)
     progress = folded.where("kind IN ('change', 'progress')").select("progress_ms")
-    rejects = folded.where("kind = 'error'").select("record_id", "error", "payload")
-    return Folded(changes, progress, rejects)
+    return Folded(folded, changes, progress)
 
 
 def changelog_records(changes: DataFrame) -> DataFrame:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -22,6 +23,8 @@ DEFAULTS = {
     "spark.driver.memory": "2g",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Python workers must use this interpreter (the venv with pandas and pyarrow), not the system one.
+    "spark.pyspark.python": sys.executable,
 }
 
 

@@ -21,8 +21,15 @@ ALICE = {"userid": "alice", "regionid": "asia", "gender": "FEMALE", "interests":
 
 
 def envelope(op: str, before=None, after=None, ts_ms=1_000, lsn=42) -> bytes:
-    source = {"connector": "postgresql", "ts_ms": ts_ms, "lsn": lsn, "snapshot": "true" if op == "r" else "false"}
-    return json.dumps({"before": before, "after": after, "op": op, "source": source, "ts_ms": ts_ms + 5}).encode()
+    source = {
+        "connector": "postgresql",
+        "ts_ms": ts_ms,
+        "lsn": lsn,
+        "snapshot": "true" if op == "r" else "false",
+    }
+    return json.dumps(
+        {"before": before, "after": after, "op": op, "source": source, "ts_ms": ts_ms + 5}
+    ).encode()
 
 
 KEY = json.dumps({"userid": "alice"}).encode()
@@ -63,9 +70,15 @@ def test_heartbeat_reports_progress():
         (b"garbage", "not JSON"),
         (b"[]", "not a JSON object"),
         (json.dumps({"op": "x", "source": {"ts_ms": 1}}).encode(), "not a Debezium row change"),
-        (json.dumps({"op": "c", "after": ALICE, "source": {"ts_ms": "soon"}}).encode(), "ts_ms must be an integer"),
+        (
+            json.dumps({"op": "c", "after": ALICE, "source": {"ts_ms": "soon"}}).encode(),
+            "ts_ms must be an integer",
+        ),
         (json.dumps({"op": "c", "after": None, "source": {"ts_ms": 1}}).encode(), "without an 'after' row"),
-        (json.dumps({"op": "c", "after": {"regionid": "x"}, "source": {"ts_ms": 1}}).encode(), "without a userid"),
+        (
+            json.dumps({"op": "c", "after": {"regionid": "x"}, "source": {"ts_ms": 1}}).encode(),
+            "without a userid",
+        ),
     ],
 )
 def test_bad_envelopes_are_rejected_with_reason(value, reason):

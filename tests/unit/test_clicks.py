@@ -38,7 +38,7 @@ def test_explicit_clicks_kept():
         (raw(event_time=1.7e12), "event_time must be epoch milliseconds"),
         (raw(event_time=True), "event_time must be epoch milliseconds"),
         (raw(event_time=12), "outside the plausible range"),
-        (raw(event_time=NOW + 2 * 86_400_000), "outside the plausible range"),
+        (raw(event_time=NOW + 61_000), "outside the plausible range"),
         (raw(clicks=0), "clicks must be an integer"),
         (raw(clicks=-3), "clicks must be an integer"),
         (raw(clicks="2"), "clicks must be an integer"),

@@ -1,0 +1,384 @@
+"""The temporal join: every click enriched with the user profile version valid when it happened.
+
+Semantics (DESIGN.md section 1, "Join semantics"):
+- A profile version is valid from its commit time (valid_from_ms = Debezium source.ts_ms); snapshot rows
+  (op=r) from BEGINNING_OF_TIME_MS; a delete ends validity (a tombstone version), a re-insert starts anew.
+- A click at t joins the version with the greatest valid_from <= t (equal valid_from: the higher lsn),
+  whatever order clicks and changes arrive in. No valid version -> user_regionid UNKNOWN, other fields null.
+- Completeness: a click is emitted once CDC progress (source.ts_ms of changes, ts_ms of heartbeats)
+  reaches t, or after max_wait when the CDC stream stalls.
+- Versions are dropped once a newer version is older than watermark - version_retention; a user left
+  with only an old tombstone is forgotten, so state stays bounded.
+- mode "latest": Kafka Streams KStream-KTable leftJoin (latest version when processed, a key's changes
+  before its clicks within a micro-batch, nothing waits).
+
+How: clicks and changes are tagged, unioned and keyed by userid into ONE transformWithStateInPandas
+operator (RocksDB state, event-time timers); the per-user logic is pipeline.temporal_state.
+
+The watermark trick: event time *is* Spark's watermark, so a replay after a crash makes the same decisions
+(the watermark is in the offset log). A third branch, progress_ms UNION ticks of Spark's `rate` source
+(progress_ms = tick time - max_wait), carries the only withWatermark of the query:
+    watermark = max(CDC progress, wall clock - max_wait)
+That branch is filtered to nothing after its watermark node, so no progress row reaches the operator, and
+no column of the operator's input carries watermark metadata, so Spark drops no late click or change.
+A click with t <= watermark is emitted at once; a newer one waits in state under an event-time timer.
+Each user has at most one timer: the earliest of its pending clicks and its next version expiry.
+
+Spark computes a batch's watermark from the batches before it, so a click is released one batch after
+the watermark passes it. Under Trigger.AvailableNow the `rate` source makes Spark 4.0 run a single batch per
+run (no trailing no-data batch, SPARK-45178): see run_until_drained for `--once`.
+
+Verified on Spark 4.0.0: the union of watermarked and plain streams drives TWS EventTime timers; late rows
+reach handleInputRows; a timer registered below the watermark fires in the same batch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle, StreamingQuery
+from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+from pyspark.sql.types import (
+    ArrayType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from pipeline.temporal_state import (
+    BEGINNING_OF_TIME_MS,
+    LATEST,
+    STATE_DDL,
+    Click,
+    Enriched,
+    JoinConfig,
+    UserState,
+    Version,
+    advance,
+    advance_latest,
+    decode_state,
+    encode_state,
+)
+
+__all__ = [
+    "BEGINNING_OF_TIME_MS",
+    "CHANGES_SCHEMA",
+    "CLICKS_SCHEMA",
+    "OUTPUT_SCHEMA",
+    "PROGRESS_SCHEMA",
+    "JoinConfig",
+    "Pending",
+    "pending_clicks",
+    "run_until_drained",
+    "temporal_join",
+]
+
+_STR, _LONG, _INT, _STRS = StringType(), LongType(), IntegerType(), ArrayType(StringType())
+
+CLICKS_SCHEMA = StructType(
+    [
+        StructField("event_id", _STR),
+        StructField("userid", _STR),
+        StructField("event_time_ms", _LONG),
+        StructField("url", _STR),
+        StructField("device_id", _STR),
+        StructField("ip", _STR),
+        StructField("clicks", _INT),
+    ]
+)
+CHANGES_SCHEMA = StructType(
+    [
+        StructField("userid", _STR),
+        StructField("op", _STR),  # c | u | d | r
+        StructField("valid_from_ms", _LONG),  # source.ts_ms; BEGINNING_OF_TIME_MS for op=r
+        StructField("lsn", _LONG),
+        StructField("regionid", _STR),
+        StructField("gender", _STR),
+        StructField("interests", _STRS),
+        StructField("registertime", _LONG),
+    ]
+)
+PROGRESS_SCHEMA = StructType([StructField("progress_ms", _LONG)])
+OUTPUT_SCHEMA = StructType(
+    [
+        StructField("event_id", _STR),
+        StructField("uid", _STR),
+        StructField("click_time_ms", _LONG),
+        StructField("click_url", _STR),
+        StructField("device_type", _STR),
+        StructField("click_location", _STR),
+        StructField("clicks", _INT),
+        StructField("user_regionid", _STR),
+        StructField("user_gender", _STR),
+        StructField("user_interests", _STRS),
+        StructField("user_registertime", _LONG),
+        StructField("profile_valid_from_ms", _LONG),
+    ]
+)
+
+# The operator's input: one row shape for clicks and changes. ts_ms is a click's event time or a change's
+# valid_from; the other fields travel as one JSON object, which keeps longs exact (pandas turns a nullable
+# long column into floats) and makes the per-key Arrow-to-pandas conversion cheap (few columns).
+_CLICK, _CHANGE = "click", "change"
+_CLICK_BODY = ("event_id", "url", "device_id", "ip", "clicks")
+_CHANGE_BODY = ("op", "regionid", "gender", "interests", "registertime")
+_TAGGED_SCHEMA = StructType(
+    [
+        StructField("kind", _STR),
+        StructField("userid", _STR),
+        StructField("ts_ms", _LONG),
+        StructField("lsn", _LONG),
+        StructField("body", _STR),
+    ]
+)
+
+_ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+_STATE_NAME = "user"
+_OPERATOR_NAME = "transformWithStateInPandasExec"
+# Below every real progress time: the filter that starves the progress branch after its watermark node.
+_BEFORE_ANY_PROGRESS = "0001-01-01 00:00:00"
+
+
+def temporal_join(
+    clicks: DataFrame, changes: DataFrame, progress: DataFrame, cfg: JoinConfig | None = None
+) -> DataFrame:
+    """Streaming clicks (CLICKS_SCHEMA), folded changes (CHANGES_SCHEMA), CDC progress (PROGRESS_SCHEMA)
+    -> one OUTPUT_SCHEMA row per click. Inputs must carry no watermark of their own and have non-null
+    event_time_ms / valid_from_ms (the parsers send such records to the dead letters)."""
+    cfg = cfg or JoinConfig()
+    spark = clicks.sparkSession
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", _ROCKSDB)  # required by transformWithState
+    tagged = _tag_clicks(clicks).unionByName(_tag_changes(changes))
+    time_mode = "None"
+    if cfg.mode != LATEST:
+        tagged = tagged.unionByName(_watermark_carrier(spark, progress, cfg.max_wait_ms))
+        time_mode = "EventTime"
+    return tagged.groupBy("userid").transformWithStateInPandas(
+        statefulProcessor=_UserJoin(cfg),
+        outputStructType=OUTPUT_SCHEMA,
+        outputMode="Append",
+        timeMode=time_mode,
+    )
+
+
+def _project(df: DataFrame, values: dict[str, Column]) -> DataFrame:
+    """df as _TAGGED_SCHEMA: the given columns, typed nulls for the rest."""
+    return df.select(
+        *[values.get(f.name, F.lit(None)).cast(f.dataType).alias(f.name) for f in _TAGGED_SCHEMA.fields]
+    )
+
+
+def _tag_clicks(clicks: DataFrame) -> DataFrame:
+    body = F.struct(*_CLICK_BODY[:-1], F.coalesce("clicks", F.lit(1)).alias("clicks"))  # DESIGN: default 1
+    return _project(
+        clicks,
+        {
+            "kind": F.lit(_CLICK),
+            "userid": F.col("userid"),
+            "ts_ms": F.col("event_time_ms"),
+            "lsn": F.lit(0),
+            "body": F.to_json(body),
+        },
+    )
+
+
+def _tag_changes(changes: DataFrame) -> DataFrame:
+    return _project(
+        changes,
+        {
+            "kind": F.lit(_CHANGE),
+            "userid": F.col("userid"),
+            "ts_ms": F.col("valid_from_ms"),
+            "lsn": F.coalesce(F.col("lsn"), F.lit(0)),
+            "body": F.to_json(F.struct(*_CHANGE_BODY)),
+        },
+    )
+
+
+def _watermark_carrier(spark: SparkSession, progress: DataFrame, max_wait_ms: int) -> DataFrame:
+    """CDC progress and wall-clock ticks under the query's only watermark, then filtered to no rows.
+
+    The filter must reference the event-time column: the optimizer then cannot fold it to `false` and
+    push it below the watermark node, which would starve the watermark (seen with `rand() < 0`).
+    """
+    ticks = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 1)
+        .load()
+        .select((F.unix_millis("timestamp") - F.lit(max_wait_ms)).alias("progress_ms"))
+    )
+    watermarked = (
+        progress.select("progress_ms")
+        .unionByName(ticks)
+        .withColumn("progress_ts", F.timestamp_millis("progress_ms"))
+        .withWatermark("progress_ts", "0 seconds")
+    )
+    return _project(
+        watermarked.where(F.col("progress_ts") < F.lit(_BEFORE_ANY_PROGRESS).cast("timestamp")), {}
+    )
+
+
+class _UserJoin(StatefulProcessor):
+    """One user's join; all decisions are in temporal_state.advance / advance_latest."""
+
+    def __init__(self, cfg: JoinConfig) -> None:
+        self._cfg = cfg
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self._handle = handle
+        self._user = handle.getValueState(_STATE_NAME, STATE_DDL)
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        changes, clicks = _decode(rows)
+        return self._step(changes, clicks, timerValues.getCurrentWatermarkInMs())
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[pd.DataFrame]:
+        return self._step([], [], timerValues.getCurrentWatermarkInMs())
+
+    def close(self) -> None:
+        pass
+
+    def _step(self, changes: list[Version], clicks: list[Click], watermark_ms: int) -> Iterator[pd.DataFrame]:
+        # Eager on purpose: state calls act on the key Spark set before calling us.
+        stored = self._user.get()
+        state = decode_state(stored)
+        if self._cfg.mode == LATEST:
+            step = advance_latest(state, changes, clicks)
+        else:
+            step = advance(state, changes, clicks, watermark_ms, self._cfg.version_retention_ms)
+        self._reschedule(state.wakeup_ms, step.wakeup_ms)
+        self._save(stored, UserState(step.state.versions, step.state.pending, step.wakeup_ms))
+        return iter([_to_pandas(step.rows)] if step.rows else [])
+
+    def _reschedule(self, old_ms: int | None, new_ms: int | None) -> None:
+        if old_ms == new_ms:
+            return
+        if old_ms is not None:
+            self._handle.deleteTimer(old_ms)
+        if new_ms is not None:
+            self._handle.registerTimer(new_ms)
+
+    def _save(self, stored: tuple | None, state: UserState) -> None:
+        # Every state call is a round trip to the JVM: skip the write when nothing changed.
+        if state.is_empty():
+            if stored is not None:
+                self._user.clear()
+            return
+        encoded = encode_state(state)
+        if encoded != stored:
+            self._user.update(encoded)
+
+
+def _decode(rows: Iterator[pd.DataFrame]) -> tuple[list[Version], list[Click]]:
+    """Tagged rows -> changes and clicks (to_json leaves out null fields, hence .get)."""
+    changes: list[Version] = []
+    clicks: list[Click] = []
+    for pdf in rows:
+        for kind, userid, ts_ms, lsn, body in pdf.itertuples(index=False):
+            b = json.loads(body)
+            if kind == _CLICK:
+                fields = (b.get("url"), b.get("device_id"), b.get("ip"), b["clicks"])
+                clicks.append(Click(b.get("event_id"), userid, int(ts_ms), *fields))
+            else:
+                fields = (b.get("regionid"), b.get("gender"), b.get("interests"), b.get("registertime"))
+                changes.append(Version(int(ts_ms), int(lsn), b.get("op"), *fields))
+    return changes, clicks
+
+
+def _to_pandas(rows: list[Enriched]) -> pd.DataFrame:
+    # Object columns keep exact longs and nulls (a float column would round them).
+    columns = zip(*rows, strict=True)
+    return pd.DataFrame(
+        {name: pd.Series(col, dtype=object) for name, col in zip(Enriched._fields, columns, strict=True)}
+    )
+
+
+# --- --once ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Clicks waiting for completeness in the join's committed state."""
+
+    clicks: int
+    earliest_ms: int | None
+    latest_ms: int | None
+
+
+def pending_clicks(spark: SparkSession, checkpoint: str) -> Pending:
+    """Reads the join operator's last committed state with Spark's state data source (no query running)."""
+    operator_id = _join_operator_id(spark, checkpoint)
+    if operator_id is None:
+        return Pending(0, None, None)
+    state = (
+        spark.read.format("statestore")
+        .option("path", checkpoint)
+        .option("operatorId", operator_id)
+        .option("stateVarName", _STATE_NAME)
+        .load()
+    )
+    total, earliest, latest = state.agg(
+        F.sum("value.pending"), F.min("value.pending_min_ms"), F.max("value.pending_max_ms")
+    ).first()  # type: ignore[misc]
+    return Pending(int(total or 0), earliest, latest)
+
+
+def _join_operator_id(spark: SparkSession, checkpoint: str) -> int | None:
+    if not (Path(checkpoint) / "state").exists():
+        return None  # no batch has committed state yet
+    operators = (
+        spark.read.format("state-metadata").load(checkpoint).where(F.col("operatorName") == _OPERATOR_NAME)
+    )
+    first = operators.select("operatorId").first()
+    return None if first is None else int(first[0])
+
+
+def run_until_drained(
+    spark: SparkSession,
+    start_query: Callable[[], StreamingQuery],
+    checkpoint: str,
+    *,
+    timeout_s: float = 120.0,
+    poll_s: float = 1.0,
+) -> int:
+    """`--once`: emits every click available now, then returns the number of runs.
+
+    start_query must start the join's query with trigger(availableNow=True) on `checkpoint`. The `rate`
+    source does not support AvailableNow, so Spark runs exactly one batch per run (SPARK-45178), and that
+    batch only replays an uncommitted batch if the last run crashed; the second run is therefore the first
+    that surely read every click available now. Clicks the watermark has not passed stay pending; later runs
+    let the wall clock (rate ticks) and CDC progress advance it until no click up to the latest one pending
+    after the second run is left. Clicks that arrive meanwhile may be emitted too. Raises TimeoutError when
+    that takes longer than timeout_s (e.g. clicks dated in the future).
+    """
+    deadline = time.monotonic() + timeout_s
+    for _ in range(2):
+        start_query().awaitTermination()
+    runs = 2
+    target = pending_clicks(spark, checkpoint).latest_ms
+    while target is not None:
+        left = pending_clicks(spark, checkpoint)
+        if left.earliest_ms is None or left.earliest_ms > target:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{left.clicks} clicks still wait for CDC progress or max_wait after {timeout_s}s"
+            )
+        time.sleep(poll_s)
+        start_query().awaitTermination()
+        runs += 1
+    return runs

@@ -1,0 +1,64 @@
+"""The pipeline, top to bottom: sources -> CDC fold -> temporal join -> aggregates + sinks.
+
+Two streaming queries share one Spark session:
+  clicks-<source>  clicks + CDC changes + CDC progress -> temporal join -> Postgres (exactly once) + Kafka
+  changelog        CDC changes -> users_changelog (compacted) + CDC dead letters
+The aggregates are folded in the clicks sink's Postgres transaction (pipeline/aggregates.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from pipeline import cdc_fold, clicks, sources
+from pipeline.sinks import ChangelogSink, EnrichedClicksSink
+from pipeline.temporal_join import JoinConfig, temporal_join
+from streamfold.config import Settings
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A streaming query to start: its frame and its foreachBatch sink."""
+
+    name: str
+    frame: DataFrame
+    sink: Callable[[DataFrame, int], None]
+
+
+def flows(spark: SparkSession, settings: Settings, source: str, join: JoinConfig) -> tuple[Flow, Flow]:
+    """(the clicks flow, the changelog flow)."""
+    raw_clicks = (
+        sources.kinesis_clicks(spark)
+        if source == "kinesis"
+        else sources.kafka_clicks(spark, settings.kafka_bootstrap)
+    )
+    parsed = raw_clicks.mapInArrow(clicks.parse_batches, clicks.PARSED_DDL)
+    valid = parsed.where("error IS NULL")
+    rejects = parsed.where("error IS NOT NULL").select("event_id", "error", "source", "payload")
+
+    folded = cdc_fold.fold(sources.cdc(spark, settings.kafka_bootstrap))
+    enriched = temporal_join(valid, folded.changes, folded.progress, join)
+
+    clicks_name = f"clicks-{source}"
+    return (
+        Flow(
+            clicks_name,
+            enriched.unionByName(rejects, allowMissingColumns=True),
+            EnrichedClicksSink(clicks_name, settings.writer_dsn, settings.kafka_bootstrap),
+        ),
+        Flow("changelog", folded.records, ChangelogSink(settings.writer_dsn, settings.kafka_bootstrap)),
+    )
+
+
+def start(flow: Flow, checkpoints: Path, once: bool) -> StreamingQuery:
+    writer = (
+        flow.frame.writeStream.queryName(flow.name)
+        .option("checkpointLocation", str(checkpoints / flow.name))
+        .foreachBatch(flow.sink)
+    )
+    return (writer.trigger(availableNow=True) if once else writer.trigger(processingTime="1 second")).start()

@@ -1,0 +1,3 @@
+from streamfold.cli import app
+
+app(prog_name="streamfold")

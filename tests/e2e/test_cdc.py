@@ -1,0 +1,150 @@
+"""Debezium captures public.users into cdc.public.users: snapshot, c/u/d + tombstone, restarts, errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+import requests
+
+from compose import local_stack
+from connectors import setup as connector_setup
+from streamfold import config, names
+from tests.e2e.conftest import SNAPSHOT_USERS
+from tests.support.kafka import Message, wait_for
+
+pytestmark = pytest.mark.e2e
+
+PII = ("name", "email", "contactinfo")
+
+
+def events_for(messages: list[Message], userid: str) -> list[Message]:
+    return [m for m in messages if isinstance(m.key, dict) and m.key.get("userid") == userid]
+
+
+def test_rows_before_registration_arrive_as_snapshot_reads(streamfold_setup):
+    bootstrap = streamfold_setup.kafka_bootstrap
+    messages = wait_for(
+        bootstrap,
+        names.CDC_USERS_TOPIC,
+        lambda ms: all(events_for(ms, u) for u, _ in SNAPSHOT_USERS),
+    )
+    for userid, region in SNAPSHOT_USERS:
+        (event,) = events_for(messages, userid)
+        assert event.value["op"] == "r"
+        assert event.value["after"]["regionid"] == region
+        assert isinstance(event.value["source"]["ts_ms"], int)
+
+
+def test_insert_update_delete_give_c_u_d_and_a_tombstone(pg, streamfold_setup):
+    userid = f"u-{uuid.uuid4().hex[:8]}"
+    pg.execute(
+        "INSERT INTO public.users (userid, name, email, regionid, gender, interests, contactinfo, "
+        "registertime) VALUES (%s, 'Alice', 'alice@example.com', 'asia', 'FEMALE', ARRAY['News'], "
+        '\'{"phone": "1"}\', 1)',
+        (userid,),
+    )
+    pg.execute("UPDATE public.users SET regionid = 'europe' WHERE userid = %s", (userid,))
+    pg.execute("DELETE FROM public.users WHERE userid = %s", (userid,))
+
+    messages = wait_for(
+        streamfold_setup.kafka_bootstrap, names.CDC_USERS_TOPIC, lambda ms: len(events_for(ms, userid)) >= 4
+    )
+    create, update, delete, tombstone = events_for(messages, userid)
+    assert [create.value["op"], update.value["op"], delete.value["op"]] == ["c", "u", "d"]
+    assert create.value["before"] is None and create.value["after"]["regionid"] == "asia"
+    assert create.value["after"]["interests"] == ["News"]
+    assert update.value["after"]["regionid"] == "europe"
+    assert delete.value["before"]["userid"] == userid and delete.value["after"] is None
+    assert tombstone.value is None
+    timestamps = [m.value["source"]["ts_ms"] for m in (create, update, delete)]
+    assert timestamps == sorted(timestamps) and all(isinstance(t, int) for t in timestamps)
+    # PII never leaves the database: not in after, not in before.
+    for event in (create, update, delete):
+        for row in (event.value["before"], event.value["after"]):
+            assert not set(PII) & set(row or {})
+
+
+def test_heartbeats_flow(streamfold_setup):
+    beats = wait_for(streamfold_setup.kafka_bootstrap, names.HEARTBEAT_TOPIC, lambda ms: len(ms) >= 2)
+    assert all(isinstance(m.value["ts_ms"], int) for m in beats)
+
+
+def test_setup_twice_is_a_no_op(streamfold_setup):
+    assert connector_setup.ensure_topics(streamfold_setup.kafka_bootstrap) == []
+    cfg = connector_setup.connector_config(streamfold_setup)
+    assert (
+        connector_setup.register_connector(streamfold_setup.connect_url, names.CONNECTOR_NAME, cfg) is False
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "streamfold", "setup"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert "unchanged" in result.stderr and "all present" in result.stderr
+
+
+def test_connector_resumes_after_connect_restart_without_missing_changes(pg, streamfold_setup, stack):
+    home = config.home()
+    local_stack.stop_service(home, "connect")
+    userid = f"down-{uuid.uuid4().hex[:8]}"
+    # Changes made while Kafka Connect is down stay in the replication slot.
+    pg.execute("INSERT INTO public.users (userid, regionid) VALUES (%s, 'asia')", (userid,))
+    pg.execute("UPDATE public.users SET regionid = 'africa' WHERE userid = %s", (userid,))
+    local_stack.start_service(home, "connect")
+    connector_setup.wait_until_running(streamfold_setup.connect_url, names.CONNECTOR_NAME, timeout_s=180)
+
+    messages = wait_for(
+        streamfold_setup.kafka_bootstrap, names.CDC_USERS_TOPIC, lambda ms: len(events_for(ms, userid)) >= 2
+    )
+    assert [m.value["op"] for m in events_for(messages, userid)] == ["c", "u"]
+    # Resumed from the stored offset: no second snapshot of the existing rows.
+    for snap_user, _ in SNAPSHOT_USERS:
+        assert len(events_for(messages, snap_user)) == 1
+
+
+def test_wrong_password_is_a_clear_error(streamfold_setup):
+    cfg = {
+        **connector_setup.connector_config(streamfold_setup),
+        "database.password": "definitely-wrong",
+        "slot.name": "streamfold_bad_test",
+    }
+    with pytest.raises(connector_setup.SetupError, match="password authentication failed"):
+        connector_setup.register_connector(streamfold_setup.connect_url, "streamfold-bad-test", cfg)
+    assert (
+        requests.get(f"{streamfold_setup.connect_url}/connectors/streamfold-bad-test", timeout=10).status_code
+        == 404
+    )
+
+
+def test_setup_against_an_unreachable_database_exits_1_without_a_traceback(streamfold_setup):
+    env = {**os.environ, "STREAMFOLD_CONNECT_PG_PORT": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "streamfold", "setup", "--timeout", "60"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "error:" in result.stderr and "Traceback" not in result.stderr
+    assert "Connection refused" in result.stderr or "connection" in result.stderr.lower()
+    # The running connector kept its good config.
+    status = requests.get(
+        f"{streamfold_setup.connect_url}/connectors/{names.CONNECTOR_NAME}/status", timeout=10
+    )
+    assert status.json()["connector"]["state"] == "RUNNING"
+
+
+def test_topics_exist_with_the_right_cleanup_policy(streamfold_setup):
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": streamfold_setup.kafka_bootstrap})
+    topics = admin.list_topics(timeout=10).topics
+    for topic, compacted in names.PIPELINE_TOPICS:
+        assert topic in topics
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        policy = admin.describe_configs([resource])[resource].result()["cleanup.policy"].value
+        assert ("compact" in policy) == compacted, topic

@@ -1,0 +1,206 @@
+"""The temporal join's per-user logic (pipeline.temporal_state), no Spark: versions, completeness, expiry."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from pipeline.temporal_state import (
+    BEGINNING_OF_TIME_MS,
+    Click,
+    Enriched,
+    JoinConfig,
+    UserState,
+    Version,
+    add_version,
+    advance,
+    advance_latest,
+    decode_state,
+    encode_state,
+    expire_versions,
+    parse_duration_ms,
+    version_at,
+)
+from streamfold.names import UNKNOWN_REGION
+
+NOON = 1_700_000_000_000  # Alice moves from asia to europe at "12:00"
+MINUTE = 60_000
+DAY = 86_400_000
+RETENTION = 7 * DAY
+
+SNAPSHOT = Version(BEGINNING_OF_TIME_MS, 1, "r", "asia", "F", ["news"], 1_600_000_000_000)
+MOVE = Version(NOON, 20, "u", "europe", "F", ["news", "golf"], 1_600_000_000_000)
+DELETE = Version(NOON + 10 * MINUTE, 30, "d")
+REINSERT = Version(NOON + 20 * MINUTE, 40, "c", "africa", "F", None, None)
+
+
+def click(event_id: str, t: int, userid: str = "alice") -> Click:
+    return Click(event_id, userid, t, f"/page/{event_id}", "phone", "10.0.0.1", 1)
+
+
+def regions(rows: list[Enriched]) -> dict[str, str | None]:
+    return {r.event_id: r.user_regionid for r in rows}
+
+
+def feed(arrivals: list[Version | Click], watermark_ms: int) -> tuple[list[Enriched], UserState]:
+    """Every record in its own step below the watermark, then one step at watermark_ms."""
+    state, rows = UserState(), list[Enriched]()
+    for record in arrivals:
+        changes, clicks = ([record], []) if isinstance(record, Version) else ([], [record])
+        step = advance(state, changes, clicks, NOON - DAY, RETENTION)
+        rows, state = rows + step.rows, step.state
+    step = advance(state, [], [], watermark_ms, RETENTION)
+    return rows + step.rows, step.state
+
+
+def test_region_change_between_two_clicks_in_any_arrival_order() -> None:
+    records: list[Version | Click] = [
+        SNAPSHOT,
+        MOVE,
+        click("before", NOON - MINUTE),
+        click("after", NOON + MINUTE),
+    ]
+    for arrivals in itertools.permutations(records):
+        rows, _ = feed(list(arrivals), watermark_ms=NOON + MINUTE)
+        assert regions(rows) == {"before": "asia", "after": "europe"}, arrivals
+
+
+def test_click_before_the_first_version_is_unknown_with_null_profile() -> None:
+    first = Version(NOON, 5, "c", "europe", "M", ["x"], 42)
+    rows, _ = feed([first, click("early", NOON - 1), click("on_time", NOON)], watermark_ms=NOON)
+    early, on_time = sorted(rows, key=lambda r: r.click_time_ms)
+    assert early.user_regionid == UNKNOWN_REGION
+    assert (
+        early.user_gender,
+        early.user_interests,
+        early.user_registertime,
+        early.profile_valid_from_ms,
+    ) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert (on_time.user_regionid, on_time.user_interests, on_time.profile_valid_from_ms) == (
+        "europe",
+        ["x"],
+        NOON,
+    )
+
+
+def test_snapshot_version_is_valid_from_the_beginning_of_time() -> None:
+    rows, _ = feed([SNAPSHOT, click("old", 946_684_800_000)], watermark_ms=NOON)
+    assert rows[0].user_regionid == "asia"
+    assert rows[0].profile_valid_from_ms == BEGINNING_OF_TIME_MS
+
+
+def test_delete_ends_validity_and_reinsert_starts_a_new_version() -> None:
+    clicks = [
+        click("live", NOON + 5 * MINUTE),
+        click("gone", NOON + 15 * MINUTE),
+        click("back", NOON + 25 * MINUTE),
+    ]
+    rows, _ = feed([SNAPSHOT, MOVE, DELETE, REINSERT, *clicks], watermark_ms=NOON + DAY)
+    assert regions(rows) == {"live": "europe", "gone": UNKNOWN_REGION, "back": "africa"}
+
+
+def test_equal_valid_from_is_decided_by_the_higher_lsn() -> None:
+    low = Version(NOON, 7, "u", "asia")
+    high = Version(NOON, 8, "u", "europe")
+    assert version_at(add_version(add_version([], high), low), NOON) == high
+    assert version_at(add_version(add_version([], low), high), NOON) == high
+
+
+def test_a_replayed_change_is_stored_once() -> None:
+    assert add_version(add_version([SNAPSHOT, MOVE], MOVE), SNAPSHOT) == [SNAPSHOT, MOVE]
+
+
+def test_clicks_wait_until_cdc_progress_reaches_them() -> None:
+    """A click newer than the watermark waits; the change that arrives later still decides its region."""
+    state = UserState([SNAPSHOT])
+    step = advance(
+        state, [], [click("c1", NOON + MINUTE)], watermark_ms=NOON - MINUTE, retention_ms=RETENTION
+    )
+    assert step.rows == []
+    assert step.wakeup_ms == NOON + MINUTE  # the event-time timer
+    step = advance(step.state, [MOVE], [], watermark_ms=NOON, retention_ms=RETENTION)  # heartbeat at noon
+    assert step.rows == []
+    step = advance(step.state, [], [], watermark_ms=NOON + MINUTE, retention_ms=RETENTION)
+    assert regions(step.rows) == {"c1": "europe"}
+    assert step.state.pending == []
+
+
+def test_a_click_the_watermark_has_passed_is_emitted_at_once() -> None:
+    """Late clicks (and max_wait: the watermark includes wall clock - max_wait) are not held back."""
+    step = advance(UserState([SNAPSHOT, MOVE]), [], [click("late", NOON - MINUTE)], NOON + DAY, RETENTION)
+    assert regions(step.rows) == {"late": "asia"}
+    assert step.wakeup_ms == NOON + RETENTION + 1  # only the expiry of the snapshot version is left
+
+
+def test_pending_clicks_are_emitted_in_event_time_order_and_the_rest_keeps_waiting() -> None:
+    waiting = [click("c3", NOON + 3), click("c1", NOON + 1), click("c2", NOON + 2)]
+    step = advance(UserState([SNAPSHOT]), [], waiting, watermark_ms=NOON + 2, retention_ms=RETENTION)
+    assert [r.event_id for r in step.rows] == ["c1", "c2"]
+    assert [c.event_id for c in step.state.pending] == ["c3"]
+    assert step.wakeup_ms == NOON + 3
+
+
+def test_versions_older_than_the_retention_are_dropped() -> None:
+    versions = [SNAPSHOT, MOVE, DELETE, REINSERT]
+    assert expire_versions(versions, horizon_ms=NOON) == versions  # MOVE is not older than the horizon
+    assert expire_versions(versions, horizon_ms=NOON + 1) == [MOVE, DELETE, REINSERT]
+    assert expire_versions(versions, horizon_ms=NOON + DAY) == [REINSERT]
+    # The last version stays however old: it is still valid.
+    assert expire_versions([SNAPSHOT], horizon_ms=NOON + 1000 * DAY) == [SNAPSHOT]
+
+
+def test_a_user_whose_last_version_is_an_old_tombstone_is_forgotten() -> None:
+    assert expire_versions([MOVE, DELETE], horizon_ms=DELETE.valid_from_ms) == [MOVE, DELETE]
+    assert expire_versions([MOVE, DELETE], horizon_ms=DELETE.valid_from_ms + 1) == []
+    step = advance(UserState([MOVE, DELETE]), [], [], DELETE.valid_from_ms + RETENTION + 1, RETENTION)
+    assert step.state.is_empty() and step.wakeup_ms is None
+
+
+def test_state_holds_only_retained_versions_and_a_timer_for_the_next_expiry() -> None:
+    history = [Version(NOON + i * DAY, i, "u", f"r{i}") for i in range(30)]
+    step = advance(UserState(), history, [], watermark_ms=NOON + 29 * DAY, retention_ms=RETENTION)
+    # The newest version valid before watermark - retention (day 22) and everything after it.
+    assert [v.regionid for v in step.state.versions] == [f"r{i}" for i in range(21, 30)]
+    assert step.wakeup_ms == NOON + 22 * DAY + RETENTION + 1
+    step = advance(step.state, [], [], watermark_ms=step.wakeup_ms, retention_ms=RETENTION)
+    assert [v.regionid for v in step.state.versions] == [f"r{i}" for i in range(22, 30)]
+
+
+def test_latest_mode_applies_a_batchs_changes_before_its_clicks_and_never_waits() -> None:
+    step = advance_latest(UserState(), [MOVE, SNAPSHOT], [click("c1", NOON - DAY)])
+    assert regions(step.rows) == {"c1": "europe"}  # processing time: the latest version, not the one at t
+    assert step.wakeup_ms is None and step.state.pending == []
+    step = advance_latest(step.state, [DELETE], [click("c2", NOON + DAY)])
+    assert regions(step.rows) == {"c2": UNKNOWN_REGION}
+    assert step.state.is_empty()
+    step = advance_latest(step.state, [], [click("c3", NOON)])
+    assert regions(step.rows) == {"c3": UNKNOWN_REGION}
+
+
+def test_state_encoding_round_trips_exact_values() -> None:
+    state = UserState([SNAPSHOT, DELETE], [click("c1", NOON + 2), click("c2", NOON + 1)], NOON + 1)
+    encoded = encode_state(state)
+    assert encoded[:5] == (2, 2, NOON + 1, NOON + 2, NOON + 1)
+    assert decode_state(encoded) == state
+    assert decode_state(None) == UserState()
+
+
+def test_join_config_from_conf() -> None:
+    assert JoinConfig.from_conf({}) == JoinConfig("event_time", 10_000, 7 * DAY)
+    conf = {"join.mode": "latest", "join.max_wait": "500ms", "join.version_retention": "2h"}
+    assert JoinConfig.from_conf(conf) == JoinConfig("latest", 500, 7_200_000)
+    assert [parse_duration_ms(d) for d in ("10s", "7d", "3 m", "1H")] == [10_000, 7 * DAY, 180_000, 3_600_000]
+
+
+@pytest.mark.parametrize(
+    "conf", [{"join.mode": "fastest"}, {"join.max_wait": "10"}, {"join.max_wait": "-1s"}]
+)
+def test_join_config_rejects_bad_values(conf: dict[str, str]) -> None:
+    with pytest.raises(ValueError):
+        JoinConfig.from_conf(conf)

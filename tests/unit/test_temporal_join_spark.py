@@ -1,0 +1,250 @@
+"""The temporal join operator on a real local Spark (file-stream sources, Trigger.AvailableNow runs).
+
+Event times are in 2033 unless a test wants the wall clock: the wall-clock floor (now - max_wait) never
+reaches them, so only the CDC progress written by the test moves the watermark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from pipeline.temporal_join import (
+    BEGINNING_OF_TIME_MS,
+    CHANGES_SCHEMA,
+    CLICKS_SCHEMA,
+    OUTPUT_SCHEMA,
+    PROGRESS_SCHEMA,
+    JoinConfig,
+    pending_clicks,
+    run_until_drained,
+    temporal_join,
+)
+from pipeline.temporal_state import Enriched
+from streamfold.names import UNKNOWN_REGION
+
+pytestmark = pytest.mark.spark
+
+T = 2_000_000_000_000
+MINUTE = 60_000
+DAY = 86_400_000
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # Python workers need this venv (pandas, pyarrow)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("test-temporal-join")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+class Harness:
+    """Input folders for the three streams, one checkpoint, and the rows the join emitted so far."""
+
+    def __init__(self, spark: SparkSession, root: Path, cfg: JoinConfig) -> None:
+        self.spark, self.root, self.cfg = spark, root, cfg
+        self.checkpoint = str(root / "checkpoint")
+        self.output: list[Row] = []
+        self.last_query: StreamingQuery | None = None
+        self._files = 0
+        for name in ("clicks", "changes", "progress"):
+            (root / name).mkdir()
+
+    def write(self, stream: str, rows: list[dict[str, Any]]) -> None:
+        self._files += 1
+        final = self.root / stream / f"{self._files:04d}.json"
+        hidden = final.with_name(f".{final.name}")  # the file source skips hidden files: rename is atomic
+        hidden.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        hidden.rename(final)
+
+    def joined(self) -> DataFrame:
+        read = self.spark.readStream.format("json")
+        return temporal_join(
+            read.schema(CLICKS_SCHEMA).load(str(self.root / "clicks")),
+            read.schema(CHANGES_SCHEMA).load(str(self.root / "changes")),
+            read.schema(PROGRESS_SCHEMA).load(str(self.root / "progress")),
+            self.cfg,
+        )
+
+    def start(self) -> StreamingQuery:
+        def collect(batch: DataFrame, _batch_id: int) -> None:
+            self.output.extend(batch.collect())
+
+        writer = self.joined().writeStream.foreachBatch(collect).option("checkpointLocation", self.checkpoint)
+        self.last_query = writer.trigger(availableNow=True).start()
+        return self.last_query
+
+    def run(self) -> dict[str, Row]:
+        """One AvailableNow run (a single batch: the rate source cannot do more); its rows by event_id."""
+        before = len(self.output)
+        self.start().awaitTermination()
+        return {r.event_id: r for r in self.output[before:]}
+
+    def state_rows(self) -> int:
+        assert self.last_query is not None and self.last_query.lastProgress is not None
+        return self.last_query.lastProgress["stateOperators"][0]["numRowsTotal"]
+
+
+def click(event_id: str, userid: str, t: int) -> dict[str, Any]:
+    return {
+        "event_id": event_id,
+        "userid": userid,
+        "event_time_ms": t,
+        "url": f"/p/{event_id}",
+        "device_id": "ios",
+        "ip": "10.1.2.3",
+        "clicks": 2,
+    }
+
+
+def change(userid: str, op: str, valid_from_ms: int, lsn: int, region: str | None = None) -> dict[str, Any]:
+    profile = (
+        {} if op == "d" else {"regionid": region, "gender": "F", "interests": ["golf"], "registertime": 7}
+    )
+    return {"userid": userid, "op": op, "valid_from_ms": valid_from_ms, "lsn": lsn, **profile}
+
+
+def progress(ms: int) -> list[dict[str, int]]:
+    return [{"progress_ms": ms}]
+
+
+def test_output_schema_is_the_pure_logic_row(spark: SparkSession, tmp_path: Path) -> None:
+    assert OUTPUT_SCHEMA.fieldNames() == list(Enriched._fields)
+    assert Harness(spark, tmp_path, JoinConfig()).joined().schema == OUTPUT_SCHEMA
+
+
+def test_clicks_wait_for_cdc_progress_and_join_the_version_valid_at_event_time(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    h = Harness(spark, tmp_path, JoinConfig())
+    h.write(
+        "clicks",
+        [
+            click("a1", "alice", T - MINUTE),
+            click("a2", "alice", T + MINUTE),
+            click("b1", "bob", T + 5 * MINUTE),
+            click("d1", "dave", T),
+        ],
+    )
+    h.write("changes", [change("alice", "r", BEGINNING_OF_TIME_MS, 1, "asia")])
+    h.write("progress", progress(T - 10 * MINUTE))
+    assert h.run() == {}
+    assert pending_clicks(spark, h.checkpoint).clicks == 4
+
+    # Alice's move and Bob's whole life arrive after the clicks; progress (a heartbeat) passes them all.
+    h.write(
+        "changes",
+        [
+            change("alice", "u", T, 10, "europe"),
+            change("bob", "c", T + 2 * MINUTE, 11, "asia"),
+            change("bob", "d", T + 4 * MINUTE, 12),
+        ],
+    )
+    h.write("progress", progress(T + 10 * MINUTE))
+    assert h.run() == {}  # this batch moves the watermark, the next one applies it
+    out = h.run()
+    assert {k: r.user_regionid for k, r in out.items()} == {
+        "a1": "asia",
+        "a2": "europe",
+        "b1": UNKNOWN_REGION,
+        "d1": UNKNOWN_REGION,
+    }
+    assert out["a1"].asDict() == {
+        "event_id": "a1",
+        "uid": "alice",
+        "click_time_ms": T - MINUTE,
+        "click_url": "/p/a1",
+        "device_type": "ios",
+        "click_location": "10.1.2.3",
+        "clicks": 2,
+        "user_regionid": "asia",
+        "user_gender": "F",
+        "user_interests": ["golf"],
+        "user_registertime": 7,
+        "profile_valid_from_ms": BEGINNING_OF_TIME_MS,
+    }
+    assert out["a2"].profile_valid_from_ms == T
+    assert out["b1"].user_gender is None and out["b1"].profile_valid_from_ms is None
+    assert pending_clicks(spark, h.checkpoint).clicks == 0
+
+    # Late rows (below the watermark) are not dropped by Spark: a late change, then a late click using it.
+    h.write("changes", [change("erin", "c", T - 5 * MINUTE, 13, "america")])
+    h.write("clicks", [click("e1", "erin", T - 4 * MINUTE), click("a0", "alice", T - 2 * MINUTE)])
+    out = h.run()
+    assert {k: r.user_regionid for k, r in out.items()} == {"e1": "america", "a0": "asia"}
+    assert len(h.output) == 6  # every click exactly once
+
+
+def test_max_wait_releases_clicks_when_cdc_stalls_and_run_until_drained_emits_them_all(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    h = Harness(spark, tmp_path, JoinConfig(max_wait_ms=1_000))
+    now = int(time.time() * 1000)
+    h.write("changes", [change(f"u{i}", "r", BEGINNING_OF_TIME_MS, i, "asia") for i in range(10)])
+    h.write("clicks", [click(f"c{i}", f"u{i % 10}", now + i) for i in range(100)])
+    # No progress at all: the CDC stream is stalled, only the wall clock (rate ticks) moves the watermark.
+    started = time.monotonic()
+    runs = run_until_drained(spark, h.start, h.checkpoint, timeout_s=60, poll_s=0.5)
+    assert runs >= 3  # two runs to read everything, then the watermark must pass max_wait
+    assert len(h.output) == 100 and {r.user_regionid for r in h.output} == {"asia"}
+    assert pending_clicks(spark, h.checkpoint).clicks == 0
+    assert time.monotonic() - started < 30
+
+
+def test_latest_mode_is_a_processing_time_join_that_never_waits(spark: SparkSession, tmp_path: Path) -> None:
+    h = Harness(spark, tmp_path, JoinConfig(mode="latest"))
+    h.write(
+        "changes",
+        [change("alice", "r", BEGINNING_OF_TIME_MS, 1, "asia"), change("alice", "u", T, 2, "europe")],
+    )
+    h.write("clicks", [click("a1", "alice", T - DAY), click("z1", "zoe", T)])
+    out = h.run()  # no progress at all, and the click predates the move: latest version anyway
+    assert {k: r.user_regionid for k, r in out.items()} == {"a1": "europe", "z1": UNKNOWN_REGION}
+    h.write("changes", [change("alice", "d", T + MINUTE, 3)])
+    h.write("clicks", [click("a2", "alice", T)])
+    assert h.run()["a2"].user_regionid == UNKNOWN_REGION
+
+
+def test_expired_versions_and_forgotten_users_shrink_the_state(spark: SparkSession, tmp_path: Path) -> None:
+    h = Harness(spark, tmp_path, JoinConfig(version_retention_ms=7 * DAY))
+    gone = [
+        change(f"gone{i}", op, T - (30 - k) * DAY, 2 * i + k, "asia")
+        for i in range(50)
+        for k, op in enumerate(("c", "d"))
+    ]
+    history = [change("kept", "u", T - (20 - d) * DAY, 1000 + d, f"r{d}") for d in range(21)]
+    h.write("changes", gone + history)
+    h.write("progress", progress(T - 28 * DAY))
+    h.run()
+    before = h.state_rows()
+    assert _stored_versions(spark, h.checkpoint) == {"kept": 21, **{f"gone{i}": 2 for i in range(50)}}
+
+    h.write("progress", progress(T))
+    h.run()
+    h.run()  # timers fire in the batch after the one that moved the watermark
+    # Tombstoned users are forgotten; "kept" keeps the version valid just before T - 7d and the 8 after it.
+    assert _stored_versions(spark, h.checkpoint) == {"kept": 9}
+    assert h.state_rows() < before / 10, (before, h.state_rows())
+
+
+def _stored_versions(spark: SparkSession, checkpoint: str) -> dict[str, int]:
+    state = spark.read.format("statestore").option("path", checkpoint).option("stateVarName", "user").load()
+    return {r.key.userid: r.value.versions for r in state.collect()}
