@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,7 +58,13 @@ class ProgressPrinter(StreamingQueryListener):
 
     def onQueryTerminated(self, event) -> None:  # noqa: N802
         if event.exception:
-            self.echo(f"[red]{event.id} failed:[/] {event.exception.splitlines()[0]}")
+            self.echo(f"[red]{event.id} failed:[/] {root_cause(event.exception)}")
+
+
+def root_cause(message: str) -> str:
+    """The innermost error line of a (Python-in-JVM-in-Python) streaming failure, not its first line."""
+    causes = re.findall(r"^\s*((?:[\w.]+\.)?\w*(?:Error|Exception|Violation)\w*: .+)$", message, re.MULTILINE)
+    return causes[-1].strip() if causes else message.splitlines()[0]
 
 
 def run(
@@ -68,7 +75,7 @@ def run(
     with exclusive(settings.home / "run.lock"):
         spark = spark_session.session(f"streamfold-{source}", conf)
         spark.streams.addListener(ProgressPrinter(echo))
-        clicks, changelog = topology.flows(spark, settings, source, join)
+        clicks, changelog = topology.flows(spark, settings, source, join, once)
         try:
             if once:
                 run_once(spark, clicks, changelog, checkpoints, echo)
@@ -77,7 +84,7 @@ def run(
                 echo(f"running {', '.join(q.name for q in queries)}; Ctrl-C stops")
                 spark.streams.awaitAnyTermination()
         except StreamingQueryException as exc:
-            raise JobError(f"a streaming query failed: {str(exc).splitlines()[0]}") from exc
+            raise JobError(f"a streaming query failed: {root_cause(str(exc))}") from exc
         except TimeoutError as exc:
             raise JobError(str(exc)) from exc
         except KeyboardInterrupt:

@@ -274,7 +274,8 @@ def copy_dead_letters(conn: psycopg.Connection, dead: pa.Table) -> None:
     if dead.num_rows == 0:
         return
     conn.execute(
-        "CREATE TEMP TABLE IF NOT EXISTS batch_dead_letters (LIKE streamfold.dead_letters) ON COMMIT DROP"
+        "CREATE TEMP TABLE IF NOT EXISTS batch_dead_letters "
+        "(LIKE streamfold.dead_letters INCLUDING DEFAULTS) ON COMMIT DROP"
     )
     copy_rows(conn, "pg_temp.batch_dead_letters", DEAD_LETTER_COLUMNS, dead)
     conn.execute(

@@ -45,18 +45,20 @@ def kafka_clicks(
     )
 
 
-def kinesis_clicks(spark: SparkSession, max_records: int = DEFAULT_MAX_RECORDS_PER_BATCH) -> DataFrame:
-    """The same columns as kafka_clicks, from the Kinesis stream through our Python data source."""
+def kinesis_clicks(spark: SparkSession, max_records: int | None = DEFAULT_MAX_RECORDS_PER_BATCH) -> DataFrame:
+    """The same columns as kafka_clicks, from the Kinesis stream through our Python data source.
+
+    max_records=None reads everything available in one batch: `--once` runs are single batches
+    (Python sources cannot support Trigger.AvailableNow), so a cap would leave records unread.
+    """
     from pipeline.kinesis_source import KinesisDataSource
 
     spark.dataSource.register(KinesisDataSource)
-    raw = (
-        spark.readStream.format("kinesis")
-        .option("streamName", names.CLICKS_STREAM)
-        .option("startingPosition", "TRIM_HORIZON")
-        .option("maxRecordsPerBatch", str(max_records))
-        .load()
-    )
+    reader = spark.readStream.format("kinesis").option("streamName", names.CLICKS_STREAM)
+    reader = reader.option("startingPosition", "TRIM_HORIZON")
+    if max_records is not None:
+        reader = reader.option("maxRecordsPerBatch", str(max_records))
+    raw = reader.load()
     return raw.select(
         _position("kinesis", names.CLICKS_STREAM, F.col("shard_id"), F.col("sequence_number")).alias(
             "event_id"

@@ -23,8 +23,6 @@ DEFAULTS = {
     "spark.driver.memory": "2g",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    # Python workers must use this interpreter (the venv with pandas and pyarrow), not the system one.
-    "spark.pyspark.python": sys.executable,
 }
 
 
@@ -37,6 +35,8 @@ def jars(jars_dir: Path | None = None) -> list[str]:
 
 
 def session(app_name: str, conf: dict[str, str] | None = None) -> SparkSession:
+    # Python workers must use this interpreter (the venv with pandas and pyarrow), not the system one.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = {**DEFAULTS, **{k: v for k, v in (conf or {}).items() if k.startswith("spark.")}}
     builder = SparkSession.builder.appName(app_name).config("spark.jars", ",".join(jars()))
     for key, value in settings.items():

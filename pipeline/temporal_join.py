@@ -236,6 +236,7 @@ class _UserJoin(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self._handle = handle
+        self._fired_ms: int | None = None
         self._user = handle.getValueState(_STATE_NAME, STATE_DDL)
 
     def handleInputRows(
@@ -247,6 +248,8 @@ class _UserJoin(StatefulProcessor):
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
+        # Spark has already removed the timer that fired: forget it rather than delete it again.
+        self._fired_ms = expiredTimerInfo.getExpiryTimeInMs()
         return self._step([], [], timerValues.getCurrentWatermarkInMs())
 
     def close(self) -> None:
@@ -265,6 +268,9 @@ class _UserJoin(StatefulProcessor):
         return iter([_to_pandas(step.rows)] if step.rows else [])
 
     def _reschedule(self, old_ms: int | None, new_ms: int | None) -> None:
+        fired, self._fired_ms = self._fired_ms, None
+        if old_ms is not None and old_ms == fired:
+            old_ms = None
         if old_ms == new_ms:
             return
         if old_ms is not None:

@@ -1,0 +1,437 @@
+"""Amazon Kinesis source for Spark Structured Streaming, on PySpark's Python data source API and boto3.
+
+    spark.dataSource.register(KinesisDataSource)
+    clicks = spark.readStream.format("kinesis").option("streamName", "clicks").load()
+
+Options: `streamName` (required), `endpointUrl` and `region` (default: the standard AWS settings, with
+STREAMFOLD_KINESIS_ENDPOINT as endpoint), `startingPosition` TRIM_HORIZON (default) or LATEST,
+`maxRecordsPerBatch` (records per micro-batch across all shards; default unlimited). Credentials come only
+from the standard AWS settings (environment, profile, instance role), never from options.
+
+Exactly-once: an offset records, per shard, the sequence number of the last record in the batch. The driver
+decides the end of every batch in `latestOffset()` by reading ahead from the previous end, and `read()`
+re-reads exactly the records after the start and up to the end sequence number, so Spark replaying a batch
+after a crash gets the same records. Spark keeps the offsets in its checkpoint; no state lives in Kinesis.
+
+Trigger.AvailableNow: a Python source cannot implement SupportsTriggerAvailableNow in Spark 4.0, so Spark
+falls back to a single batch: `maxRecordsPerBatch` then caps the whole run, and a run that finds a batch
+left uncommitted by a crash only replays that batch. To drain everything available, run a processing-time
+trigger and stop after `query.processAllAvailable()`.
+
+Resharding: new shards are found with ListShards on every batch. A child shard is read only once all its
+parents are closed and read to their end. When a parent finishes and its child starts within one batch,
+both are read by the same Spark task, parent first; otherwise one task reads one shard. So for every
+partition key, records of a parent come before those of its children.
+
+The only project dependency is `streamfold.config.aws_settings()` (boto3 client arguments: default
+endpoint, region, credentials); make it return `{}` to use the connector elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from streamfold.config import aws_settings
+
+log = logging.getLogger(__name__)
+
+# `data` stays binary like Spark's Kafka `value`: the connector does not guess an encoding, and payloads
+# that are not valid UTF-8 or JSON reach the consumer's dead-letter handling instead of failing the read.
+SCHEMA = (
+    "partition_key string, sequence_number string, shard_id string, "
+    "approximate_arrival_timestamp timestamp, data binary"
+)
+STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST")
+OFFSET_VERSION = 1
+GET_RECORDS_MAX = 10_000  # the API's Limit ceiling
+FIRST_READ_LIMIT = 500  # executors grow it page by page, so a short range does not fetch 10 000 records
+EXPIRED_ITERATOR_ATTEMPTS = 6
+EXPIRED_BACKOFF_S = 0.2
+# botocore's standard mode retries ProvisionedThroughputExceeded and LimitExceeded with exponential backoff.
+RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 10}, connect_timeout=10, read_timeout=30)
+
+
+# --- offsets ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardState:
+    """Where reading a shard stands at an offset."""
+
+    parents: tuple[str, ...] = ()
+    after: str | None = None  # sequence number of the last record read; None: nothing read yet
+    since_ms: int | None = None  # startingPosition LATEST: start at this arrival time, not TRIM_HORIZON
+    done: bool = False  # closed and read to its end
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "parents": list(self.parents),
+            "after": self.after,
+            "since_ms": self.since_ms,
+            "done": self.done,
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> ShardState:
+        return cls(tuple(value["parents"]), value["after"], value["since_ms"], value["done"])
+
+    def iterator_args(self) -> dict[str, Any]:
+        """GetShardIterator arguments that start right after this position."""
+        if self.after is not None:
+            return {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": self.after}
+        if self.since_ms is not None:
+            return {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": self.since_ms / 1000}
+        return {"ShardIteratorType": "TRIM_HORIZON"}
+
+
+States = dict[str, ShardState]
+
+
+def encode_offset(states: States) -> dict[str, Any]:
+    """Spark offset: sorted so that equal states give equal JSON (Spark compares offsets as strings)."""
+    return {"v": OFFSET_VERSION, "shards": {sid: states[sid].to_json() for sid in sorted(states)}}
+
+
+def decode_offset(offset: Mapping[str, Any]) -> States:
+    if offset.get("v") != OFFSET_VERSION:
+        raise ValueError(f"unsupported Kinesis offset (version {offset.get('v')!r}): {offset}")
+    return {sid: ShardState.from_json(value) for sid, value in offset["shards"].items()}
+
+
+# --- shard lineage ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shard:
+    shard_id: str
+    parents: tuple[str, ...]
+    closed: bool
+
+
+def shard_from_api(shard: Mapping[str, Any]) -> Shard:
+    parents = tuple(p for p in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")) if p)
+    return Shard(shard["ShardId"], parents, "EndingSequenceNumber" in shard["SequenceNumberRange"])
+
+
+def sync_states(states: States, shards: list[Shard]) -> States:
+    """States for exactly the listed shards: new shards start unread, expired ones are forgotten."""
+    listed = {shard.shard_id for shard in shards}
+    for sid, state in states.items():
+        if sid not in listed and not state.done:
+            log.warning("shard %s expired before it was read to its end: its remaining records are lost", sid)
+    return {s.shard_id: states.get(s.shard_id, ShardState(parents=s.parents)) for s in shards}
+
+
+def readable(states: States) -> list[str]:
+    """Shards to read now: not finished, and every parent finished (or expired, so absent)."""
+    return sorted(
+        sid
+        for sid, state in states.items()
+        if not state.done and all(states[p].done for p in state.parents if p in states)
+    )
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Records of one shard after `start` up to and including sequence number `end`."""
+
+    shard_id: str
+    start: ShardState
+    end: str
+
+
+def plan_segments(start: States, end: States) -> list[list[Segment]]:
+    """The records between two offsets, one list per Spark task: a shard alone, or with its parents when
+    parent and child were both read in this batch (parents first, to keep per-key order)."""
+    segments = {
+        sid: Segment(sid, start.get(sid, ShardState(parents=state.parents)), state.after)
+        for sid, state in end.items()
+        if state.after is not None and state.after != start.get(sid, ShardState()).after
+    }
+    group = {sid: sid for sid in segments}
+
+    def root(sid: str) -> str:
+        while group[sid] != sid:
+            sid = group[sid]
+        return sid
+
+    for sid in sorted(segments):
+        for parent in end[sid].parents:
+            if parent in segments:
+                group[root(sid)] = root(parent)
+    depth: dict[str, int] = {}
+
+    def lineage_depth(sid: str) -> int:
+        if sid not in depth:
+            depth[sid] = 1 + max((lineage_depth(p) for p in end[sid].parents if p in segments), default=0)
+        return depth[sid]
+
+    groups: dict[str, list[Segment]] = {}
+    for sid in sorted(segments, key=lambda s: (lineage_depth(s), s)):
+        groups.setdefault(root(sid), []).append(segments[sid])
+    return [groups[key] for key in sorted(groups)]
+
+
+# --- Kinesis access --------------------------------------------------------------------------------------
+
+
+def make_client(endpoint: str | None, region: str | None) -> Any:
+    settings = {**aws_settings(), "endpoint_url": endpoint, "region_name": region}
+    return boto3.client("kinesis", config=RETRY_CONFIG, **settings)
+
+
+def list_shards(client: Any, stream: str) -> tuple[list[Shard], int]:
+    """All shards of the stream (every page of ListShards) and the server's clock in epoch ms."""
+    try:
+        response = client.list_shards(StreamName=stream)
+    except client.exceptions.ResourceNotFoundException as exc:
+        raise ValueError(f"Kinesis stream {stream!r} does not exist ({client.meta.endpoint_url})") from exc
+    server_ms = int(parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"]).timestamp())
+    shards = [shard_from_api(s) for s in response["Shards"]]
+    while token := response.get("NextToken"):
+        response = client.list_shards(NextToken=token)
+        shards += [shard_from_api(s) for s in response["Shards"]]
+    return shards, server_ms * 1000
+
+
+@dataclass
+class Page:
+    records: list[dict[str, Any]]
+    at_tip: bool  # nothing more to read for now
+    shard_end: bool  # the shard is closed and fully read
+
+
+@dataclass
+class ShardCursor:
+    """Reads one shard page by page, renewing the iterator when it expires (they live 5 minutes)."""
+
+    client: Any
+    stream: str
+    shard_id: str
+    state: ShardState  # advances with every record read
+    iterator: str | None = field(default=None, repr=False)
+
+    def fetch(self, limit: int) -> Page:
+        for attempt in range(EXPIRED_ITERATOR_ATTEMPTS):
+            if self.iterator is None:
+                self.iterator = self.client.get_shard_iterator(
+                    StreamName=self.stream, ShardId=self.shard_id, **self.state.iterator_args()
+                )["ShardIterator"]
+            try:
+                response = self.client.get_records(ShardIterator=self.iterator, Limit=limit)
+            except self.client.exceptions.ExpiredIteratorException:
+                log.info("shard %s: iterator expired, renewing it after %s", self.shard_id, self.state.after)
+                self.iterator = None
+                time.sleep(EXPIRED_BACKOFF_S * 2**attempt)
+                continue
+            return self._advance(response, limit)
+        raise RuntimeError(
+            f"shard {self.shard_id} of {self.stream}: shard iterator expired "
+            f"{EXPIRED_ITERATOR_ATTEMPTS} times in a row"
+        )
+
+    def _advance(self, response: Mapping[str, Any], limit: int) -> Page:
+        records = response["Records"]
+        self.iterator = response.get("NextShardIterator")
+        if records:
+            self.state = replace(self.state, after=records[-1]["SequenceNumber"])
+        # A short page can also come from the 10 MB response cap, so "behind" must be 0 too.
+        at_tip = response.get("MillisBehindLatest") == 0 and len(records) < limit
+        return Page(records, at_tip, shard_end=self.iterator is None)
+
+
+def read_segment(client: Any, stream: str, segment: Segment) -> Iterator[tuple[Any, ...]]:
+    """Rows of exactly the planned records: after `segment.start`, up to `segment.end` inclusive."""
+    cursor = ShardCursor(client, stream, segment.shard_id, segment.start)
+    end = int(segment.end)
+    limit = FIRST_READ_LIMIT
+    while True:
+        page = cursor.fetch(limit)
+        for record in page.records:
+            if int(record["SequenceNumber"]) > end:
+                return
+            yield to_row(segment.shard_id, record)
+            if int(record["SequenceNumber"]) == end:
+                return
+        if page.at_tip or page.shard_end:
+            raise RuntimeError(
+                f"shard {segment.shard_id} of {stream}: records up to {segment.end} were planned but reading "
+                f"stops at {cursor.state.after}; were they trimmed by the retention period?"
+            )
+        limit = min(limit * 2, GET_RECORDS_MAX)
+
+
+def to_row(shard_id: str, record: Mapping[str, Any]) -> tuple[str, str, str, datetime, bytes]:
+    return (
+        record["PartitionKey"],
+        record["SequenceNumber"],
+        shard_id,
+        record["ApproximateArrivalTimestamp"],
+        record["Data"],
+    )
+
+
+# --- Spark -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    stream: str
+    endpoint: str | None
+    region: str | None
+    starting: str
+    max_records: int | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReaderOptions:
+        stream = options.get("streamName")
+        if not stream:
+            raise ValueError("the kinesis source needs the option streamName")
+        starting = options.get("startingPosition", "TRIM_HORIZON").upper()
+        if starting not in STARTING_POSITIONS:
+            raise ValueError(f"startingPosition must be one of {STARTING_POSITIONS}, not {starting!r}")
+        max_records = options.get("maxRecordsPerBatch")
+        if max_records is not None and (not max_records.isdigit() or int(max_records) < 1):
+            raise ValueError(f"maxRecordsPerBatch must be a positive integer, not {max_records!r}")
+        defaults = aws_settings()
+        return cls(
+            stream=stream,
+            endpoint=options.get("endpointUrl") or defaults.get("endpoint_url"),
+            region=options.get("region") or defaults.get("region_name"),
+            starting=starting,
+            max_records=int(max_records) if max_records else None,
+        )
+
+
+@dataclass
+class KinesisPartition(InputPartition):
+    options: ReaderOptions
+    segments: list[Segment]
+
+
+class KinesisStreamReader(DataSourceStreamReader):
+    """Driver side: decides batch ends by reading ahead. Executor side: `read()` replays a planned range.
+
+    Spark 4.0 calls `latestOffset()` without a start, so the reader remembers the end it returned last.
+    A restarted query first gets `partitions(last, last)` for the last logged batch (Spark's
+    setLatestSeenOffset), which tells the reader where to go on.
+    """
+
+    def __init__(self, options: ReaderOptions) -> None:
+        self.options = options
+        self._initial: States | None = None
+        self._position: States | None = None
+        self._client: Any = None
+        self._cursors: dict[str, ShardCursor] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles the reader for executors; clients and cursors are rebuilt where they are used.
+        return {**self.__dict__, "_client": None, "_cursors": {}}
+
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = make_client(self.options.endpoint, self.options.region)
+        return self._client
+
+    def initialOffset(self) -> dict[str, Any]:
+        return encode_offset(self.initial_states())
+
+    def initial_states(self) -> States:
+        """TRIM_HORIZON: every shard from its start. LATEST: open shards from the server's current second
+        (kept for the reader's lifetime: Spark may ask twice)."""
+        if self._initial is None:
+            if self.options.starting == "TRIM_HORIZON":
+                self._initial = {}
+            else:
+                shards, now_ms = list_shards(self.client(), self.options.stream)
+                self._initial = {
+                    s.shard_id: ShardState(s.parents, since_ms=None if s.closed else now_ms, done=s.closed)
+                    for s in shards
+                }
+        return self._initial
+
+    def latestOffset(self) -> dict[str, Any]:
+        if self._position is None:
+            self._position = self.initial_states()
+            if self.options.starting == "LATEST":
+                # The first batch is empty and ends at the LATEST anchor, so the anchor is in the offset
+                # log; a replay of batch 0 after a crash recomputes a later anchor and still reads nothing.
+                return encode_offset(self._position)
+        self._position = self.read_ahead(self._position)
+        return encode_offset(self._position)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KinesisPartition]:
+        if self._position is None:
+            self._position = decode_offset(end)
+        return [
+            KinesisPartition(self.options, group)
+            for group in plan_segments(decode_offset(start), decode_offset(end))
+        ]
+
+    def read(self, partition: KinesisPartition) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]
+        client = make_client(partition.options.endpoint, partition.options.region)
+        for segment in partition.segments:
+            yield from read_segment(client, partition.options.stream, segment)
+
+    def read_ahead(self, states: States) -> States:
+        """The next batch end: every readable shard read up to its tip (or end), within maxRecordsPerBatch
+        shared fairly across shards. Children unlocked by a parent finishing are read in the same batch."""
+        shards, _ = list_shards(self.client(), self.options.stream)
+        states = sync_states(states, shards)
+        budget: float = self.options.max_records or math.inf
+        visited: set[str] = set()
+        hungry: list[str] = []  # shards that used their whole share: they may have more
+        while budget > 0 and (pending := hungry + [sid for sid in readable(states) if sid not in visited]):
+            share = budget if math.isinf(budget) else max(1, int(budget) // len(pending))
+            visited.update(pending)
+            hungry = []
+            for sid in pending:
+                limit = min(share, budget)
+                states[sid], count = self.advance(sid, states[sid], limit)
+                budget -= count
+                if count == limit and not states[sid].done:
+                    hungry.append(sid)
+        return states
+
+    def advance(self, sid: str, state: ShardState, limit: float) -> tuple[ShardState, int]:
+        """Read one shard ahead by at most `limit` records; returns its new state and the count."""
+        cursor = self._cursors.get(sid)
+        if cursor is None or cursor.state != state:
+            cursor = ShardCursor(self.client(), self.options.stream, sid, state)
+        self._cursors[sid] = cursor
+        count = 0
+        while count < limit:
+            page = cursor.fetch(int(min(GET_RECORDS_MAX, limit - count)))
+            count += len(page.records)
+            if page.shard_end:
+                del self._cursors[sid]
+                return replace(cursor.state, done=True), count
+            if page.at_tip:
+                break
+        return cursor.state, count
+
+
+class KinesisDataSource(DataSource):
+    """`spark.readStream.format("kinesis")` after `spark.dataSource.register(KinesisDataSource)`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kinesis"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> KinesisStreamReader:
+        return KinesisStreamReader(ReaderOptions.parse(self.options))

@@ -1,0 +1,30 @@
+"""PutRecords request splitting in streamfold.kinesis."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamfold.kinesis import MAX_BATCH_BYTES, MAX_BATCH_RECORDS, MAX_RECORD_BYTES, batches
+
+
+def test_batches_hold_at_most_500_records_in_order() -> None:
+    records = [(f"k{i}", b"x") for i in range(1201)]
+    split = list(batches(records))
+    assert [len(b) for b in split] == [MAX_BATCH_RECORDS, MAX_BATCH_RECORDS, 201]
+    assert [r for b in split for r in b] == records
+
+
+def test_batches_stay_under_5_mib() -> None:
+    record = ("k", b"x" * (MAX_RECORD_BYTES - 1))
+    split = list(batches([record] * 12))
+    assert [len(b) for b in split] == [5, 5, 2]
+    assert all(sum(len(k) + len(d) for k, d in b) <= MAX_BATCH_BYTES for b in split)
+
+
+def test_oversized_record_is_refused() -> None:
+    with pytest.raises(ValueError, match="1 MiB"):
+        list(batches([("k", b"x" * MAX_RECORD_BYTES)]))
+
+
+def test_no_records_no_batches() -> None:
+    assert list(batches([])) == []
