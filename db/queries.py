@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import psycopg
+from psycopg.types.string import TextLoader
 
 from streamfold import names
 
@@ -38,6 +39,9 @@ def run(reader_dsn: str, sql_or_name: str) -> tuple[list[str], list[tuple]]:
     """Column names and rows. The reader role can only SELECT from the sink schema."""
     with psycopg.connect(reader_dsn) as conn:
         conn.read_only = True
+        # Timestamps as Postgres prints them: profile_valid_from may be '-infinity' (no Python datetime).
+        for type_name in ("timestamptz", "timestamp"):
+            conn.adapters.register_loader(type_name, TextLoader)
         cur = conn.execute(resolve(sql_or_name))
         columns = [c.name for c in cur.description or []]
         return columns, cur.fetchall()

@@ -23,6 +23,10 @@ from pipeline.temporal_state import BEGINNING_OF_TIME_MS
 from streamfold import names
 
 PROFILE_FIELDS = ("regionid", "gender", "interests", "registertime")
+# A heartbeat is stamped when Debezium sends it, and a change committed just before may still be on its
+# way from the WAL: count a heartbeat as progress up to a second earlier. (A change event's own
+# source.ts_ms is exact: the topic has one partition, in commit order.)
+HEARTBEAT_SAFETY_MS = 1000
 
 FOLDED_SCHEMA = pa.schema(
     [
@@ -74,7 +78,7 @@ def parse_envelope(topic: str, key: bytes | None, value: bytes | None) -> Change
     """One Debezium record -> a Change, a Progress report, or None for a tombstone."""
     if topic == names.HEARTBEAT_TOPIC:
         beat = _json(value, "heartbeat")
-        return Progress(_int(beat, "ts_ms", "heartbeat"))
+        return Progress(_int(beat, "ts_ms", "heartbeat") - HEARTBEAT_SAFETY_MS)
     if value is None:
         return None  # the tombstone after a delete: the delete event itself carries the change
     envelope = _json(value, "change event")

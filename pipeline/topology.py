@@ -30,13 +30,17 @@ class Flow:
     sink: Callable[[DataFrame, int], None]
 
 
-def flows(spark: SparkSession, settings: Settings, source: str, join: JoinConfig) -> tuple[Flow, Flow]:
+def read_clicks(spark: SparkSession, settings: Settings, source: str, once: bool) -> DataFrame:
+    if source == "kinesis":
+        return sources.kinesis_clicks(spark, None if once else sources.DEFAULT_MAX_RECORDS_PER_BATCH)
+    return sources.kafka_clicks(spark, settings.kafka_bootstrap)
+
+
+def flows(
+    spark: SparkSession, settings: Settings, source: str, join: JoinConfig, once: bool = False
+) -> tuple[Flow, Flow]:
     """(the clicks flow, the changelog flow)."""
-    raw_clicks = (
-        sources.kinesis_clicks(spark)
-        if source == "kinesis"
-        else sources.kafka_clicks(spark, settings.kafka_bootstrap)
-    )
+    raw_clicks = read_clicks(spark, settings, source, once)
     parsed = raw_clicks.mapInArrow(clicks.parse_batches, clicks.PARSED_DDL)
     valid = parsed.where("error IS NULL")
     rejects = parsed.where("error IS NOT NULL").select("event_id", "error", "source", "payload")

@@ -18,7 +18,8 @@ class Message:
     partition: int
     offset: int
     key: Any
-    value: Any
+    value: Any  # JSON-decoded when it parses, else text
+    raw_value: bytes | None
 
 
 def _decode(raw: bytes | None) -> Any:
@@ -49,7 +50,14 @@ def read_all(bootstrap: str, topic: str, idle_s: float = 2.0, timeout_s: float =
             for m in consumer.consume(10_000, timeout=0.5):
                 if m.error() is None:
                     messages.append(
-                        Message(m.topic(), m.partition(), m.offset(), _decode(m.key()), _decode(m.value()))
+                        Message(
+                            m.topic(),
+                            m.partition(),
+                            m.offset(),
+                            _decode(m.key()),
+                            _decode(m.value()),
+                            m.value(),
+                        )
                     )
                     last = time.monotonic()
     finally:

@@ -1,0 +1,81 @@
+"""Session-wide fixtures: one stack (local processes, or containers) shared by every e2e test.
+
+Only tests that request `stack` start it; unit tests never do.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--stack",
+        choices=("local", "containers"),
+        default="local",
+        help="local: native processes (compose/local_stack.py); containers: compose/containers.py",
+    )
+
+
+def _reachable_by_postgres(home: Path, basetemp: Path) -> Path:
+    """pytest makes its temp dirs 0700, but postgres runs as its own OS user when we are root and
+    must reach its data dir under the home: let others traverse (not list) these temp dirs."""
+    if os.geteuid() == 0:
+        for folder in [home, *home.parents]:
+            mode = stat.S_IMODE(folder.stat().st_mode)
+            if not mode & stat.S_IXOTH:
+                os.chmod(folder, mode | stat.S_IXOTH)
+            if folder == basetemp.parent:
+                break
+    return home
+
+
+@pytest.fixture(scope="session")
+def new_stack_home(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """A factory of fresh, empty STREAMFOLD_HOME folders a local stack can use."""
+
+    def make(name: str) -> Path:
+        return _reachable_by_postgres(tmp_path_factory.mktemp(name), tmp_path_factory.getbasetemp())
+
+    return make
+
+
+def _containers_module() -> ModuleType:
+    try:
+        return importlib.import_module("compose.containers")
+    except ModuleNotFoundError as exc:
+        pytest.fail(f"--stack=containers: cannot import compose.containers (start(workdir), stop()): {exc}")
+
+
+@pytest.fixture(scope="session")
+def stack(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    new_stack_home: Callable[[str], Path],
+) -> Iterator[dict[str, str]]:
+    """Start one stack for the session, export its variables, yield them, stop it at the end."""
+    if request.config.getoption("--stack") == "containers":
+        containers = _containers_module()
+        env = containers.start(tmp_path_factory.mktemp("containers"))
+        stop: Callable[[], None] = containers.stop
+    else:
+        from compose import local_stack
+
+        home = new_stack_home("stack")
+        env = local_stack.up(home)
+        stop = functools.partial(local_stack.down, home)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in env.items():
+                patch.setenv(key, value)
+            yield env
+    finally:
+        stop()

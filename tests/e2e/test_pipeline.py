@@ -1,0 +1,243 @@
+"""The whole pipeline on the real stack: Debezium -> Kafka -> Spark temporal join -> Postgres + Kafka.
+
+Runs in order on one sink sandbox ("kafka"): the story of a user moving region, then totals against
+an independent computation, then PII and Kafka outputs. The crash test uses a sandbox of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import uuid
+
+import psycopg
+import pytest
+from confluent_kafka import Producer
+
+from streamfold import names
+from streamfold.generate import ClickSpec, clicks
+from tests.e2e.conftest import SNAPSHOT_USERS
+from tests.support import pipeline as sp
+from tests.support.kafka import read_all
+
+pytestmark = pytest.mark.e2e
+
+PII_NAME, PII_EMAIL, PII_PHONE = "Alice Secretname", "alice.secret@example.com", "650-SECRET-1"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def produce(bootstrap: str, records: list[tuple[str, bytes]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10})
+    for key, value in records:
+        producer.produce(names.CLICKS_TOPIC, key=key, value=value)
+    assert producer.flush(30) == 0
+
+
+def click(user: str, t: int, url: str = "/home", n: int = 1) -> tuple[str, bytes]:
+    body = {"userid": user, "url": url, "device_id": "mobile", "ip": "10.0.0.1", "event_time": t, "clicks": n}
+    return user, json.dumps(body).encode()
+
+
+@pytest.fixture(scope="module")
+def kafka_sandbox(streamfold_setup, tmp_path_factory):
+    return sp.make_sandbox(streamfold_setup.pg_dsn, "sink_kafka", tmp_path_factory.mktemp("job-kafka"))
+
+
+@pytest.fixture(scope="module")
+def story(streamfold_setup, kafka_sandbox):
+    """Alice moves from asia to europe between two clicks; her clicks arrive in the wrong order."""
+    with psycopg.connect(streamfold_setup.pg_dsn, autocommit=True) as pg:
+        return tell_story(pg, streamfold_setup, kafka_sandbox)
+
+
+def tell_story(pg, streamfold_setup, kafka_sandbox):
+    alice, ghost = f"alice-{uuid.uuid4().hex[:6]}", f"ghost-{uuid.uuid4().hex[:6]}"
+    before_alice = now_ms() - 5_000
+    pg.execute(
+        "INSERT INTO public.users (userid, name, email, regionid, gender, interests, contactinfo, "
+        "registertime) VALUES (%s, %s, %s, 'asia', 'FEMALE', ARRAY['News','Movies'], %s, 1665780360439)",
+        (alice, PII_NAME, PII_EMAIL, json.dumps({"phone": PII_PHONE})),
+    )
+    time.sleep(1.5)
+    in_asia = now_ms()
+    time.sleep(1.5)
+    pg.execute("UPDATE public.users SET regionid = 'europe' WHERE userid = %s", (alice,))
+    time.sleep(1.5)
+    in_europe = now_ms()
+    time.sleep(1.5)  # the delete's commit time must be later than the europe click, not the same ms
+    pg.execute("DELETE FROM public.users WHERE userid = %s", (alice,))
+    time.sleep(1.5)
+    after_delete = now_ms()
+    records = [
+        click(alice, in_europe, "/europe", 2),  # newest first: arrival order must not matter
+        click(alice, after_delete, "/gone"),
+        click(alice, in_asia, "/asia", 3),
+        click(alice, before_alice, "/early"),
+        click(ghost, in_asia, "/ghost"),
+        click(SNAPSHOT_USERS[0][0], 978_307_200_000, "/y2k"),  # 2001: snapshot rows are valid from the start
+        ("bad", b"this is not json"),
+        ("bad", json.dumps({"userid": alice, "url": "/x"}).encode()),
+        (
+            "bad",
+            json.dumps({"userid": alice, "url": "/x", "device_id": "d", "ip": "i", "event_time": 5}).encode(),
+        ),
+        ("bad", b'{"userid": "big", "pad": "' + b"x" * 70_000 + b'"}'),
+    ]
+    produce(streamfold_setup.kafka_bootstrap, records)
+    result = kafka_sandbox.run_once("kafka")
+    return {"alice": alice, "ghost": ghost, "log": result.stderr}
+
+
+def test_each_click_joins_the_profile_valid_when_it_happened(story, kafka_sandbox):
+    with kafka_sandbox.connect() as conn:
+        rows = conn.execute(
+            f"SELECT click_url, user_regionid, user_gender, user_interests, clicks, profile_valid_from "
+            f"FROM {names.ENRICHED_CLICKS_TABLE} WHERE uid = %s ORDER BY click_time",
+            (story["alice"],),
+        ).fetchall()
+    assert [(r[0], r[1]) for r in rows] == [
+        ("/early", "UNKNOWN"),  # before her first version
+        ("/asia", "asia"),
+        ("/europe", "europe"),
+        ("/gone", "UNKNOWN"),  # the delete ended validity
+    ]
+    early, asia, europe, gone = rows
+    assert asia[2:5] == ("FEMALE", ["News", "Movies"], 3) and asia[5] is not None
+    assert europe[4] == 2 and europe[5] > asia[5]
+    assert early[2:4] == (None, None) and early[5] is None and gone[5] is None
+
+
+def test_unknown_users_count_as_unknown_and_snapshot_rows_join_from_the_start(story, kafka_sandbox):
+    with kafka_sandbox.connect() as conn:
+        ghost = conn.execute(
+            f"SELECT user_regionid, user_gender FROM {names.ENRICHED_CLICKS_TABLE} WHERE uid = %s",
+            (story["ghost"],),
+        ).fetchall()
+        y2k = conn.execute(
+            f"SELECT user_regionid, profile_valid_from::text FROM {names.ENRICHED_CLICKS_TABLE} "
+            "WHERE click_url = '/y2k'"
+        ).fetchall()
+    assert ghost == [("UNKNOWN", None)]
+    assert y2k == [(SNAPSHOT_USERS[0][1], "-infinity")]
+
+
+def test_malformed_records_reach_the_dead_letters_with_a_reason(story, kafka_sandbox, streamfold_setup):
+    with kafka_sandbox.connect() as conn:
+        reasons = [r[0] for r in conn.execute(f"SELECT reason FROM {names.DEAD_LETTERS_TABLE}")]
+    assert any("not JSON" in r for r in reasons)
+    assert any("device_id must be" in r for r in reasons)
+    assert any("outside the plausible range" in r for r in reasons)
+    assert any("exceeds" in r for r in reasons)
+    dlq = read_all(streamfold_setup.kafka_bootstrap, names.DLQ_TOPIC)
+    assert any(m.value["payload"] == "this is not json" for m in dlq)
+    assert all(m.value["reason"] for m in dlq)
+
+
+def test_totals_equal_an_independent_computation_over_the_inputs(story, kafka_sandbox, streamfold_setup):
+    bootstrap = streamfold_setup.kafka_bootstrap
+    want = sp.expected(sp.kafka_inputs(bootstrap), sp.profile_history(bootstrap))
+    with kafka_sandbox.connect() as conn:
+        sp.assert_matches(conn, want)
+
+
+def test_no_pii_in_any_output_table_or_topic(story, kafka_sandbox, streamfold_setup):
+    with kafka_sandbox.connect() as conn:
+        columns = {
+            r[0]
+            for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s",
+                (names.SINK_SCHEMA,),
+            )
+        }
+        dump = conn.execute(
+            f"SELECT string_agg(t::text, ' ') FROM {names.ENRICHED_CLICKS_TABLE} t WHERE uid = %s",
+            (story["alice"],),
+        ).fetchone()[0]
+    assert not {"name", "email", "contactinfo"} & columns
+    topics = [
+        names.CDC_USERS_TOPIC,
+        names.USERS_CHANGELOG_TOPIC,
+        names.USER_CLICKS_TOPIC,
+        names.CLICKS_PER_REGION_TOPIC,
+        names.URL_REGION_TOPIC,
+        names.DLQ_TOPIC,
+    ]
+    texts = [dump] + [str(m.raw_value) for t in topics for m in read_all(streamfold_setup.kafka_bootstrap, t)]
+    for secret in (PII_NAME, PII_EMAIL, PII_PHONE):
+        assert not any(secret in text for text in texts), secret
+
+
+def test_kafka_outputs(story, kafka_sandbox, streamfold_setup):
+    bootstrap, alice = streamfold_setup.kafka_bootstrap, story["alice"]
+    changelog = [m for m in read_all(bootstrap, names.USERS_CHANGELOG_TOPIC) if m.key == alice]
+    assert [m.value and m.value["regionid"] for m in changelog] == ["asia", "europe", None]  # tombstone last
+    enriched = [m.value for m in read_all(bootstrap, names.USER_CLICKS_TOPIC) if m.key == alice]
+    assert sorted(
+        (e["click_url"], e["user_regionid"]) for e in {e["event_id"]: e for e in enriched}.values()
+    ) == [
+        ("/asia", "asia"),
+        ("/early", "UNKNOWN"),
+        ("/europe", "europe"),
+        ("/gone", "UNKNOWN"),
+    ]
+    with kafka_sandbox.connect() as conn:
+        totals = dict(conn.execute(f"SELECT region, clicks FROM {names.CLICKS_PER_REGION_TABLE}").fetchall())
+    latest = {m.key: m.value["clicks"] for m in read_all(bootstrap, names.CLICKS_PER_REGION_TOPIC)}
+    assert {r: latest[r] for r in totals} == totals  # the compacted changelog's latest value per region
+
+
+def test_kill_9_at_random_points_loses_and_doubles_nothing(pg, streamfold_setup, tmp_path_factory):
+    """Clicks and profile updates stream in while the job is killed -9 three times and restarted."""
+    sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, "sink_crash", tmp_path_factory.mktemp("job-crash"))
+    bootstrap = streamfold_setup.kafka_bootstrap
+    users = [f"crash-{i}" for i in range(30)]
+    pg.cursor().executemany(
+        "INSERT INTO public.users (userid, regionid) VALUES (%s, %s)",
+        [(u, f"R{i % 4}") for i, u in enumerate(users)],
+    )
+    stop = threading.Event()
+
+    def traffic() -> None:
+        rng, sent = random.Random(5), 0
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        while not stop.is_set() and sent < 20_000:
+            for c in clicks(ClickSpec(count=100, users=len(users), seed=sent)):
+                user = users[int(c["userid"].split("_")[1]) - 1]
+                producer.produce(names.CLICKS_TOPIC, key=user, value=json.dumps({**c, "userid": user}))
+            sent += 100
+            if rng.random() < 0.2:  # profile changes interleaved with the clicks
+                pg.execute(
+                    "UPDATE public.users SET regionid = %s WHERE userid = %s",
+                    (f"R{rng.randrange(4)}", rng.choice(users)),
+                )
+            producer.poll(0)
+            time.sleep(0.1)
+        producer.flush(30)
+
+    producer_thread = threading.Thread(target=traffic)
+    producer_thread.start()
+    log = sandbox.home / "job.log"
+    rng = random.Random()
+    try:
+        for _ in range(3):
+            job = sandbox.start("kafka", log)
+            time.sleep(rng.uniform(8, 30))
+            sp.kill9(job)
+    finally:
+        stop.set()
+        producer_thread.join()
+    with sandbox.connect() as conn:
+        before_drain = sp.summary(conn)
+    sandbox.run_once("kafka")
+
+    want = sp.expected(sp.kafka_inputs(bootstrap), sp.profile_history(bootstrap))
+    with sandbox.connect() as conn:
+        sp.assert_matches(conn, want)
+        committed = conn.execute("SELECT count(*) FROM streamfold.sink_batches").fetchone()[0]
+    print(f"before the final drain: {before_drain}; expected rows {len(want.rows)}; batches {committed}")
+    assert committed > 1

@@ -1,0 +1,217 @@
+"""Running the real job as a subprocess against its own sink database, and an independent oracle.
+
+Each scenario gets a sandbox: a fresh Postgres database with the sink schema and a fresh
+STREAMFOLD_HOME (checkpoints), while sharing the session's Kafka, Connect/Debezium and Kinesis.
+The oracle recomputes the expected join from the raw inputs (the CDC topic and the click source)
+with a plain sort-and-search, independent of the Spark operator.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from db import schema
+from pipeline.clicks import Rejected, parse_click
+from streamfold import kinesis, names
+from tests.support.kafka import read_all
+
+ROOT = Path(__file__).resolve().parents[2]
+NEVER = -(2**63)
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    name: str
+    admin_dsn: str
+    home: Path
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "STREAMFOLD_PG_DSN": self.admin_dsn, "STREAMFOLD_HOME": str(self.home)}
+
+    def connect(self) -> psycopg.Connection:
+        return psycopg.connect(self.admin_dsn, autocommit=True)
+
+    def run_once(self, source: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [sys.executable, "-m", "streamfold", "run", "--source", source, "--once"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=self.env(),
+            cwd=ROOT,
+        )
+        assert result.returncode == 0, result.stderr[-4000:]
+        return result
+
+    def start(self, source: str, log: Path) -> subprocess.Popen:
+        """The continuous job, in its own process group so a kill takes the JVM and workers too."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "streamfold", "run", "--source", source],
+            stdout=log.open("a"),
+            stderr=subprocess.STDOUT,
+            env=self.env(),
+            cwd=ROOT,
+            start_new_session=True,
+        )
+
+
+def make_sandbox(admin_dsn: str, name: str, home: Path) -> Sandbox:
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    dsn = make_conninfo("", **{**conninfo_to_dict(admin_dsn), "dbname": name})
+    schema.apply(dsn)
+    home.mkdir(parents=True, exist_ok=True)
+    return Sandbox(name, dsn, home)
+
+
+def kill9(process: subprocess.Popen) -> None:
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 2.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+# --- the oracle ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Input:
+    event_id: str
+    payload: bytes | None
+
+
+def profile_history(bootstrap: str) -> dict[str, list[tuple[int, int, str | None]]]:
+    """Per user, (valid_from, lsn, region or None when deleted) from every Debezium envelope."""
+    history: dict[str, list[tuple[int, int, str | None]]] = {}
+    for message in read_all(bootstrap, names.CDC_USERS_TOPIC):
+        envelope = message.value
+        if envelope is None:
+            continue
+        op, source = envelope["op"], envelope["source"]
+        valid_from = NEVER if op == "r" else source["ts_ms"]
+        row = envelope["before"] if op == "d" else envelope["after"]
+        region = None if op == "d" else (row.get("regionid") or names.UNKNOWN_REGION)
+        history.setdefault(row["userid"], []).append((valid_from, source.get("lsn") or 0, region))
+    for versions in history.values():
+        versions.sort()
+    return history
+
+
+def expected_region(history: dict[str, list[tuple[int, int, str | None]]], user: str, t: int) -> str:
+    versions = history.get(user, [])
+    i = bisect.bisect_right(versions, (t, 2**63, "\uffff")) - 1
+    return names.UNKNOWN_REGION if i < 0 or versions[i][2] is None else versions[i][2]
+
+
+def kafka_inputs(bootstrap: str) -> list[Input]:
+    return [
+        Input(f"kafka:{m.topic}:{m.partition}:{m.offset}", m.raw_value)
+        for m in read_all(bootstrap, names.CLICKS_TOPIC)
+    ]
+
+
+def kinesis_inputs() -> list[Input]:
+    client = kinesis.client()
+    inputs = []
+    for shard in client.list_shards(StreamName=names.CLICKS_STREAM)["Shards"]:
+        iterator = client.get_shard_iterator(
+            StreamName=names.CLICKS_STREAM, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        while iterator:
+            page = client.get_records(ShardIterator=iterator, Limit=10_000)
+            for record in page["Records"]:
+                inputs.append(
+                    Input(f"kinesis:clicks:{shard['ShardId']}:{record['SequenceNumber']}", record["Data"])
+                )
+            iterator = page.get("NextShardIterator") if page["Records"] else None
+    return inputs
+
+
+@dataclass
+class Expected:
+    rows: dict[str, tuple[str, str, int]]  # event_id -> (uid, region, clicks)
+    dead: set[str]
+
+    def per_region(self) -> Counter:
+        totals: Counter = Counter()
+        for _, region, clicks in self.rows.values():
+            totals[region] += clicks
+        return totals
+
+
+def expected(inputs: list[Input], history: dict[str, list[tuple[int, int, str | None]]]) -> Expected:
+    now_ms = int(time.time() * 1000)
+    rows, dead = {}, set()
+    for item in inputs:
+        try:
+            click = parse_click(item.payload, now_ms)
+        except Rejected:
+            dead.add(item.event_id)
+            continue
+        region = expected_region(history, click.userid, click.event_time_ms)
+        rows[item.event_id] = (click.userid, region, click.clicks)
+    return Expected(rows, dead)
+
+
+def actual_rows(conn: psycopg.Connection) -> dict[str, tuple[str, str, int]]:
+    cur = conn.execute(f"SELECT event_id, uid, user_regionid, clicks FROM {names.ENRICHED_CLICKS_TABLE}")
+    return {event_id: (uid, region, clicks) for event_id, uid, region, clicks in cur}
+
+
+def actual_per_region(conn: psycopg.Connection) -> Counter:
+    return Counter(
+        dict(conn.execute(f"SELECT region, clicks FROM {names.CLICKS_PER_REGION_TABLE}").fetchall())
+    )
+
+
+def assert_matches(conn: psycopg.Connection, want: Expected) -> None:
+    """Row by row, then every aggregate: nothing lost, nothing doubled, every click joined right."""
+    got = actual_rows(conn)
+    missing = want.rows.keys() - got.keys()
+    extra = got.keys() - want.rows.keys()
+    assert not missing and not extra, f"{len(missing)} clicks missing, {len(extra)} unexpected"
+    wrong = {e: (got[e], want.rows[e]) for e in want.rows if got[e] != want.rows[e]}
+    assert not wrong, f"{len(wrong)} clicks joined wrong, e.g. {list(wrong.items())[:3]}"
+    assert actual_per_region(conn) == want.per_region()
+    (url_total,) = conn.execute(
+        f"SELECT coalesce(sum(click_count), 0) FROM {names.URL_REGION_TABLE}"
+    ).fetchone()
+    assert url_total == sum(c for _, _, c in want.rows.values())
+    mismatched = conn.execute(
+        f"""SELECT count(*) FROM {names.URL_REGION_TABLE} t FULL JOIN (
+                SELECT click_url, user_regionid, sum(clicks) AS n
+                FROM {names.ENRICHED_CLICKS_TABLE} GROUP BY 1, 2
+            ) e ON e.click_url = t.url AND e.user_regionid = t.region
+            WHERE t.click_count IS DISTINCT FROM e.n"""
+    ).fetchone()[0]
+    assert mismatched == 0
+    dead = {r[0] for r in conn.execute(f"SELECT dead_letter_id FROM {names.DEAD_LETTERS_TABLE}")}
+    assert dead == want.dead
+
+
+def summary(conn: psycopg.Connection) -> dict[str, Any]:
+    rows, clicks = conn.execute(
+        f"SELECT count(*), coalesce(sum(clicks), 0) FROM {names.ENRICHED_CLICKS_TABLE}"
+    ).fetchone()
+    return {"rows": rows, "clicks": clicks}
