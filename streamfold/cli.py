@@ -27,7 +27,7 @@ class Source(StrEnum):
 
 
 def fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}")
+    console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
     raise typer.Exit(1)
 
 
@@ -68,9 +68,8 @@ def stack_status() -> None:
 
     table = Table("service", "state", "endpoint", "pid")
     for row in local_stack.status(config.home()):
-        table.add_row(
-            row.name, "[green]up[/]" if row.up else "[red]down[/]", row.endpoint, str(row.pid or "")
-        )
+        color = {"up": "green", "unhealthy": "yellow"}.get(row.state, "red")
+        table.add_row(row.name, f"[{color}]{row.state}[/]", row.endpoint, str(row.pid or ""))
     Console().print(table)
 
 
@@ -79,7 +78,11 @@ def stack_env() -> None:
     """Print `export KEY=VALUE` lines: eval "$(streamfold stack env)"."""
     from compose import local_stack
 
-    for line in local_stack.env_lines(config.home()):
+    try:
+        lines = local_stack.env_lines(config.home())
+    except local_stack.StackError as exc:
+        fail(str(exc))
+    for line in lines:
         print(line)
 
 
