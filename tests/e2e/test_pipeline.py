@@ -1,14 +1,13 @@
 """The whole pipeline on the real stack: Debezium -> Kafka -> Spark temporal join -> Postgres + Kafka.
 
 Runs in order on one sink sandbox ("kafka"): the story of a user moving region, then totals against
-an independent computation, then PII and Kafka outputs. The crash test uses a sandbox of its own.
+an independent computation, then PII and Kafka outputs.
+Crashes: test_crash.py. Kinesis as the click source: test_kinesis_pipeline.py.
 """
 
 from __future__ import annotations
 
 import json
-import random
-import threading
 import time
 import uuid
 
@@ -17,7 +16,6 @@ import pytest
 from confluent_kafka import Producer
 
 from streamfold import names
-from streamfold.generate import ClickSpec, clicks
 from tests.e2e.conftest import SNAPSHOT_USERS
 from tests.support import pipeline as sp
 from tests.support.kafka import read_all
@@ -189,55 +187,3 @@ def test_kafka_outputs(story, kafka_sandbox, streamfold_setup):
         totals = dict(conn.execute(f"SELECT region, clicks FROM {names.CLICKS_PER_REGION_TABLE}").fetchall())
     latest = {m.key: m.value["clicks"] for m in read_all(bootstrap, names.CLICKS_PER_REGION_TOPIC)}
     assert {r: latest[r] for r in totals} == totals  # the compacted changelog's latest value per region
-
-
-def test_kill_9_at_random_points_loses_and_doubles_nothing(pg, streamfold_setup, tmp_path_factory):
-    """Clicks and profile updates stream in while the job is killed -9 three times and restarted."""
-    sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, "sink_crash", tmp_path_factory.mktemp("job-crash"))
-    bootstrap = streamfold_setup.kafka_bootstrap
-    users = [f"crash-{i}" for i in range(30)]
-    pg.cursor().executemany(
-        "INSERT INTO public.users (userid, regionid) VALUES (%s, %s)",
-        [(u, f"R{i % 4}") for i, u in enumerate(users)],
-    )
-    stop = threading.Event()
-
-    def traffic() -> None:
-        rng, sent = random.Random(5), 0
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        while not stop.is_set() and sent < 20_000:
-            for c in clicks(ClickSpec(count=100, users=len(users), seed=sent)):
-                user = users[int(c["userid"].split("_")[1]) - 1]
-                producer.produce(names.CLICKS_TOPIC, key=user, value=json.dumps({**c, "userid": user}))
-            sent += 100
-            if rng.random() < 0.2:  # profile changes interleaved with the clicks
-                pg.execute(
-                    "UPDATE public.users SET regionid = %s WHERE userid = %s",
-                    (f"R{rng.randrange(4)}", rng.choice(users)),
-                )
-            producer.poll(0)
-            time.sleep(0.1)
-        producer.flush(30)
-
-    producer_thread = threading.Thread(target=traffic)
-    producer_thread.start()
-    log = sandbox.home / "job.log"
-    rng = random.Random()
-    try:
-        for _ in range(3):
-            job = sandbox.start("kafka", log)
-            time.sleep(rng.uniform(8, 30))
-            sp.kill9(job)
-    finally:
-        stop.set()
-        producer_thread.join()
-    with sandbox.connect() as conn:
-        before_drain = sp.summary(conn)
-    sandbox.run_once("kafka")
-
-    want = sp.expected(sp.kafka_inputs(bootstrap), sp.profile_history(bootstrap))
-    with sandbox.connect() as conn:
-        sp.assert_matches(conn, want)
-        committed = conn.execute("SELECT count(*) FROM streamfold.sink_batches").fetchone()[0]
-    print(f"before the final drain: {before_drain}; expected rows {len(want.rows)}; batches {committed}")
-    assert committed > 1
