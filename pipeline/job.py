@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import re
+import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +62,10 @@ class ProgressPrinter(StreamingQueryListener):
             self.echo(f"[red]{event.id} failed:[/] {root_cause(event.exception)}")
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def root_cause(message: str) -> str:
     """The innermost error line of a (Python-in-JVM-in-Python) streaming failure, not its first line."""
     causes = re.findall(r"^\s*((?:[\w.]+\.)?\w*(?:Error|Exception|Violation)\w*: .+)$", message, re.MULTILINE)
@@ -72,6 +77,8 @@ def run(
 ) -> None:
     checkpoints = settings.home / "checkpoints"
     join = JoinConfig.from_conf(conf)
+    # `docker compose stop` and process managers send SIGTERM: stop the queries as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
     with exclusive(settings.home / "run.lock"):
         spark = spark_session.session(f"streamfold-{source}", conf)
         spark.streams.addListener(ProgressPrinter(echo))

@@ -149,24 +149,15 @@ def write_kafka(records: DataFrame, bootstrap: str, topic: str) -> None:
 
 
 def enriched_records(clicks: DataFrame) -> DataFrame:
-    value = F.to_json(
-        F.struct(
-            "event_id",
-            "uid",
-            F.col("click_time_ms").alias("click_time"),
-            "click_url",
-            "device_type",
-            "click_location",
-            "clicks",
-            "user_regionid",
-            "user_gender",
-            "user_interests",
-            "user_registertime",
-            F.when(F.col("profile_valid_from_ms") < 0, F.lit(None))
-            .otherwise(F.col("profile_valid_from_ms"))
-            .alias("profile_valid_from"),
-        )
-    )
+    """user_clicks: the row as JSON, times in epoch ms (profile_valid_from null for snapshot versions)."""
+
+    def field(name: str) -> Column:
+        col = F.col(name)
+        if name == "profile_valid_from_ms":
+            col = F.when(col < 0, F.lit(None)).otherwise(col)
+        return col.alias(name.removesuffix("_ms"))
+
+    value = F.to_json(F.struct(*[field(name) for name in STAGING_COLUMNS]))
     return clicks.select(F.col("uid").alias("key"), value.alias("value"))
 
 

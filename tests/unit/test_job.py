@@ -1,0 +1,32 @@
+"""The job's guard rails: one job per checkpoint, and readable failures."""
+
+import pytest
+
+from pipeline.job import JobError, exclusive, root_cause
+
+NESTED = """[STREAM_FAILED] Query [id = 1] terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR]
+Traceback (most recent call last):
+  File "/work/main/pipeline/sinks.py", line 109, in commit
+    write(conn)
+psycopg.errors.NotNullViolation: null value in column "recorded_at" violates not-null constraint
+DETAIL:  Failing row contains (...)
+	at py4j.Protocol.getReturnValue(Protocol.java:476)
+"""
+
+
+def test_root_cause_is_the_innermost_error_line():
+    assert root_cause(NESTED) == (
+        'psycopg.errors.NotNullViolation: null value in column "recorded_at" violates not-null constraint'
+    )
+
+
+def test_root_cause_falls_back_to_the_first_line():
+    assert root_cause("something odd\nmore") == "something odd"
+
+
+def test_a_second_job_on_the_same_home_is_refused(tmp_path):
+    lock = tmp_path / "run.lock"
+    with exclusive(lock), pytest.raises(JobError, match="another `streamfold run` holds"), exclusive(lock):
+        pass
+    with exclusive(lock):  # released again
+        pass
