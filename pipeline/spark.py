@@ -11,6 +11,8 @@ from pyspark.sql import SparkSession
 # Jars resolved by pom.xml's `spark` profile (Kafka connector, Postgres JDBC); nothing downloads at run time.
 DEFAULT_JARS_DIR = Path(__file__).resolve().parents[1] / "lib" / "spark"
 
+LOG_CONFIG = Path(__file__).resolve().parent / "log4j2.properties"
+
 DEFAULTS = {
     "spark.master": "local[*]",
     # transformWithState keeps its state in RocksDB (required by the operator, and bounded in memory).
@@ -23,6 +25,7 @@ DEFAULTS = {
     "spark.driver.memory": "2g",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG}",
 }
 
 
@@ -34,13 +37,17 @@ def jars(jars_dir: Path | None = None) -> list[str]:
     return found
 
 
+def master(conf: dict[str, str] | None) -> str:
+    return (conf or {}).get("spark.master", DEFAULTS["spark.master"])
+
+
 def session(app_name: str, conf: dict[str, str] | None = None) -> SparkSession:
     # Python workers must use this interpreter (the venv with pandas and pyarrow), not the system one.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master(conf).startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # everything local stays on loopback
     settings = {**DEFAULTS, **{k: v for k, v in (conf or {}).items() if k.startswith("spark.")}}
     builder = SparkSession.builder.appName(app_name).config("spark.jars", ",".join(jars()))
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
+    return builder.getOrCreate()

@@ -42,6 +42,6 @@ sf query clicks_per_region
 sf query "SELECT user_regionid, count(*) AS rows, sum(clicks) AS clicks, min(click_time), max(click_time)
           FROM streamfold.enriched_clicks WHERE uid = 'User_1' GROUP BY 1 ORDER BY 4"
 echo "User_1's clicks before $(date -u -d @$((before_move / 1000)) +%T) count for the old region, later ones for Region_MOVED."
-sf query url_region_click_count
+sf query "SELECT url, region, click_count FROM streamfold.url_region_click_count ORDER BY click_count DESC LIMIT 8"
 sf query dead_letters
 printf '\nThe stack keeps running: `make demo` again adds more, `.venv/bin/streamfold stack down` stops it.\n'
