@@ -14,6 +14,7 @@ demo: setup
 lint: setup
 	$(VENV)/ruff check .
 	$(VENV)/ruff format --check .
+	$(VENV)/mypy streamfold pipeline connectors db compose
 
 # Unit tests first (seconds), then the end-to-end suite on one shared local stack.
 test: setup lint

@@ -11,7 +11,7 @@ temporal join's completeness. A snapshot read (op=r) is valid from the beginning
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,7 +97,8 @@ def parse_envelope(topic: str, key: bytes | None, value: bytes | None) -> Change
     valid_from = BEGINNING_OF_TIME_MS if op == "r" else ts_ms
     if op == "d":
         return Change(userid, op, valid_from, lsn, ts_ms)
-    return Change(userid, op, valid_from, lsn, ts_ms, **{f: row.get(f) for f in PROFILE_FIELDS})
+    profile: dict[str, Any] = row or {}
+    return Change(userid, op, valid_from, lsn, ts_ms, **{f: profile.get(f) for f in PROFILE_FIELDS})
 
 
 def _json(raw: bytes | None, what: str) -> dict[str, Any]:
@@ -126,7 +127,7 @@ def _key_userid(key: bytes | None) -> str | None:
         return None
 
 
-def fold_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def fold_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow body. Input: topic, key, value, record_id. Output: FOLDED_SCHEMA."""
     for batch in batches:
         rows = [_fold_row(r) for r in batch.to_pylist()]

@@ -9,9 +9,9 @@ Anything else goes to the dead letters with a reason; nothing is silently droppe
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import pyarrow as pa
 
@@ -83,7 +83,7 @@ def parse_click(payload: bytes | None, now_ms: int) -> Click:
     )
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -103,7 +103,7 @@ def _event_time(obj: dict[str, Any], now_ms: int) -> int:
     return value
 
 
-def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def parse_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow body. Input columns: event_id, source, payload, now_ms. Output: PARSED_SCHEMA."""
     for batch in batches:
         rows = [_parse_row(r) for r in batch.to_pylist()]

@@ -39,7 +39,7 @@ def latest_records(bootstrap: str, topic: str, count: int, timeout_s: float = 10
             for message in consumer.consume(wanted - len(records), timeout=1):
                 if message.error() is None:
                     key, value = _text(message.key()), _text(message.value())
-                    records.append(Record(message.partition(), message.offset(), key, value))
+                    records.append(Record(message.partition() or 0, message.offset() or 0, key, value))
         return sorted(records, key=lambda r: (r.partition, r.offset))
     finally:
         consumer.close()
