@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import logging
 import re
 import signal
 from collections.abc import Callable, Iterator
@@ -62,6 +63,16 @@ class ProgressPrinter(StreamingQueryListener):
             self.echo(f"[red]{event.id} failed:[/] {root_cause(event.exception)}")
 
 
+def _log_sink_batches() -> None:
+    """The sinks say per batch what they wrote to Postgres, and when a replay found it already there."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logger = logging.getLogger("pipeline")
+    logger.setLevel(logging.INFO)
+    if not logger.handlers:
+        logger.addHandler(handler)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -77,6 +88,7 @@ def run(
 ) -> None:
     checkpoints = settings.home / "checkpoints"
     join = JoinConfig.from_conf(conf)
+    _log_sink_batches()
     # `docker compose stop` and process managers send SIGTERM: stop the queries as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
     with exclusive(settings.home / "run.lock"):
