@@ -1,0 +1,266 @@
+"""streamfold under measurement: the continuous job in a subprocess, its progress log, its commits.
+
+Throughput is measured from the job's own records, not from the outside:
+  start = the trigger time of the first micro-batch that read clicks (StreamingQueryProgress.timestamp)
+  end   = the end of the later of two micro-batches (its progress timestamp + durationMs.triggerExecution,
+          which includes the Kafka outputs written after the Postgres commit):
+          - the one whose Postgres commit brought the committed click rows to the target
+            (streamfold.sink_batches says which batch that is), and
+          - the first one that had read every change event present when the job started (the join
+            must fold every user; its CDC source's endOffset says when).
+JVM start-up and query planning before the first batch are reported separately (launch_to_first_read_s).
+Every user of the generated clicks exists, so a click enriched with region UNKNOWN was released before
+its user's change event was read: unknown_region_clicks counts them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench.procmem import Sampler
+from bench.stack import Bench
+from streamfold import names
+
+ROOT = Path(__file__).resolve().parents[1]
+CLICKS_QUERY = "clicks-kafka"
+CLICKS_SOURCE = f"Subscribe[{names.CLICKS_TOPIC}]"
+CDC_SOURCE = f"Subscribe[{names.CDC_USERS_TOPIC}"
+STOP_TIMEOUT_S = 60
+ROCKSDB_LATENCIES = ("rocksdbGetLatency", "rocksdbPutLatency")
+
+
+def parse_ts(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class JobRun:
+    """One `streamfold run --source kafka` with its own STREAMFOLD_HOME (fresh checkpoints)."""
+
+    def __init__(self, bench: Bench, name: str, conf: dict[str, str] | None = None) -> None:
+        self.bench = bench
+        self.conf = conf or {}
+        self.home = bench.home / "runs" / name
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.progress_file = self.home / "progress.jsonl"
+        self.log = self.home / "job.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.sampler: Sampler | None = None
+        self.launched = 0.0
+
+    def __enter__(self) -> JobRun:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.job_runner",
+                    str(self.progress_file),
+                    *(f"{k}={v}" for k, v in self.conf.items()),
+                ],  # fmt: skip
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.bench.job_env(self.home),
+                cwd=ROOT,
+                start_new_session=True,  # the JVM and python workers share its process group
+            )
+        self.launched = time.time()
+        self.sampler = Sampler(self.proc.pid).__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.sampler:
+            self.sampler.__exit__()
+        self.stop()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self) -> None:
+        """SIGINT like Ctrl-C; the whole process group if it does not exit in time."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.kill(self.proc.pid, signal.SIGINT)
+        try:
+            self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            tail = self.log.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the job exited with {self.proc.returncode}; end of {self.log}:\n{tail}")
+
+    def wait_first_batch(self, timeout_s: float = 300) -> None:
+        """Until the clicks query has planned its first batch (its offset log entry 0 exists)."""
+        first = self.home / "checkpoints" / CLICKS_QUERY / "offsets" / "0"
+        deadline = time.monotonic() + timeout_s
+        while not first.exists():
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the job planned no batch within {timeout_s:.0f}s; see {self.log}")
+            time.sleep(0.5)
+
+    def progress(self, query: str = CLICKS_QUERY) -> list[dict[str, Any]]:
+        if not self.progress_file.exists():
+            return []
+        events = (json.loads(line) for line in self.progress_file.read_text().splitlines() if line.strip())
+        return [e for e in events if e.get("name") == query]
+
+    def commits(self) -> list[tuple[int, int, datetime]]:
+        """(batch_id, rows, committed_at) of the clicks query's Postgres commits."""
+        with psycopg.connect(self.bench.admin_dsn) as conn:
+            return conn.execute(
+                "SELECT batch_id, rows, committed_at FROM streamfold.sink_batches "
+                "WHERE query LIKE %s ORDER BY batch_id",
+                (f"{CLICKS_QUERY}:%",),
+            ).fetchall()
+
+    def committed_rows(self) -> int:
+        return sum(rows for _, rows, _ in self.commits())
+
+    def wait_committed(
+        self, target: int, timeout_s: float, on_progress: Callable[[int], None], poll_s: float = 2.0
+    ) -> int:
+        """Wait until `target` click rows are committed; returns the batch id that reached it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.check_alive()
+            total = 0
+            for batch_id, rows, _ in self.commits():
+                total += rows
+                if total >= target:
+                    on_progress(total)
+                    return batch_id
+            on_progress(total)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{total} of {target} clicks committed after {timeout_s:.0f}s")
+            time.sleep(poll_s)
+
+    def wait_cdc_read(self, end_offset: int, timeout_s: float, poll_s: float = 2.0) -> int:
+        """Wait until the clicks query has read the CDC topic up to `end_offset`; returns that batch id."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.check_alive()
+            for event in self.progress():
+                if cdc_read_to(event) >= end_offset:
+                    return event["batchId"]
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the job did not read the CDC topic to offset {end_offset} in {timeout_s:.0f}s"
+                )
+            time.sleep(poll_s)
+
+    def unknown_region_clicks(self) -> int:
+        with psycopg.connect(self.bench.admin_dsn) as conn:
+            row = conn.execute(
+                f"SELECT count(*) FROM {names.ENRICHED_CLICKS_TABLE} WHERE user_regionid = %s",
+                (names.UNKNOWN_REGION,),
+            ).fetchone()
+        return row[0] if row else 0
+
+    def batch_progress(self, batch_id: int, timeout_s: float = 60) -> dict[str, Any]:
+        """The progress event of one batch (the listener writes it just after the batch ends)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for event in self.progress():
+                if event["batchId"] == batch_id:
+                    return event
+            time.sleep(0.5)
+        raise TimeoutError(f"no progress event for batch {batch_id} in {self.progress_file}")
+
+
+def clicks_read(event: dict[str, Any]) -> int:
+    return sum(s["numInputRows"] for s in event["sources"] if CLICKS_SOURCE in s["description"])
+
+
+def cdc_read_to(event: dict[str, Any]) -> int:
+    """The CDC topic offset (one partition) the batch read up to; 0 if it has no CDC source."""
+    for source in event["sources"]:
+        if CDC_SOURCE in source["description"]:
+            return int((source.get("endOffset") or {}).get(names.CDC_USERS_TOPIC, {}).get("0", 0))
+    return 0
+
+
+def throughput(run: JobRun, clicks: int, clicks_batch: int, cdc_batch: int) -> dict[str, Any]:
+    """Clicks per second from the first click read to the end of the batch that completed the work."""
+    events = run.progress()
+    first = next(e for e in events if clicks_read(e) > 0)
+    last_batch = max(clicks_batch, cdc_batch)
+    last = run.batch_progress(last_batch)
+    start = parse_ts(first["timestamp"])
+    end = parse_ts(last["timestamp"]) + last["durationMs"]["triggerExecution"] / 1000
+    batches = [e for e in run.progress() if first["batchId"] <= e["batchId"] <= last_batch]
+    commits = {batch_id: committed_at for batch_id, _, committed_at in run.commits()}
+    return {
+        "clicks": clicks,
+        "seconds": round(end - start, 2),
+        "clicks_per_s": round(clicks / (end - start)),
+        "launch_to_first_read_s": round(start - run.launched, 1),
+        "last_click_commit_started_at": commits[clicks_batch].isoformat(),
+        "clicks_committed_batch": clicks_batch,
+        "cdc_read_batch": cdc_batch,
+        "batches": len(batches),
+        "duration_ms_total": duration_totals(batches),
+        "batch_table": [batch_summary(e) for e in batches],
+        "state": state_metrics(last),
+    }
+
+
+def duration_totals(events: list[dict[str, Any]]) -> dict[str, int]:
+    """Spark's per-phase time (durationMs) summed over the batches: where the trigger time went."""
+    totals: Counter[str] = Counter()
+    for event in events:
+        totals.update(event["durationMs"])
+    return dict(totals.most_common())
+
+
+def batch_summary(event: dict[str, Any]) -> dict[str, Any]:
+    ops = event.get("stateOperators") or [{}]
+    return {
+        "batch": event["batchId"],
+        "clicks_read": clicks_read(event),
+        "input_rows": event["numInputRows"],
+        "ms": event["durationMs"].get("triggerExecution"),
+        "add_batch_ms": event["durationMs"].get("addBatch"),
+        "state_rows": ops[0].get("numRowsTotal"),
+        "state_rows_updated": ops[0].get("numRowsUpdated"),
+        # Summed over the operator's tasks (4 shuffle partitions on 2 cores: up to twice the wall time).
+        "join_operator_ms": ops[0].get("allUpdatesTimeMs"),
+        "rocksdb_get_put_ms": sum(ops[0].get("customMetrics", {}).get(k, 0) for k in ROCKSDB_LATENCIES),
+    }
+
+
+def state_metrics(event: dict[str, Any]) -> dict[str, Any]:
+    """The join operator's state after a batch: rows (one per user), memory, RocksDB sizes and timings."""
+    ops = event.get("stateOperators") or []
+    if not ops:
+        return {}
+    op = ops[0]
+    keep = ("operatorName", "numRowsTotal", "memoryUsedBytes", "allUpdatesTimeMs", "commitTimeMs")
+    return {**{k: op.get(k) for k in keep}, "customMetrics": op.get("customMetrics", {})}
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+def state_dir_bytes(run: JobRun) -> int:
+    """The clicks query's state under its checkpoint (RocksDB snapshots of every retained version)."""
+    return dir_bytes(run.home / "checkpoints" / CLICKS_QUERY / "state")

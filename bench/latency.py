@@ -1,0 +1,259 @@
+"""Latency at a steady offered load, measured from outside the job by polling Postgres.
+
+click latency:   a click's Kafka record timestamp (CreateTime, stamped when the producer appends it)
+                 -> the first poll whose snapshot contains its row in streamfold.enriched_clicks.
+                 About SAMPLES_PER_S clicks per second are followed (their event ids come from the
+                 delivery reports: kafka:clicks:<partition>:<offset>).
+profile latency: a profile UPDATE's commit time (Debezium's source.ts_ms, which a joined row carries as
+                 profile_valid_from) -> the first poll that sees a click joined with that version. Right
+                 after each update one click by that user is sent, so such a click exists at once.
+Both are exact to the poll interval (POLL_S). Rows still invisible GRACE_S after the load ends are
+reported as censored (the job could not keep up), and percentiles that fall on them as "> GRACE_S".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from confluent_kafka import Message, Producer
+
+from bench.load import ProfileUpdater
+from streamfold import generate, names
+
+SAMPLES_PER_S = 100
+POLL_S = 0.1
+GRACE_S = 60.0
+PERCENTILES = (50, 95, 99)
+
+
+@dataclass
+class Observations:
+    """Sampled items: when each was sent (epoch s) and when it became visible (epoch s)."""
+
+    sent: dict[str, float] = field(default_factory=dict)
+    seen: dict[str, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, key: str, sent_s: float) -> None:
+        with self.lock:
+            self.sent[key] = sent_s
+
+    def outstanding(self) -> list[str]:
+        with self.lock:
+            return [k for k in self.sent if k not in self.seen]
+
+    def mark(self, keys: list[str], at_s: float) -> None:
+        with self.lock:
+            for key in keys:
+                self.seen[key] = at_s
+
+    def resolve(self, key: str, origin_s: float, at_s: float) -> None:
+        """Seen at `at_s`, and the true origin is now known (a profile's commit time)."""
+        with self.lock:
+            self.sent[key], self.seen[key] = origin_s, at_s
+
+    def latencies(self) -> list[float]:
+        """Seconds per item; inf for items never seen."""
+        with self.lock:
+            return [self.seen.get(k, math.inf) - sent for k, sent in self.sent.items()]
+
+
+def percentile(values: list[float], pct: float) -> float | None:
+    """Nearest-rank percentile; None if it falls on an unseen (censored) item or there are no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    value = ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
+    return None if math.isinf(value) else round(value, 3)
+
+
+def summary(observed: Observations) -> dict[str, Any]:
+    values = observed.latencies()
+    seen = [v for v in values if not math.isinf(v)]
+    return {
+        "samples": len(values),
+        "censored": len(values) - len(seen),
+        "censored_examples": observed.outstanding()[:5],
+        **{f"p{p}_s": percentile(values, p) for p in PERCENTILES},
+        "max_s": round(max(seen), 3) if seen else None,
+    }
+
+
+class Poller(threading.Thread):
+    """Polls Postgres every POLL_S for sampled clicks and for clicks joined with updated profiles."""
+
+    def __init__(self, dsn: str, clicks: Observations, profiles: Observations) -> None:
+        super().__init__(name="latency-poller", daemon=True)
+        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.clicks, self.profiles = clicks, profiles
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_event.wait(POLL_S):
+            self.poll_once()
+
+    def poll_once(self) -> None:
+        ids = self.clicks.outstanding()
+        if ids:
+            at = time.time()  # the snapshot is taken when the statement starts
+            rows = self.conn.execute(
+                f"SELECT event_id FROM {names.ENRICHED_CLICKS_TABLE} WHERE event_id = ANY(%s)", (ids,)
+            ).fetchall()
+            self.clicks.mark([r[0] for r in rows], at)
+        for key in self.profiles.outstanding():
+            userid, _, before = key.partition("@")
+            at = time.time()
+            # The first version valid from `before` on is this update's (users are picked at random).
+            # Debezium's ts_ms is in whole milliseconds: a commit in the same millisecond as `before`
+            # carries a valid_from just below it, hence the floor.
+            row = self.conn.execute(
+                f"SELECT extract(epoch FROM min(profile_valid_from)) FROM {names.ENRICHED_CLICKS_TABLE} "
+                "WHERE uid = %s AND profile_valid_from >= to_timestamp(%s / 1000.0)",
+                (userid, math.floor(float(before) * 1000)),
+            ).fetchone()
+            if row and row[0] is not None:
+                self.profiles.resolve(key, float(row[0]), at)
+
+    def done(self) -> bool:
+        return not self.clicks.outstanding() and not self.profiles.outstanding()
+
+
+@dataclass
+class WindowResult:
+    target_rate: float
+    seconds: float
+    sent: int
+    sent_rate: float
+    committed_rate: float  # click rows committed per second, from the window's start to the end of the wait
+    clicks: dict[str, Any]
+    profiles: dict[str, Any]
+    kept_up: bool  # every sampled click became visible within GRACE_S of the window's end
+    updates: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "target_rate": self.target_rate,
+            "seconds": round(self.seconds, 1),
+            "sent": self.sent,
+            "profile_updates": self.updates,
+            "sent_rate": round(self.sent_rate),
+            "committed_rate": round(self.committed_rate),
+            "kept_up": self.kept_up,
+            "click_latency": self.clicks,
+            "profile_latency": self.profiles,
+        }
+
+
+def run_window(
+    bootstrap: str,
+    dsn: str,
+    users: int,
+    rate: float,
+    seconds: float,
+    committed_rows: Callable[[], int],
+    echo: Callable[[str], None],
+    seed: int = 23,
+) -> WindowResult:
+    """Offer `rate` clicks/s for `seconds` (plus one profile update a second) and follow samples."""
+    clicks, profiles = Observations(), Observations()
+    poller = Poller(dsn, clicks, profiles)
+    poller.start()
+    committed_before = committed_rows()
+    started = time.monotonic()
+    offered = _offer(bootstrap, dsn, users, rate, seconds, clicks, profiles, seed)
+    echo(
+        f"  offered {offered.sent:,} clicks in {offered.seconds:.0f}s "
+        f"({offered.sent / offered.seconds:,.0f}/s); waiting for the samples"
+    )
+    deadline = time.monotonic() + GRACE_S
+    while not poller.done() and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    poller.stop_event.set()
+    poller.join()
+    poller.conn.close()
+    committed_rate = (committed_rows() - committed_before) / (time.monotonic() - started)
+    return WindowResult(
+        target_rate=rate,
+        seconds=offered.seconds,
+        sent=offered.sent,
+        updates=offered.updates,
+        sent_rate=offered.sent / offered.seconds,
+        committed_rate=committed_rate,
+        clicks=summary(clicks),
+        profiles=summary(profiles),
+        kept_up=not clicks.outstanding(),
+    )
+
+
+@dataclass(frozen=True)
+class Offered:
+    sent: int  # clicks, including one per profile update
+    updates: int
+    seconds: float
+
+
+def _offer(
+    bootstrap: str,
+    dsn: str,
+    users: int,
+    rate: float,
+    seconds: float,
+    clicks: Observations,
+    profiles: Observations,
+    seed: int,
+) -> Offered:
+    """The paced producer: samples every k-th click through its delivery report."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    updater = ProfileUpdater(dsn, users, seed=seed)
+    every = max(1, round(rate / SAMPLES_PER_S))
+    spec = generate.ClickSpec(count=int(rate * seconds), users=users, seed=seed)
+    pacer = generate.Pacer(rate)
+    next_update = time.monotonic() + 1.0
+    sent = 0
+
+    def sampled(err: Any, msg: Message) -> None:
+        if err is None:
+            event_id = f"kafka:{msg.topic()}:{msg.partition()}:{msg.offset()}"
+            clicks.add(event_id, msg.timestamp()[1] / 1000)
+
+    for n, click in enumerate(generate.clicks(spec)):
+        _produce(producer, click, sampled if n % every == 0 else None)
+        sent += 1
+        if time.monotonic() >= next_update:
+            next_update += 1.0
+            _update_and_click(producer, updater, profiles)
+            sent += 1
+        producer.poll(0)  # delivery reports register the samples: late ones would inflate latencies
+        pacer.wait(n + 1)
+    elapsed = time.monotonic() - pacer.start
+    producer.flush(60)
+    updater.close()
+    return Offered(sent, updater.updated, elapsed)
+
+
+def _produce(producer: Producer, click: dict[str, Any], on_delivery: Any) -> None:
+    while True:
+        try:
+            producer.produce(
+                names.CLICKS_TOPIC, key=click["userid"], value=json.dumps(click), on_delivery=on_delivery
+            )
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def _update_and_click(producer: Producer, updater: ProfileUpdater, profiles: Observations) -> None:
+    """Commit one profile update, then send a click by that user right away."""
+    before = time.time()
+    (userid,) = updater.update(1)
+    profiles.add(f"{userid}@{before}", before)  # the origin becomes the commit time once seen
+    click = next(generate.clicks(generate.ClickSpec(count=1, users=1, seed=random.randrange(1 << 30))))
+    _produce(producer, {**click, "userid": userid}, None)

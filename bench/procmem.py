@@ -1,0 +1,116 @@
+"""Peak memory of a process tree, sampled from /proc: the driver python, the JVM, the python workers.
+
+RSS double-counts pages that forked python workers share with their daemon, so the total is also
+sampled as PSS (proportional set size, /proc/<pid>/smaps_rollup), which splits shared pages fairly.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _stat(pid: str) -> tuple[int, str] | None:
+    """(ppid, comm) of a process, None if it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    comm = text[text.index("(") + 1 : text.rindex(")")]
+    return int(text[text.rindex(")") + 2 :].split()[1]), comm
+
+
+def descendants(root: int) -> dict[int, str]:
+    """pid -> comm of `root` and every process below it."""
+    children: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    comms: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (info := _stat(entry.name)):
+            children[info[0]].append((int(entry.name), info[1]))
+            comms[int(entry.name)] = info[1]
+    if root not in comms:
+        return {}
+    tree, todo = {root: comms[root]}, [root]
+    while todo:
+        for pid, comm in children.get(todo.pop(), []):
+            tree[pid] = comm
+            todo.append(pid)
+    return tree
+
+
+def _kib(pid: int, path: str, key: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/{path}").read_text().splitlines():
+            if line.startswith(key):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def role(pid: int, comm: str, root: int) -> str:
+    if pid == root:
+        return "driver"
+    return "jvm" if comm == "java" else "workers"
+
+
+@dataclass
+class Peaks:
+    """Peak RSS per role (MiB) and the peak of the tree's total RSS and PSS (MiB)."""
+
+    rss_mib: dict[str, float] = field(default_factory=dict)
+    total_rss_mib: float = 0.0
+    total_pss_mib: float = 0.0
+    samples: int = 0
+
+    def add(self, rss_kib: dict[str, int], pss_kib: int) -> None:
+        for name, kib in rss_kib.items():
+            self.rss_mib[name] = max(self.rss_mib.get(name, 0.0), kib / 1024)
+        self.total_rss_mib = max(self.total_rss_mib, sum(rss_kib.values()) / 1024)
+        self.total_pss_mib = max(self.total_pss_mib, pss_kib / 1024)
+        self.samples += 1
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "peak_rss_mib": {k: round(v) for k, v in sorted(self.rss_mib.items())},
+            "peak_total_rss_mib": round(self.total_rss_mib),
+            "peak_total_pss_mib": round(self.total_pss_mib),
+            "samples": self.samples,
+        }
+
+
+def sample(root: int, peaks: Peaks) -> None:
+    rss: dict[str, int] = defaultdict(int)
+    pss = 0
+    for pid, comm in descendants(root).items():
+        rss[role(pid, comm, root)] += _kib(pid, "status", "VmRSS:")
+        pss += _kib(pid, "smaps_rollup", "Pss:")
+    if rss:
+        peaks.add(dict(rss), pss)
+
+
+class Sampler:
+    """Samples a process tree every `interval_s` in a thread until stopped."""
+
+    def __init__(self, root: int, interval_s: float = 0.25) -> None:
+        self.root = root
+        self.interval_s = interval_s
+        self.peaks = Peaks()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="procmem", daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            sample(self.root, self.peaks)
+            if self._stop.wait(self.interval_s):
+                return

@@ -1,0 +1,247 @@
+"""Results: rich tables on the console, bench/results/<date>.json, and the same tables as Markdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.latency import GRACE_S
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict[str, Any]:
+    mem_kib = next(
+        int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if "MemTotal" in line
+    )
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if "model name" in line
+        ),
+        platform.processor(),
+    )
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kib / 2**20, 1),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "java": java[0] if java else None,
+    }
+
+
+def rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "-" if not a or not b else f"{a / b:.2f}x"
+
+
+def seconds(value: float | None) -> str:
+    """A latency percentile; None means it fell on a sample never seen within GRACE_S."""
+    return f"> {GRACE_S:.0f} s" if value is None else f"{value:.2f} s"
+
+
+def throughput_rows(results: dict[str, Any]) -> list[list[str]]:
+    """One row per contender on the same input: clicks, seconds, clicks/s, and streamfold's ratio to it."""
+    sf = results.get("streamfold", {}).get("clicks_per_s")
+    contenders = [
+        ("streamfold (temporal join, Spark + RocksDB state)", results.get("streamfold")),
+        ("naive: PostgreSQL lookup per click", results.get("naive")),
+        ("limit: Spark Kafka read + click parser -> noop", results.get("spark", {}).get("parse")),
+        ("limit: Spark Kafka read -> noop", results.get("spark", {}).get("read")),
+        ("limit: confluent-kafka consumer, no processing", results.get("raw")),
+    ]
+    return [
+        [
+            name,
+            f"{r['clicks']:,}",
+            f"{r['seconds']:.1f}",
+            rate(r["clicks_per_s"]),
+            ratio(sf, r["clicks_per_s"]),
+        ]
+        for name, r in contenders
+        if r
+    ]
+
+
+def latency_rows(results: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for w in results.get("latency", []):
+        c, p = w["click_latency"], w["profile_latency"]
+        rows.append(
+            [
+                rate(w["target_rate"]),
+                rate(w["sent_rate"]),
+                rate(w["committed_rate"]),
+                "yes" if w["kept_up"] else "no",
+                *(seconds(c[f"p{q}_s"]) for q in (50, 95, 99)),
+                *(seconds(p[f"p{q}_s"]) for q in (50, 99)),
+                f"{c['samples']}/{p['samples']}",
+            ]
+        )
+    return rows
+
+
+def memory_rows(results: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for name, entry in (
+        ("streamfold job", results.get("streamfold")),
+        ("naive consumer", results.get("naive")),
+        ("Spark noop ladder", results.get("spark")),
+        ("raw consumer", results.get("raw")),
+    ):
+        mem = (entry or {}).get("memory")
+        if mem:
+            per = mem["peak_rss_mib"]
+            rows.append(
+                [
+                    name,
+                    str(per.get("driver", "-")),
+                    str(per.get("jvm", "-")),
+                    str(per.get("workers", "-")),
+                    str(mem["peak_total_rss_mib"]),
+                    str(mem["peak_total_pss_mib"]),
+                ]
+            )
+    return rows
+
+
+def scaling_rows(results: dict[str, Any]) -> list[list[str]]:
+    return [
+        [
+            f"{s['users']:,}",
+            f"{s['clicks']:,}",
+            f"{s['cdc_records']:,}",
+            f"{s['seconds']:.1f}",
+            rate(s["clicks_per_s"]),
+            f"{s['state_sst_mib']:.1f}" if s.get("state_sst_mib") is not None else "-",
+            f"{s['state_checkpoint_mib']:.1f}",
+            f"{s['state_per_million_users_mib']:.0f}" if s.get("state_per_million_users_mib") else "-",
+            str(s["memory"]["peak_total_pss_mib"]),
+            f"{s['unknown_region_clicks']:,}" if s.get("unknown_region_clicks") is not None else "-",
+        ]
+        for s in results.get("scaling", [])
+    ]
+
+
+TABLES = {
+    "Throughput (same input, clicks per second)": (
+        ["contender", "clicks", "seconds", "clicks/s", "streamfold / this"],
+        throughput_rows,
+    ),
+    "Latency at a steady offered load": (
+        [
+            "offered clicks/s",
+            "sent/s",
+            "committed/s (window + wait)",
+            "kept up",
+            "click p50",
+            "click p95",
+            "click p99",
+            "profile p50",
+            "profile p99",
+            "samples (click/profile)",
+        ],
+        latency_rows,
+    ),
+    "Peak memory (MiB)": (
+        ["process tree", "driver", "JVM", "python workers", "total RSS", "total PSS"],
+        memory_rows,
+    ),
+    "Cost growth with users (fresh checkpoint each step)": (
+        [
+            "users",
+            "clicks",
+            "CDC records",
+            "seconds",
+            "clicks/s",
+            "state SST MiB",
+            "checkpoint MiB",
+            "MiB / 1M users",
+            "peak PSS MiB",
+            "clicks enriched UNKNOWN",
+        ],
+        scaling_rows,
+    ),
+}
+
+
+def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) of every table that has rows."""
+    out = []
+    for title, (header, rows_of) in TABLES.items():
+        if rows := rows_of(results):
+            out.append((title, header, rows))
+    return out
+
+
+def print_tables(results: dict[str, Any], console: Console) -> None:
+    for title, header, rows in tables(results):
+        table = Table(*header, title=title)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    for line in summary_lines(results):
+        console.print(line)
+
+
+def summary_lines(results: dict[str, Any]) -> list[str]:
+    sf = results.get("streamfold", {})
+    lines = []
+    for key, label in (("naive", "naive"), ("raw", "raw consumer")):
+        other = results.get(key, {}).get("clicks_per_s")
+        if sf.get("clicks_per_s") and other:
+            lines.append(f"streamfold/{label}: {sf['clicks_per_s'] / other:.2f}")
+    if sf.get("unknown_region_clicks") is not None:
+        lines.append(
+            f"streamfold clicks enriched UNKNOWN although their user existed: {sf['unknown_region_clicks']:,}"
+        )
+    sized = [s for s in results.get("scaling", []) if s.get("state_per_million_users_mib")]
+    biggest = max(sized, key=lambda s: s["users"], default=None)
+    if biggest or sf.get("state_per_million_users_mib"):
+        users = biggest["users"] if biggest else sf["users"]
+        state = biggest["state_per_million_users_mib"] if biggest else sf["state_per_million_users_mib"]
+        lines.append(
+            f"join state per 1,000,000 users: {state:.0f} MiB "
+            f"(RocksDB SST files at {users:,} users, per state row, scaled linearly)"
+        )
+    return lines
+
+
+def markdown(results: dict[str, Any]) -> str:
+    parts = []
+    for title, header, rows in tables(results):
+        parts.append(f"**{title}**\n")
+        parts.append("| " + " | ".join(header) + " |")
+        parts.append("|" + "---|" * len(header))
+        parts.extend("| " + " | ".join(row) + " |" for row in rows)
+        parts.append("")
+    parts.extend(f"- {line}" for line in summary_lines(results))
+    return "\n".join(parts) + "\n"
+
+
+def write(results: dict[str, Any], stamp: str) -> Path:
+    RESULTS_DIR.mkdir(exist_ok=True)
+    path = RESULTS_DIR / f"{stamp}.json"
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    path.with_suffix(".md").write_text(markdown(results))
+    return path
+
+
+if __name__ == "__main__":
+    # `python -m bench.report bench/results/<date>.json`: the tables again, as Markdown (for the README).
+    import sys
+
+    print(markdown(json.loads(Path(sys.argv[1]).read_text())), end="")

@@ -1,0 +1,367 @@
+"""`make bench` (`python -m bench.run`): streamfold end to end, beside a naive baseline and the limit.
+
+On its own local stack (a fresh STREAMFOLD_HOME, stopped at the end), in one run:
+  1. throughput: `--clicks` clicks over `--users` users preloaded in Kafka, profile updates committed in
+     Postgres meanwhile (through Debezium); the continuous job processes them to Postgres and Kafka
+  2. latency at `--rate` clicks/s offered to the running job (first at a rate it can sustain, if
+     `--rate` is above what step 1 measured)
+  3. the naive baseline: a consumer with one PostgreSQL lookup per click, same input, same outputs
+  4. the limit: a raw confluent-kafka consumer, and Spark reading the topic into a noop sink
+  5. peak memory of every process tree, and the join's state size per 1,000,000 users
+  6. cost growth: throughput at `--scaling-users` users (fresh checkpoint, `--scaling-clicks` each)
+Results: tables on the console, bench/results/<date>.json (+ .md).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from bench import job, latency, load, measured, profile, report, stack
+from bench.stack import Bench
+from streamfold import generate, names
+
+console = Console(stderr=True, highlight=False)
+app = typer.Typer(add_completion=False)
+ROOT = Path(__file__).resolve().parents[1]
+CATCH_UP_S = 300
+DEFAULT_HOME = ROOT / ".streamfold-bench"
+
+
+def command_line(args: list[str]) -> str:
+    if os.environ.get("MAKELEVEL"):
+        return "make bench" + (f" BENCH_ARGS={shlex.quote(shlex.join(args))}" if args else "")
+    return shlex.join([".venv/bin/python", "-m", "bench.run", *args])
+
+
+def loadavg() -> str:
+    """1, 5 and 15 minute load averages: other work on the shared machine shows here."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def echo(message: str) -> None:
+    console.print(f"[dim]{datetime.now():%H:%M:%S}[/] {message}")
+
+
+class Ticker:
+    """A progress line at most every `every_s` (works in a terminal and in a log file alike)."""
+
+    def __init__(self, label: str, total: int, every_s: float = 10.0) -> None:
+        self.label, self.total, self.every_s = label, total, every_s
+        self.start = self.last = time.monotonic()
+        self.done = 0
+
+    def advance(self, n: int) -> None:
+        self.update(self.done + n)
+
+    def update(self, done: int) -> None:
+        finished = done >= self.total > self.done
+        self.done = done
+        now = time.monotonic()
+        if now - self.last >= self.every_s or finished:
+            self.last = now
+            pct = 100 * done / self.total if self.total else 100
+            echo(
+                f"  {self.label}: {done:,} / {self.total:,} ({pct:.0f}%, {done / (now - self.start):,.0f}/s)"
+            )
+
+
+@dataclass(frozen=True)
+class Params:
+    clicks: int
+    users: int
+    updates: int
+    rate: float
+    low_rates: tuple[float, ...]
+    latency_seconds: float
+    scaling_users: tuple[int, ...]
+    scaling_clicks: int
+    naive: bool
+    limits: bool
+    profile_seconds: float
+    job_conf: dict[str, str]
+    home: Path
+    keep_stack: bool
+
+
+class Inputs:
+    """What the stack holds so far: users in public.users, and the change events Debezium must publish."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.users = 0
+        self.cdc = 0
+
+    def ensure_users(self, users: int) -> None:
+        if users > self.users:
+            ticker = Ticker("users -> public.users", users)
+            self.cdc += generate.load_users(self.bench.admin_dsn, users, on_progress=ticker.advance)
+            self.users = users
+
+    def clicks(self, users: int, clicks: int, updates: int) -> load.Load:
+        """An empty clicks topic, then `clicks` clicks with `updates` profile updates; waits for Debezium."""
+        self.ensure_users(users)
+        stack.empty_clicks_topic(self.bench.bootstrap)
+        ticker = Ticker("clicks -> Kafka", clicks)
+        loaded = load.preload(self.bench, clicks, users, updates, ticker.advance)
+        self.cdc += loaded.updates
+        echo(f"  {loaded.clicks:,} clicks at {loaded.rate:,.0f}/s, {loaded.updates:,} profile updates")
+        cdc_ticker = Ticker("change events in Kafka (Debezium)", self.cdc)
+        stack.wait_for_cdc(self.bench.bootstrap, self.cdc, cdc_ticker.update, timeout_s=1800)
+        return loaded
+
+
+def measure_job(
+    bench: Bench, name: str, clicks: int, users: int, conf: dict[str, str], profile_s: float = 0
+) -> tuple[job.JobRun, dict]:
+    """Start the job on the preloaded clicks, wait until all are committed; the run is left running."""
+    stack.truncate_sinks(bench)
+    (_, cdc_end), *_ = stack.topic_offsets(bench.bootstrap, names.CDC_USERS_TOPIC).values()
+    run = job.JobRun(bench, name, conf).__enter__()
+    try:
+        ticker = Ticker(f"clicks committed by streamfold ({name})", clicks, every_s=15)
+        profiler = None
+        if profile_s:
+            run.wait_first_batch()
+            profiler = profile.start(run.pid, run.home / "py-spy.txt", profile_s)
+        clicks_batch = run.wait_committed(
+            clicks, timeout_s=max(1800, clicks / 100), on_progress=ticker.update
+        )
+        cdc_batch = run.wait_cdc_read(cdc_end, timeout_s=1800)
+    except BaseException:
+        run.__exit__()
+        raise
+    result = job.throughput(run, clicks, clicks_batch, cdc_batch)
+    sst = result["state"].get("customMetrics", {}).get("rocksdbSstFileSize")
+    result.update(
+        users=users,
+        state_rows=result["state"].get("numRowsTotal"),
+        state_sst_mib=round(sst / 2**20, 1) if sst is not None else None,
+        state_checkpoint_mib=round(job.state_dir_bytes(run) / 2**20, 1),
+        memory_to_last_commit=run.sampler.peaks.as_dict() if run.sampler else {},
+    )
+    rows = result["state_rows"]
+    if sst is not None and rows:
+        result["state_per_million_users_mib"] = round(sst / rows * 1e6 / 2**20, 1)
+    result["loadavg_after"] = loadavg()
+    result["unknown_region_clicks"] = run.unknown_region_clicks()
+    if profiler:
+        result["profile"] = profile.finish(profiler)
+    echo(f"  streamfold ({name}): {result['clicks_per_s']:,} clicks/s over {result['seconds']:.1f} s")
+    return run, result
+
+
+def scaling_step(bench: Bench, inputs: Inputs, users: int, p: Params) -> dict[str, Any]:
+    clicks = p.scaling_clicks
+    echo(f"[bold]cost growth[/]: {users:,} users, {clicks:,} clicks")
+    inputs.clicks(users, clicks, clicks // 100)
+    run, result = measure_job(bench, f"scale-{users}", clicks, users, p.job_conf)
+    run.__exit__()
+    keep = (
+        "users",
+        "clicks",
+        "seconds",
+        "clicks_per_s",
+        "launch_to_first_read_s",
+        "batches",
+        "state_rows",
+        "state_sst_mib",
+        "state_checkpoint_mib",
+        "state_per_million_users_mib",
+        "unknown_region_clicks",
+        "cdc_read_batch",
+        "clicks_committed_batch",
+        "duration_ms_total",
+        "loadavg_after",
+    )
+    return {
+        **{k: result.get(k) for k in keep},
+        "cdc_records": inputs.cdc,
+        "memory": run.sampler.peaks.as_dict() if run.sampler else {},
+    }
+
+
+def latency_windows(bench: Bench, inputs: Inputs, run: job.JobRun, p: Params, offered: int) -> list[dict]:
+    """One window per rate, lowest first; before the next one the job must have caught up (or timed out)."""
+    windows = []
+    for rate in sorted({*p.low_rates, p.rate}):
+        echo(f"[bold]latency[/]: {rate:,.0f} clicks/s offered for {p.latency_seconds:.0f} s")
+        window = latency.run_window(
+            bench.bootstrap, bench.admin_dsn, p.users, rate, p.latency_seconds, run.committed_rows, echo
+        )
+        inputs.cdc += window.updates
+        offered += window.sent
+        windows.append(window.as_dict())
+        c = window.clicks
+        echo(f"  click latency p50 {c['p50_s']} s, p99 {c['p99_s']} s; kept up: {window.kept_up}")
+        if rate != p.rate and not window.kept_up:
+            ticker = Ticker("backlog committed before the next window", offered, every_s=30)
+            try:
+                run.wait_committed(offered, timeout_s=CATCH_UP_S, on_progress=ticker.update)
+            except TimeoutError:
+                echo(
+                    f"  [yellow]the job did not catch up within {CATCH_UP_S} s: later windows start behind[/]"
+                )
+    return windows
+
+
+def main_measurement(bench: Bench, inputs: Inputs, p: Params) -> dict[str, Any]:
+    echo(f"[bold]streamfold end to end[/]: {p.clicks:,} clicks over {p.users:,} users, {p.updates:,} updates")
+    loaded = inputs.clicks(p.users, p.clicks, p.updates)
+    run, result = measure_job(bench, "main", loaded.clicks, p.users, p.job_conf, p.profile_seconds)
+    result["load"] = {"clicks_per_s": round(loaded.rate), "updates": loaded.updates}
+    try:
+        windows = latency_windows(bench, inputs, run, p, loaded.clicks) if p.latency_seconds else []
+    finally:
+        run.__exit__()
+    result["memory"] = run.sampler.peaks.as_dict() if run.sampler else {}
+    return {"streamfold": result, "latency": windows, "input_offsets": loaded.offsets}
+
+
+def limits(bench: Bench, offsets: stack.Offsets) -> dict[str, Any]:
+    echo("[bold]limit[/]: raw confluent-kafka consumer")
+    env = {**os.environ, **bench.env}
+    logs = bench.home / "logs"
+    raw = measured.run(
+        "bench.raw_consumer", [bench.bootstrap, measured.offsets_arg(offsets)], env, logs / "raw.log", 1800
+    )
+    echo(f"  raw consumer: {raw['clicks_per_s']:,} clicks/s")
+    echo("[bold]limit[/]: Spark Kafka read -> noop, then + click parser")
+    spark = measured.run(
+        "bench.spark_noop",
+        [bench.bootstrap, measured.offsets_arg(offsets)],
+        env,
+        logs / "spark-noop.log",
+        1800,
+    )
+    memory = spark.pop("memory")
+    echo(
+        f"  Spark read: {spark['read']['clicks_per_s']:,}/s, "
+        f"read + parse: {spark['parse']['clicks_per_s']:,}/s"
+    )
+    return {"raw": raw, "spark": {**spark, "memory": memory}}
+
+
+def naive(bench: Bench, offsets: stack.Offsets) -> dict[str, Any]:
+    echo("[bold]naive baseline[/]: one PostgreSQL lookup per click, same outputs")
+    stack.truncate_sinks(bench)
+    env = {**os.environ, **bench.env}
+    result = measured.run(
+        "bench.naive",
+        [bench.bootstrap, measured.offsets_arg(offsets)],
+        env,
+        bench.home / "logs" / "naive.log",
+        7200,
+    )
+    echo(f"  naive: {result['clicks_per_s']:,} clicks/s")
+    return result
+
+
+def measure(p: Params, results: dict[str, Any]) -> None:
+    with stack.running(p.home, echo, keep=p.keep_stack) as bench:
+        inputs = Inputs(bench)
+        results["scaling"] = [scaling_step(bench, inputs, u, p) for u in p.scaling_users if u < p.users]
+        results.update(main_measurement(bench, inputs, p))
+        offsets = results.pop("input_offsets")
+        if p.limits:
+            results.update(limits(bench, offsets))
+        if p.naive:
+            results["naive"] = naive(bench, offsets)
+        results["scaling"] += [scaling_step(bench, inputs, u, p) for u in p.scaling_users if u >= p.users]
+        main = results["streamfold"]
+        results["ratios"] = {
+            "streamfold_over_naive": _ratio(main, results.get("naive")),
+            "streamfold_over_raw": _ratio(main, results.get("raw")),
+            "streamfold_over_spark_read": _ratio(main, results.get("spark", {}).get("read")),
+        }
+
+
+def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
+    if not a or not b:
+        return None
+    return round(a["clicks_per_s"] / b["clicks_per_s"], 3)
+
+
+@app.command()
+def main(
+    clicks: Annotated[int, typer.Option(help="clicks preloaded for the throughput run")] = 2_000_000,
+    users: Annotated[int, typer.Option(help="users the clicks are spread over")] = 100_000,
+    updates: Annotated[
+        int | None, typer.Option(help="profile updates while loading (default clicks/100)")
+    ] = None,
+    rate: Annotated[float, typer.Option(help="offered load for the latency run, clicks/s")] = 20_000,
+    low_rates: Annotated[
+        str, typer.Option(help="lower loads measured first, clicks/s (comma list)")
+    ] = "100,1000",
+    latency_seconds: Annotated[float, typer.Option(help="length of each latency window (0: skip)")] = 60,
+    scaling_users: Annotated[
+        str, typer.Option(help="user counts for the cost-growth steps")
+    ] = "10000,100000,1000000",
+    scaling_clicks: Annotated[int, typer.Option(help="clicks per cost-growth step")] = 100_000,
+    skip_scaling: Annotated[bool, typer.Option(help="no cost-growth steps")] = False,
+    skip_naive: Annotated[bool, typer.Option(help="no naive baseline")] = False,
+    skip_limits: Annotated[bool, typer.Option(help="no raw consumer / Spark noop")] = False,
+    profile_seconds: Annotated[
+        float, typer.Option(help="py-spy the job this long during the throughput run")
+    ] = 0,
+    job_conf: Annotated[
+        list[str] | None, typer.Option(help="KEY=VALUE for `streamfold run --conf` (experiments)")
+    ] = None,
+    home: Annotated[
+        Path, typer.Option(help="the bench stack's STREAMFOLD_HOME (wiped first)")
+    ] = DEFAULT_HOME,
+    keep_stack: Annotated[bool, typer.Option(help="leave the stack running afterwards (to inspect)")] = False,
+) -> None:
+    """Throughput, latency and memory of streamfold, a naive baseline, and the machine's limit."""
+    p = Params(
+        clicks=clicks,
+        users=users,
+        updates=clicks // 100 if updates is None else updates,
+        rate=rate,
+        low_rates=tuple(float(r) for r in low_rates.split(",") if r.strip()),
+        latency_seconds=latency_seconds,
+        scaling_users=() if skip_scaling else tuple(int(u) for u in scaling_users.split(",") if u.strip()),
+        scaling_clicks=scaling_clicks,
+        naive=not skip_naive,
+        limits=not skip_limits,
+        profile_seconds=profile_seconds,
+        job_conf=dict(item.split("=", 1) for item in job_conf or []),
+        home=home,
+        keep_stack=keep_stack,
+    )
+    started = datetime.now(UTC)
+    results: dict[str, Any] = {
+        "date": started.isoformat(timespec="seconds"),
+        "command": command_line(sys.argv[1:]),
+        "machine": report.machine(),
+        "params": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(p).items()},
+        "how_measured": {"throughput": job.__doc__, "latency": latency.__doc__},
+        "loadavg_at_start": loadavg(),
+    }
+    failed = False
+    try:
+        measure(p, results)
+    except Exception:  # noqa: BLE001 - the partial results are still worth writing
+        failed = True
+        results["error"] = traceback.format_exc()
+        console.print_exception()
+    results["total_minutes"] = round((datetime.now(UTC) - started).total_seconds() / 60, 1)
+    path = report.write(results, started.strftime("%Y-%m-%dT%H%M%SZ"))
+    report.print_tables(results, Console(width=None if sys.stdout.isatty() else 200))
+    echo(f"results: {path}")
+    if failed:
+        raise typer.Exit(1)
+
+
+if __name__ == "__main__":
+    app()

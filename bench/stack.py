@@ -1,0 +1,112 @@
+"""The benchmark's own local stack: a fresh STREAMFOLD_HOME every run, stopped at the end."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from compose import local_stack
+from connectors.setup import run_setup
+from streamfold import config, names
+
+SINK_TABLES = (
+    names.ENRICHED_CLICKS_TABLE,
+    names.CLICKS_PER_REGION_TABLE,
+    names.URL_REGION_TABLE,
+    names.DEAD_LETTERS_TABLE,
+    f"{names.SINK_SCHEMA}.sink_batches",
+)
+
+# partition -> (first offset, end offset): the records a measurement reads.
+Offsets = dict[int, tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class Bench:
+    """Endpoints of the running bench stack."""
+
+    home: Path
+    env: dict[str, str]
+    settings: config.Settings
+
+    @property
+    def bootstrap(self) -> str:
+        return self.settings.kafka_bootstrap
+
+    @property
+    def admin_dsn(self) -> str:
+        return self.settings.pg_dsn
+
+    def job_env(self, job_home: Path) -> dict[str, str]:
+        """The stack's variables with another STREAMFOLD_HOME: each job run gets fresh checkpoints."""
+        return {**os.environ, **self.env, "STREAMFOLD_HOME": str(job_home)}
+
+
+@contextmanager
+def running(home: Path, echo: Callable[[str], None], keep: bool = False) -> Iterator[Bench]:
+    """Wipe `home`, start the stack there, run `streamfold setup`; stop the stack afterwards."""
+    home = home.resolve()
+    local_stack.down(home)
+    shutil.rmtree(home, ignore_errors=True)
+    try:
+        env = local_stack.up(home)
+        os.environ.update(env)  # config.load() and every helper now point at the bench stack
+        settings = config.load()
+        run_setup(settings, echo=lambda msg: echo(f"setup: {msg}"))
+        yield Bench(home, env, settings)
+    finally:
+        if not keep:
+            local_stack.down(home)
+
+
+def truncate_sinks(bench: Bench) -> None:
+    """Every job run and the naive baseline start from empty sink tables (the same insert work)."""
+    with psycopg.connect(bench.admin_dsn, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {', '.join(SINK_TABLES)}")
+
+
+def topic_offsets(bootstrap: str, topic: str = names.CLICKS_TOPIC) -> Offsets:
+    """A topic's (log start, end) offsets per partition."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-offsets"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in partitions}
+    finally:
+        consumer.close()
+
+
+def empty_clicks_topic(bootstrap: str) -> None:
+    """Move the clicks topic's log start to its end: a new job checkpoint (earliest) reads only new clicks."""
+    ends = topic_offsets(bootstrap)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = [TopicPartition(names.CLICKS_TOPIC, p, end) for p, (_, end) in ends.items()]
+    for future in admin.delete_records(wanted, operation_timeout=60).values():
+        future.result()
+
+
+def cdc_records(bootstrap: str) -> int:
+    """Change events in the CDC topic (one partition)."""
+    return sum(end - start for start, end in topic_offsets(bootstrap, names.CDC_USERS_TOPIC).values())
+
+
+def wait_for_cdc(
+    bootstrap: str, expected: int, on_progress: Callable[[int], None], timeout_s: float
+) -> float:
+    """Wait until Debezium has published `expected` change events; returns the seconds it took."""
+    start = time.monotonic()
+    while (seen := cdc_records(bootstrap)) < expected:
+        on_progress(seen)
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError(f"Debezium published {seen} of {expected} change events in {timeout_s:.0f}s")
+        time.sleep(1)
+    on_progress(seen)
+    return time.monotonic() - start

@@ -1,0 +1,110 @@
+"""The benchmark's own arithmetic and parsing (the measurements themselves need `make bench`)."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+from bench import job, procmem, profile, report
+from bench.latency import Observations, percentile, summary
+from bench.naive import pg_array, user_click
+from pipeline.sinks import STAGING_COLUMNS
+
+
+def test_percentile_is_nearest_rank():
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 99) == 99.0
+    assert percentile([], 50) is None
+
+
+def test_percentile_falling_on_an_unseen_sample_is_unknown():
+    values = [1.0] * 98 + [math.inf] * 2
+    assert percentile(values, 95) == 1.0
+    assert percentile(values, 99) is None
+
+
+def test_summary_counts_censored_samples_and_names_some():
+    observed = Observations()
+    observed.add("a", 10.0)
+    observed.add("b", 10.0)
+    observed.mark(["a"], 12.5)
+    result = summary(observed)
+    assert (result["samples"], result["censored"], result["censored_examples"]) == (2, 1, ["b"])
+    assert result["max_s"] == 2.5
+
+
+def test_resolved_origin_replaces_the_placeholder():
+    observed = Observations()
+    observed.add("User_1@100.0", 100.0)
+    observed.resolve("User_1@100.0", 100.2, 103.2)
+    assert observed.latencies() == [3.0]
+
+
+def test_pg_array_quotes_like_the_sink():
+    assert pg_array(["News", 'say "hi"', "back\\slash"]) == '{"News","say \\"hi\\"","back\\\\slash"}'
+    assert pg_array(None) is None
+
+
+def test_naive_user_clicks_carry_the_sink_field_names():
+    row = {name: None for name in STAGING_COLUMNS}
+    assert set(json.loads(user_click(row))) == {name.removesuffix("_ms") for name in STAGING_COLUMNS}
+
+
+def test_profile_fold_attributes_samples_to_the_innermost_process():
+    lines = [
+        'process 1:"python -m bench.job_runner p";process 2:"java x";process 3:"python -m pyspark.daemon"'
+        ";main (worker.py:1);get (state.py:2) 30",
+        'process 1:"python -m bench.job_runner p";call (sinks.py:5) 10',
+    ]
+    folded = profile.fold(lines)
+    assert folded["python workers"]["samples"] == 30
+    assert folded["python workers"]["top_self"] == [("get (state.py:2)", 100.0)]
+    assert folded["driver"]["top_inclusive"] == [("call (sinks.py:5)", 100.0)]
+
+
+def test_descendants_include_children_with_their_roles():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        tree = procmem.descendants(os.getpid())
+        assert child.pid in tree
+        assert procmem.role(child.pid, tree[child.pid], root=1) == "workers"
+        assert procmem.role(child.pid, "java", root=1) == "jvm"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def progress_event(batch: int, clicks: int, cdc: int, **durations: int) -> dict:
+    return {
+        "batchId": batch,
+        "numInputRows": clicks + cdc,
+        "durationMs": durations,
+        "sources": [
+            {"description": "KafkaV2[Subscribe[clicks]]", "numInputRows": clicks},
+            {
+                "description": "KafkaV2[Subscribe[cdc.public.users,__debezium-heartbeat.cdc]]",
+                "numInputRows": cdc,
+            },
+        ],
+    }
+
+
+def test_clicks_read_counts_only_the_clicks_source():
+    assert job.clicks_read(progress_event(0, 7, 5)) == 7
+
+
+def test_duration_totals_sum_each_phase():
+    events = [progress_event(0, 1, 0, addBatch=5, walCommit=1), progress_event(1, 1, 0, addBatch=7)]
+    assert job.duration_totals(events) == {"addBatch": 12, "walCommit": 1}
+
+
+def test_markdown_has_the_throughput_ratios():
+    results = {
+        "streamfold": {"clicks": 100, "seconds": 10.0, "clicks_per_s": 10},
+        "naive": {"clicks": 100, "seconds": 5.0, "clicks_per_s": 20},
+    }
+    text = report.markdown(results)
+    assert "| naive: PostgreSQL lookup per click | 100 | 5.0 | 20 | 0.50x |" in text
+    assert "streamfold/naive: 0.50" in text
