@@ -1,6 +1,6 @@
 """The temporal join: every click enriched with the user profile version valid when it happened.
 
-Semantics (DESIGN.md section 1, "Join semantics"):
+Semantics (README.md, "Join semantics"):
 - A profile version is valid from its commit time (valid_from_ms = Debezium source.ts_ms); snapshot rows
   (op=r) from BEGINNING_OF_TIME_MS; a delete ends validity (a tombstone version), a re-insert starts anew.
 - A click at t joins the version with the greatest valid_from <= t (equal valid_from: the higher lsn),
@@ -12,8 +12,12 @@ Semantics (DESIGN.md section 1, "Join semantics"):
 - mode "latest": Kafka Streams KStream-KTable leftJoin (latest version when processed, a key's changes
   before its clicks within a micro-batch, nothing waits).
 
-How: clicks and changes are tagged, unioned and keyed by userid into ONE transformWithStateInPandas
-operator (RocksDB state, event-time timers); the per-user logic is pipeline.temporal_state.
+How: clicks and changes are tagged into one row shape, unioned, and keyed by userid into ONE
+transformWithState operator written in Java (jvm/src/main/java/io/streamfold/join: RocksDB state, event-time
+timers), reached through `TemporalJoin.apply`. Its per-user logic is a line-for-line port of
+pipeline.temporal_state, the pure-Python reference that tests/unit/test_join_operator.py holds it to. (A
+Python operator costs a socket round trip per state call and an Arrow->pandas conversion per key; the JVM one
+does a key in a few RocksDB operations, see bench/README.md.)
 
 The watermark trick: event time *is* Spark's watermark, so a replay after a crash makes the same decisions
 (the watermark is in the offset log). A third branch, progress_ms UNION ticks of Spark's `rate` source
@@ -34,18 +38,15 @@ reach handleInputRows; a timer registered below the watermark fires in the same 
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle, StreamingQuery
-from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import (
     ArrayType,
     IntegerType,
@@ -55,20 +56,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from pipeline.temporal_state import (
-    BEGINNING_OF_TIME_MS,
-    LATEST,
-    STATE_DDL,
-    Click,
-    Enriched,
-    JoinConfig,
-    UserState,
-    Version,
-    advance,
-    advance_latest,
-    decode_state,
-    encode_state,
-)
+from pipeline.temporal_state import BEGINNING_OF_TIME_MS, LATEST, JoinConfig
 
 __all__ = [
     "BEGINNING_OF_TIME_MS",
@@ -126,25 +114,26 @@ OUTPUT_SCHEMA = StructType(
     ]
 )
 
-# The operator's input: one row shape for clicks and changes. ts_ms is a click's event time or a change's
-# valid_from; the other fields travel as one JSON object, which keeps longs exact (pandas turns a nullable
-# long column into floats) and makes the per-key Arrow-to-pandas conversion cheap (few columns).
+# The operator's input: one row shape for clicks and changes (io.streamfold.join.TaggedRow). ts_ms is a
+# click's event time or a change's valid_from; the fields of the other kind are null.
 _CLICK, _CHANGE = "click", "change"
-_CLICK_BODY = ("event_id", "url", "device_id", "ip", "clicks")
-_CHANGE_BODY = ("op", "regionid", "gender", "interests", "registertime")
+_CLICK_FIELDS = ("event_id", "url", "device_id", "ip", "clicks")
+_CHANGE_FIELDS = ("op", "regionid", "gender", "interests", "registertime")
 _TAGGED_SCHEMA = StructType(
     [
         StructField("kind", _STR),
         StructField("userid", _STR),
         StructField("ts_ms", _LONG),
         StructField("lsn", _LONG),
-        StructField("body", _STR),
+        *[f for f in CLICKS_SCHEMA.fields if f.name in _CLICK_FIELDS],
+        *[f for f in CHANGES_SCHEMA.fields if f.name in _CHANGE_FIELDS],
     ]
 )
 
 _ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _STATE_NAME = "user"
-_OPERATOR_NAME = "transformWithStateInPandasExec"
+_OPERATOR_NAME = "transformWithStateExec"
+_JVM_JOIN = "io.streamfold.join.TemporalJoin"
 # Below every real progress time: the filter that starves the progress branch after its watermark node.
 _BEFORE_ANY_PROGRESS = "0001-01-01 00:00:00"
 
@@ -159,16 +148,11 @@ def temporal_join(
     spark = clicks.sparkSession
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", _ROCKSDB)  # required by transformWithState
     tagged = _tag_clicks(clicks).unionByName(_tag_changes(changes))
-    time_mode = "None"
     if cfg.mode != LATEST:
         tagged = tagged.unionByName(_watermark_carrier(spark, progress, cfg.max_wait_ms))
-        time_mode = "EventTime"
-    return tagged.groupBy("userid").transformWithStateInPandas(
-        statefulProcessor=_UserJoin(cfg),
-        outputStructType=OUTPUT_SCHEMA,
-        outputMode="Append",
-        timeMode=time_mode,
-    )
+    jvm: Any = spark._jvm
+    joined = jvm.io.streamfold.join.TemporalJoin.apply(tagged._jdf, cfg.mode, cfg.version_retention_ms)
+    return DataFrame(joined, spark)
 
 
 def _project(df: DataFrame, values: dict[str, Column]) -> DataFrame:
@@ -179,15 +163,15 @@ def _project(df: DataFrame, values: dict[str, Column]) -> DataFrame:
 
 
 def _tag_clicks(clicks: DataFrame) -> DataFrame:
-    body = F.struct(*_CLICK_BODY[:-1], F.coalesce("clicks", F.lit(1)).alias("clicks"))  # DESIGN: default 1
+    fields = {name: F.col(name) for name in ("userid", *_CLICK_FIELDS)}
     return _project(
         clicks,
         {
+            **fields,
             "kind": F.lit(_CLICK),
-            "userid": F.col("userid"),
             "ts_ms": F.col("event_time_ms"),
             "lsn": F.lit(0),
-            "body": F.to_json(body),
+            "clicks": F.coalesce("clicks", F.lit(1)),  # the click contract's default
         },
     )
 
@@ -200,7 +184,7 @@ def _tag_changes(changes: DataFrame) -> DataFrame:
             "userid": F.col("userid"),
             "ts_ms": F.col("valid_from_ms"),
             "lsn": F.coalesce(F.col("lsn"), F.lit(0)),
-            "body": F.to_json(F.struct(*_CHANGE_BODY)),
+            **{name: F.col(name) for name in _CHANGE_FIELDS},
         },
     )
 
@@ -225,91 +209,6 @@ def _watermark_carrier(spark: SparkSession, progress: DataFrame, max_wait_ms: in
     )
     return _project(
         watermarked.where(F.col("progress_ts") < F.lit(_BEFORE_ANY_PROGRESS).cast("timestamp")), {}
-    )
-
-
-class _UserJoin(StatefulProcessor):
-    """One user's join; all decisions are in temporal_state.advance / advance_latest."""
-
-    def __init__(self, cfg: JoinConfig) -> None:
-        self._cfg = cfg
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self._handle = handle
-        self._fired_ms: int | None = None
-        self._user = handle.getValueState(_STATE_NAME, STATE_DDL)
-
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        changes, clicks = _decode(rows)
-        return self._step(changes, clicks, timerValues.getCurrentWatermarkInMs())
-
-    def handleExpiredTimer(
-        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[pd.DataFrame]:
-        # Spark has already removed the timer that fired: forget it rather than delete it again.
-        self._fired_ms = expiredTimerInfo.getExpiryTimeInMs()
-        return self._step([], [], timerValues.getCurrentWatermarkInMs())
-
-    def close(self) -> None:
-        pass
-
-    def _step(self, changes: list[Version], clicks: list[Click], watermark_ms: int) -> Iterator[pd.DataFrame]:
-        # Eager on purpose: state calls act on the key Spark set before calling us.
-        stored = self._user.get()
-        state = decode_state(stored)
-        if self._cfg.mode == LATEST:
-            step = advance_latest(state, changes, clicks)
-        else:
-            step = advance(state, changes, clicks, watermark_ms, self._cfg.version_retention_ms)
-        self._reschedule(state.wakeup_ms, step.wakeup_ms)
-        self._save(stored, UserState(step.state.versions, step.state.pending, step.wakeup_ms))
-        return iter([_to_pandas(step.rows)] if step.rows else [])
-
-    def _reschedule(self, old_ms: int | None, new_ms: int | None) -> None:
-        fired, self._fired_ms = self._fired_ms, None
-        if old_ms is not None and old_ms == fired:
-            old_ms = None
-        if old_ms == new_ms:
-            return
-        if old_ms is not None:
-            self._handle.deleteTimer(old_ms)
-        if new_ms is not None:
-            self._handle.registerTimer(new_ms)
-
-    def _save(self, stored: tuple | None, state: UserState) -> None:
-        # Every state call is a round trip to the JVM: skip the write when nothing changed.
-        if state.is_empty():
-            if stored is not None:
-                self._user.clear()
-            return
-        encoded = encode_state(state)
-        if encoded != stored:
-            self._user.update(encoded)
-
-
-def _decode(rows: Iterator[pd.DataFrame]) -> tuple[list[Version], list[Click]]:
-    """Tagged rows -> changes and clicks (to_json leaves out null fields, hence .get)."""
-    changes: list[Version] = []
-    clicks: list[Click] = []
-    for pdf in rows:
-        for kind, userid, ts_ms, lsn, body in pdf.itertuples(index=False):
-            b = json.loads(body)
-            if kind == _CLICK:
-                fields = (b.get("url"), b.get("device_id"), b.get("ip"), b["clicks"])
-                clicks.append(Click(b.get("event_id"), userid, int(ts_ms), *fields))
-            else:
-                fields = (b.get("regionid"), b.get("gender"), b.get("interests"), b.get("registertime"))
-                changes.append(Version(int(ts_ms), int(lsn), b.get("op"), *fields))
-    return changes, clicks
-
-
-def _to_pandas(rows: list[Enriched]) -> pd.DataFrame:
-    # Object columns keep exact longs and nulls (a float column would round them).
-    columns = zip(*rows, strict=True)
-    return pd.DataFrame(
-        {name: pd.Series(col, dtype=object) for name, col in zip(Enriched._fields, columns, strict=True)}
     )
 
 

@@ -2,13 +2,13 @@
 
 A user's state is the list of their profile versions, sorted by (valid_from_ms, lsn), plus the clicks that
 wait for completeness. `advance` is the whole event-time operator for one user and one step (new input
-rows or a timer); `advance_latest` is the Kafka Streams KStream-KTable flavour. temporal_join.py only
-moves rows between Spark and these functions.
+rows or a timer); `advance_latest` is the Kafka Streams KStream-KTable flavour. This module is the
+reference: the Spark operator (jvm/src/main/java/io/streamfold/join/UserHistory.java) ports it line for
+line, and tests/unit/test_join_operator.py runs random histories through both and compares every output row.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Mapping
@@ -218,31 +218,3 @@ def advance_latest(state: UserState, changes: Iterable[Version], clicks: Iterabl
     versions = [] if latest is None or latest.op == DELETE else [latest]
     rows = [enrich(c, latest) for c in clicks]
     return Step(rows, UserState(versions, [], None), None)
-
-
-# --- state encoding -------------------------------------------------------------------------------------
-# One ValueState row per user. Spark 4.0.0's Python state API cannot round-trip array columns through a
-# ValueState (the JVM pickler fails on them) and ListState/MapState values go through pandas, which cannot
-# write a null long back (astype(int64) fails), so versions and pending clicks travel as one JSON document.
-# The typed summary columns make the state inspectable with Spark's `statestore` reader.
-STATE_DDL = "versions int, pending int, pending_min_ms long, pending_max_ms long, wakeup_ms long, data string"
-
-
-def encode_state(state: UserState) -> tuple[int, int, int | None, int | None, int | None, str]:
-    times = [c.event_time_ms for c in state.pending]
-    data = json.dumps({"v": state.versions, "p": state.pending}, separators=(",", ":"))
-    return (
-        len(state.versions),
-        len(state.pending),
-        min(times, default=None),
-        max(times, default=None),
-        state.wakeup_ms,
-        data,
-    )
-
-
-def decode_state(row: tuple | None) -> UserState:
-    if row is None:
-        return UserState()
-    data = json.loads(row[5])
-    return UserState([Version(*v) for v in data["v"]], [Click(*c) for c in data["p"]], row[4])

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs whatever is missing, idempotently: Debian packages (PostgreSQL server, docker-compose
 # for validating compose/), the Python venv with pinned dependencies, every JVM artifact from
-# pom.xml into lib/, and kinesis-local from npm. Nothing downloads at run time after this.
+# pom.xml into lib/ (and the Java join operator it builds), and kinesis-local from npm. Nothing downloads at run time after this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,6 +58,14 @@ copy_jars() {  # profile, output dir
 copy_jars kafka lib/kafka
 copy_jars debezium lib/connect-plugins/debezium-connector-postgres
 copy_jars spark lib/spark
+
+# --- the join operator (Java, jvm/), built by the same pom into lib/spark ------------------------
+join_jar=lib/spark/streamfold-join.jar
+if [ ! -f "$join_jar" ] || [ pom.xml -nt "$join_jar" ] || [ -n "$(find jvm -newer "$join_jar" -type f)" ]; then
+  say "mvn package -> $join_jar"
+  mvn -q package
+  cp target/streamfold-join.jar "$join_jar"
+fi
 
 # --- kinesis-local -------------------------------------------------------------------------------
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then

@@ -6,101 +6,29 @@ reaches them, so only the CDC progress written by the test moves the watermark.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import DataFrame, Row, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql import SparkSession
 
 from pipeline.temporal_join import (
     BEGINNING_OF_TIME_MS,
-    CHANGES_SCHEMA,
-    CLICKS_SCHEMA,
     OUTPUT_SCHEMA,
-    PROGRESS_SCHEMA,
     JoinConfig,
     pending_clicks,
     run_until_drained,
-    temporal_join,
 )
 from pipeline.temporal_state import Enriched
 from streamfold.names import UNKNOWN_REGION
+from tests.support.join_harness import Harness
 
 pytestmark = pytest.mark.spark
 
 T = 2_000_000_000_000
 MINUTE = 60_000
 DAY = 86_400_000
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # Python workers need this venv (pandas, pyarrow)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("test-temporal-join")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
-class Harness:
-    """Input folders for the three streams, one checkpoint, and the rows the join emitted so far."""
-
-    def __init__(self, spark: SparkSession, root: Path, cfg: JoinConfig) -> None:
-        self.spark, self.root, self.cfg = spark, root, cfg
-        self.checkpoint = str(root / "checkpoint")
-        self.output: list[Row] = []
-        self.last_query: StreamingQuery | None = None
-        self._files = 0
-        for name in ("clicks", "changes", "progress"):
-            (root / name).mkdir()
-
-    def write(self, stream: str, rows: list[dict[str, Any]]) -> None:
-        self._files += 1
-        final = self.root / stream / f"{self._files:04d}.json"
-        hidden = final.with_name(f".{final.name}")  # the file source skips hidden files: rename is atomic
-        hidden.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        hidden.rename(final)
-
-    def joined(self) -> DataFrame:
-        read = self.spark.readStream.format("json")
-        return temporal_join(
-            read.schema(CLICKS_SCHEMA).load(str(self.root / "clicks")),
-            read.schema(CHANGES_SCHEMA).load(str(self.root / "changes")),
-            read.schema(PROGRESS_SCHEMA).load(str(self.root / "progress")),
-            self.cfg,
-        )
-
-    def start(self) -> StreamingQuery:
-        def collect(batch: DataFrame, _batch_id: int) -> None:
-            self.output.extend(batch.collect())
-
-        writer = self.joined().writeStream.foreachBatch(collect).option("checkpointLocation", self.checkpoint)
-        self.last_query = writer.trigger(availableNow=True).start()
-        return self.last_query
-
-    def run(self) -> dict[str, Row]:
-        """One AvailableNow run (a single batch: the rate source cannot do more); its rows by event_id."""
-        before = len(self.output)
-        self.start().awaitTermination()
-        return {r.event_id: r for r in self.output[before:]}
-
-    def state_rows(self) -> int:
-        assert self.last_query is not None and self.last_query.lastProgress is not None
-        return self.last_query.lastProgress["stateOperators"][0]["numRowsTotal"]
 
 
 def click(event_id: str, userid: str, t: int) -> dict[str, Any]:
@@ -247,4 +175,4 @@ def test_expired_versions_and_forgotten_users_shrink_the_state(spark: SparkSessi
 
 def _stored_versions(spark: SparkSession, checkpoint: str) -> dict[str, int]:
     state = spark.read.format("statestore").option("path", checkpoint).option("stateVarName", "user").load()
-    return {r.key.userid: r.value.versions for r in state.collect()}
+    return {r.key.value: r.value.versions for r in state.collect()}

@@ -16,8 +16,6 @@ from pipeline.temporal_state import (
     add_version,
     advance,
     advance_latest,
-    decode_state,
-    encode_state,
     expire_versions,
     parse_duration_ms,
     version_at,
@@ -181,14 +179,6 @@ def test_latest_mode_applies_a_batchs_changes_before_its_clicks_and_never_waits(
     assert step.state.is_empty()
     step = advance_latest(step.state, [], [click("c3", NOON)])
     assert regions(step.rows) == {"c3": UNKNOWN_REGION}
-
-
-def test_state_encoding_round_trips_exact_values() -> None:
-    state = UserState([SNAPSHOT, DELETE], [click("c1", NOON + 2), click("c2", NOON + 1)], NOON + 1)
-    encoded = encode_state(state)
-    assert encoded[:5] == (2, 2, NOON + 1, NOON + 2, NOON + 1)
-    assert decode_state(encoded) == state
-    assert decode_state(None) == UserState()
 
 
 def test_join_config_from_conf() -> None:

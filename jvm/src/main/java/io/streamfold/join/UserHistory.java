@@ -1,0 +1,134 @@
+package io.streamfold.join;
+
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+
+/**
+ * One user's join state and the decisions made on it: a line-for-line port of
+ * pipeline/temporal_state.py (advance, advance_latest and their helpers), which stays the reference.
+ * tests/unit/test_join_operator.py runs random histories through both and compares every output row.
+ */
+final class UserHistory {
+  static final String UNKNOWN_REGION = "UNKNOWN";
+  static final String DELETE = "d";
+
+  /** A profile version; a delete is a tombstone (op = d, profile fields null). */
+  record Version(long validFromMs, long lsn, String op, String regionid, String gender,
+                 Object interests, Long registertime) {}
+
+  /** A click waiting for the watermark to pass its event time. */
+  record Click(String eventId, long eventTimeMs, String url, String deviceId, String ip, int clicks) {}
+
+  /** One output row's values, in the operator's output order (uid is the key). */
+  record Enriched(Click click, Version version) {}
+
+  static final Comparator<Version> ORDER =
+      Comparator.comparingLong(Version::validFromMs).thenComparingLong(Version::lsn);
+
+  final List<Version> versions;  // sorted by (validFromMs, lsn)
+  final List<Click> pending;     // clicks newer than the watermark, in arrival order
+  Long wakeupMs;                 // the event-time timer registered for this user, null = none
+
+  UserHistory(List<Version> versions, List<Click> pending, Long wakeupMs) {
+    this.versions = versions;
+    this.pending = pending;
+    this.wakeupMs = wakeupMs;
+  }
+
+  static UserHistory empty() {
+    return new UserHistory(new ArrayList<>(), new ArrayList<>(), null);
+  }
+
+  boolean isEmpty() {
+    return versions.isEmpty() && pending.isEmpty();
+  }
+
+  /** Inserts in (valid_from, lsn) order; the same (valid_from, lsn) again replaces it (replays). */
+  void addVersion(Version version) {
+    versions.removeIf(v -> v.validFromMs() == version.validFromMs() && v.lsn() == version.lsn());
+    int at = 0;
+    while (at < versions.size() && ORDER.compare(versions.get(at), version) <= 0) at++;
+    versions.add(at, version);
+  }
+
+  /** The version with the greatest valid_from <= t (the highest lsn among equal valid_from). */
+  Version versionAt(long timeMs) {
+    Version found = null;
+    for (Version v : versions) {
+      if (v.validFromMs() > timeMs) break;
+      found = v;
+    }
+    return found;
+  }
+
+  /** Drops every version whose successor is valid from before the horizon; forgets a lone old tombstone. */
+  void expireVersions(long horizonMs) {
+    int firstAtOrAfter = 0;
+    while (firstAtOrAfter < versions.size() && versions.get(firstAtOrAfter).validFromMs() < horizonMs) {
+      firstAtOrAfter++;
+    }
+    int firstKept = Math.max(firstAtOrAfter - 1, 0);
+    versions.subList(0, firstKept).clear();
+    if (versions.size() == 1 && DELETE.equals(versions.get(0).op())
+        && versions.get(0).validFromMs() < horizonMs) {
+      versions.clear();
+    }
+  }
+
+  /** The first watermark at which expireVersions would drop something (timers fire at ts <= watermark). */
+  Long nextExpiryMs(long retentionMs) {
+    if (versions.size() >= 2) return versions.get(1).validFromMs() + retentionMs + 1;
+    if (versions.size() == 1 && DELETE.equals(versions.get(0).op())) {
+      return versions.get(0).validFromMs() + retentionMs + 1;
+    }
+    return null;
+  }
+
+  /**
+   * Event-time join for one step: merge changes, emit every click the watermark has passed (in event-time
+   * order), expire old versions. Returns the rows; afterwards `nextWakeup` says when to call again.
+   */
+  List<Enriched> advance(List<Version> changes, List<Click> clicks, long watermarkMs, long retentionMs) {
+    for (Version change : changes) addVersion(change);
+    List<Click> ready = new ArrayList<>();
+    List<Click> waiting = new ArrayList<>(pending.size() + clicks.size());
+    waiting.addAll(pending);
+    waiting.addAll(clicks);
+    pending.clear();
+    for (Click c : waiting) (c.eventTimeMs() <= watermarkMs ? ready : pending).add(c);
+    ready.sort(Comparator.comparingLong(Click::eventTimeMs));  // stable, like Python's sorted
+    List<Enriched> rows = new ArrayList<>(ready.size());
+    for (Click c : ready) rows.add(new Enriched(c, versionAt(c.eventTimeMs())));
+    expireVersions(watermarkMs - retentionMs);
+    return rows;
+  }
+
+  /** Both candidates are above the watermark: pending clicks by definition, expiry by construction. */
+  Long nextWakeup(long retentionMs) {
+    Long wakeup = nextExpiryMs(retentionMs);
+    for (Click c : pending) {
+      if (wakeup == null || c.eventTimeMs() < wakeup) wakeup = c.eventTimeMs();
+    }
+    return wakeup;
+  }
+
+  /** KStream-KTable left join: this step's newest change wins, every click joins it, nothing waits. */
+  List<Enriched> advanceLatest(List<Version> changes, List<Click> clicks) {
+    Version latest = versions.isEmpty() ? null : versions.get(versions.size() - 1);
+    if (!changes.isEmpty()) latest = newest(changes);
+    versions.clear();
+    pending.clear();
+    if (latest != null && !DELETE.equals(latest.op())) versions.add(latest);
+    List<Enriched> rows = new ArrayList<>(clicks.size());
+    for (Click c : clicks) rows.add(new Enriched(c, latest));
+    return rows;
+  }
+
+  /** The greatest change by (valid_from, lsn), the last one among equals (as Python's stable sort). */
+  private static Version newest(List<Version> changes) {
+    Version best = changes.get(0);
+    for (Version c : changes) if (ORDER.compare(c, best) >= 0) best = c;
+    return best;
+  }
+}

@@ -1,0 +1,66 @@
+"""A temporal join query on a real local Spark, fed from three file streams, run one batch at a time."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from pipeline.temporal_join import CHANGES_SCHEMA, CLICKS_SCHEMA, PROGRESS_SCHEMA, JoinConfig, temporal_join
+
+
+class Harness:
+    """Input folders for the three streams, one checkpoint, and the rows the join emitted so far."""
+
+    def __init__(self, spark: SparkSession, root: Path, cfg: JoinConfig) -> None:
+        self.spark, self.root, self.cfg = spark, root, cfg
+        self.checkpoint = str(root / "checkpoint")
+        self.output: list[Row] = []
+        self.last_query: StreamingQuery | None = None
+        self._files = 0
+        for name in ("clicks", "changes", "progress"):
+            (root / name).mkdir()
+
+    def write(self, stream: str, rows: list[dict[str, Any]]) -> None:
+        self._files += 1
+        final = self.root / stream / f"{self._files:04d}.json"
+        hidden = final.with_name(f".{final.name}")  # the file source skips hidden files: rename is atomic
+        hidden.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        hidden.rename(final)
+
+    def joined(self) -> DataFrame:
+        read = self.spark.readStream.format("json")
+        return temporal_join(
+            read.schema(CLICKS_SCHEMA).load(str(self.root / "clicks")),
+            read.schema(CHANGES_SCHEMA).load(str(self.root / "changes")),
+            read.schema(PROGRESS_SCHEMA).load(str(self.root / "progress")),
+            self.cfg,
+        )
+
+    def start(self) -> StreamingQuery:
+        def collect(batch: DataFrame, _batch_id: int) -> None:
+            self.output.extend(batch.collect())
+
+        writer = self.joined().writeStream.foreachBatch(collect).option("checkpointLocation", self.checkpoint)
+        self.last_query = writer.trigger(availableNow=True).start()
+        return self.last_query
+
+    def run(self) -> dict[str, Row]:
+        """One AvailableNow run (a single batch: the rate source cannot do more); its rows by event_id."""
+        before = len(self.output)
+        self.start().awaitTermination()
+        return {r.event_id: r for r in self.output[before:]}
+
+    def state_rows(self) -> int:
+        assert self.last_query is not None and self.last_query.lastProgress is not None
+        return self.last_query.lastProgress["stateOperators"][0]["numRowsTotal"]
+
+    def watermark_ms(self) -> int:
+        """The watermark the last batch ran with (what the operator saw as the current watermark)."""
+        assert self.last_query is not None and self.last_query.lastProgress is not None
+        iso = self.last_query.lastProgress["eventTime"].get("watermark", "1970-01-01T00:00:00.000Z")
+        return round(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
