@@ -62,8 +62,8 @@ copy_jars spark lib/spark
 # --- the join operator (Java, jvm/), built by the same pom into lib/spark ------------------------
 join_jar=lib/spark/streamfold-join.jar
 if [ ! -f "$join_jar" ] || [ pom.xml -nt "$join_jar" ] || [ -n "$(find jvm -newer "$join_jar" -type f)" ]; then
-  say "mvn package -> $join_jar"
-  mvn -q package
+  say "mvn -P join package -> $join_jar"
+  mvn -q -P join package
   cp target/streamfold-join.jar "$join_jar"
 fi
 
