@@ -7,8 +7,13 @@ click latency:   a click's Kafka record timestamp (CreateTime, stamped when the 
 profile latency: a profile UPDATE's commit time (Debezium's source.ts_ms, which a joined row carries as
                  profile_valid_from) -> the first poll that sees a click joined with that version. Right
                  after each update one click by that user is sent, so such a click exists at once.
-Both are exact to the poll interval (POLL_S). Rows still invisible GRACE_S after the load ends are
-reported as censored (the job could not keep up), and percentiles that fall on them as "> GRACE_S".
+Both are exact to the poll interval (POLL_S).
+breakdown:       where a sampled click's latency goes, from the job's own records: append -> start of the
+                 batch that read it (the clicks source's end offsets in each query progress) -> start of
+                 the batch that emitted it (the last Postgres commit before the row was seen, from
+                 streamfold.sink_batches) -> that commit -> the poll that saw it.
+Rows still invisible GRACE_S after the load ends are reported as censored (the job could not keep up),
+and percentiles that fall on them as "> GRACE_S".
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -137,6 +143,8 @@ class WindowResult:
     profiles: dict[str, Any]
     kept_up: bool  # every sampled click became visible within GRACE_S of the window's end
     updates: int
+    observed: Observations  # the sampled clicks, for `breakdown`
+    breakdown: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -149,6 +157,7 @@ class WindowResult:
             "kept_up": self.kept_up,
             "click_latency": self.clicks,
             "profile_latency": self.profiles,
+            "click_latency_breakdown": self.breakdown,
         }
 
 
@@ -190,6 +199,7 @@ def run_window(
         clicks=summary(clicks),
         profiles=summary(profiles),
         kept_up=not clicks.outstanding(),
+        observed=clicks,
     )
 
 
@@ -257,3 +267,47 @@ def _update_and_click(producer: Producer, updater: ProfileUpdater, profiles: Obs
     profiles.add(f"{userid}@{before}", before)  # the origin becomes the commit time once seen
     click = next(generate.clicks(generate.ClickSpec(count=1, users=1, seed=random.randrange(1 << 30))))
     _produce(producer, {**click, "userid": userid}, None)
+
+
+SEGMENTS = ("append_to_read", "read_to_emit", "emit_to_commit", "commit_to_seen")
+
+
+def breakdown(
+    observed: Observations, progress: list[dict[str, Any]], commits: list[tuple[int, int, Any]]
+) -> dict[str, Any]:
+    """p50/p99 of each segment of the sampled clicks' latency (see the module docstring).
+
+    progress: the clicks query's progress events; commits: (batch_id, rows, committed_at) of its sink.
+    """
+    starts = {e["batchId"]: _epoch_s(e["timestamp"]) for e in progress}
+    read_to = sorted((e["batchId"], _click_end_offsets(e)) for e in progress)
+    committed = sorted((at.timestamp(), batch_id) for batch_id, _, at in commits)
+    segments: dict[str, list[float]] = {name: [] for name in SEGMENTS}
+    with observed.lock:
+        samples = [(k, sent, observed.seen[k]) for k, sent in observed.sent.items() if k in observed.seen]
+    for key, sent, seen in samples:
+        _, _, partition, offset = key.split(":")
+        read = next((b for b, ends in read_to if ends.get(partition, -1) > int(offset)), None)
+        emit = [(at, b) for at, b in committed if at <= seen]
+        if read is None or not emit or read not in starts or emit[-1][1] not in starts:
+            continue
+        commit_at, emit_batch = emit[-1]
+        points = (sent, starts[read], starts[emit_batch], commit_at, seen)
+        for name, a, b in zip(SEGMENTS, points, points[1:], strict=False):
+            segments[name].append(b - a)
+    return {
+        "samples": len(segments[SEGMENTS[0]]),
+        **{name: {f"p{q}_s": percentile(v, q) for q in (50, 99)} for name, v in segments.items()},
+    }
+
+
+def _epoch_s(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _click_end_offsets(event: dict[str, Any]) -> dict[str, int]:
+    for source in event["sources"]:
+        ends = (source.get("endOffset") or {}) if isinstance(source.get("endOffset"), dict) else {}
+        if names.CLICKS_TOPIC in ends:
+            return {p: int(o) for p, o in ends[names.CLICKS_TOPIC].items()}
+    return {}

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.latency import GRACE_S
+from bench.latency import GRACE_S, SEGMENTS
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -94,6 +94,16 @@ def latency_rows(results: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def breakdown_rows(results: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for w in results.get("latency", []):
+        b = w.get("click_latency_breakdown") or {}
+        if b.get("samples"):
+            parts = [f"{seconds(b[s]['p50_s'])} / {seconds(b[s]['p99_s'])}" for s in SEGMENTS]
+            rows.append([rate(w["target_rate"]), *parts, str(b["samples"])])
+    return rows
+
+
 def memory_rows(results: dict[str, Any]) -> list[list[str]]:
     rows = []
     for name, entry in (
@@ -155,6 +165,17 @@ TABLES = {
             "samples (click/profile)",
         ],
         latency_rows,
+    ),
+    "Where a click's latency goes (p50 / p99)": (
+        [
+            "offered clicks/s",
+            "append -> batch that read it",
+            "-> batch that emitted it (waiting for CDC progress)",
+            "-> Postgres commit",
+            "-> seen by the poller",
+            "samples",
+        ],
+        breakdown_rows,
     ),
     "Peak memory (MiB)": (
         ["process tree", "driver", "JVM", "python workers", "total RSS", "total PSS"],

@@ -201,9 +201,14 @@ def latency_windows(bench: Bench, inputs: Inputs, run: job.JobRun, p: Params, of
         )
         inputs.cdc += window.updates
         offered += window.sent
+        window.breakdown = latency.breakdown(window.observed, run.progress(), run.commits())
         windows.append(window.as_dict())
         c = window.clicks
         echo(f"  click latency p50 {c['p50_s']} s, p99 {c['p99_s']} s; kept up: {window.kept_up}")
+        parts = ", ".join(
+            f"{k} {v['p50_s']}/{v['p99_s']}" for k, v in window.breakdown.items() if k != "samples"
+        )
+        echo(f"  where it goes (p50/p99 s): {parts}")
         if rate != p.rate and not window.kept_up:
             ticker = Ticker("backlog committed before the next window", offered, every_s=30)
             try:

@@ -17,6 +17,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from pipeline import spark as spark_session
 from pipeline import topology
 from pipeline.temporal_join import JoinConfig, run_until_drained
+from pipeline.temporal_state import parse_duration_ms
 from streamfold.config import Settings
 
 
@@ -83,11 +84,35 @@ def root_cause(message: str) -> str:
     return causes[-1].strip() if causes else message.splitlines()[0]
 
 
+# `--conf` keys besides spark.*: a typo must fail loudly rather than silently keep a default.
+JOB_KEYS = ("join.mode", "join.max_wait", "join.version_retention", "trigger.interval")
+DEFAULT_TRIGGER = "500ms"
+
+
+def check_conf(conf: dict[str, str]) -> None:
+    unknown = sorted(k for k in conf if k not in JOB_KEYS and not k.startswith("spark."))
+    if unknown:
+        raise JobError(f"unknown --conf key(s) {', '.join(unknown)}; known: {', '.join(JOB_KEYS)}, spark.*")
+
+
+def trigger_ms(conf: dict[str, str]) -> int:
+    """How often the continuous job starts a micro-batch (a batch still running delays the next)."""
+    try:
+        return parse_duration_ms(conf.get("trigger.interval", DEFAULT_TRIGGER))
+    except ValueError as exc:
+        raise JobError(f"trigger.interval: {exc}") from None
+
+
 def run(
     settings: Settings, source: str, once: bool, conf: dict[str, str], echo: Callable[[str], None] = print
 ) -> None:
     checkpoints = settings.home / "checkpoints"
-    join = JoinConfig.from_conf(conf)
+    check_conf(conf)
+    try:
+        join = JoinConfig.from_conf(conf)
+    except ValueError as exc:
+        raise JobError(str(exc)) from None
+    interval_ms = trigger_ms(conf)
     _log_sink_batches()
     # `docker compose stop` and process managers send SIGTERM: stop the queries as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -99,7 +124,7 @@ def run(
             if once:
                 run_once(spark, clicks, changelog, checkpoints, echo)
             else:
-                queries = [topology.start(flow, checkpoints, once=False) for flow in (changelog, clicks)]
+                queries = [topology.start(flow, checkpoints, interval_ms) for flow in (changelog, clicks)]
                 echo(f"running {', '.join(q.name for q in queries)}; Ctrl-C stops")
                 spark.streams.awaitAnyTermination()
         except StreamingQueryException as exc:
@@ -122,8 +147,8 @@ def run_once(
     echo: Callable[[str], None],
 ) -> None:
     """Every click available at start is emitted (the join waits for CDC progress), then return."""
-    topology.start(changelog, checkpoints, once=True).awaitTermination()
+    topology.start(changelog, checkpoints).awaitTermination()
     runs = run_until_drained(
-        spark, lambda: topology.start(clicks, checkpoints, once=True), str(checkpoints / clicks.name)
+        spark, lambda: topology.start(clicks, checkpoints), str(checkpoints / clicks.name)
     )
     echo(f"[green]done[/]: every click available at start emitted ({runs} passes)")

@@ -59,10 +59,13 @@ def flows(
     )
 
 
-def start(flow: Flow, checkpoints: Path, once: bool) -> StreamingQuery:
+def start(flow: Flow, checkpoints: Path, interval_ms: int | None = None) -> StreamingQuery:
+    """Continuous with a micro-batch every interval_ms; without one, everything available now (`--once`)."""
     writer = (
         flow.frame.writeStream.queryName(flow.name)
         .option("checkpointLocation", str(checkpoints / flow.name))
         .foreachBatch(flow.sink)
     )
-    return (writer.trigger(availableNow=True) if once else writer.trigger(processingTime="1 second")).start()
+    if interval_ms is None:
+        return writer.trigger(availableNow=True).start()
+    return writer.trigger(processingTime=f"{interval_ms} milliseconds").start()

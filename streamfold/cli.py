@@ -107,7 +107,9 @@ def run(
     ] = False,
     conf: Annotated[
         list[str] | None,
-        typer.Option(help="KEY=VALUE: join.mode, join.max_wait, join.version_retention, spark.*"),
+        typer.Option(
+            help="KEY=VALUE: join.mode, join.max_wait, join.version_retention, trigger.interval, spark.*"
+        ),
     ] = None,
 ) -> None:
     """The Spark job: CDC fold, temporal join, aggregates, sinks."""

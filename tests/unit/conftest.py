@@ -1,5 +1,5 @@
-"""One local Spark session for every unit test that asks for `spark`, with the project's jars (the Java join
-operator among them), as `streamfold run` builds it."""
+"""One local Spark session for every unit test that asks for `spark`: the job's settings and jars (the Java
+join operator among them), two shuffle partitions."""
 
 from __future__ import annotations
 
@@ -10,23 +10,23 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from pipeline.spark import jars
+from pipeline.spark import DEFAULTS, jars
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     os.environ["PYSPARK_PYTHON"] = sys.executable  # Python workers need this venv (pandas, pyarrow)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("streamfold-unit")
-        .config("spark.jars", ",".join(jars()))
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    builder = SparkSession.builder.appName("streamfold-unit").config("spark.jars", ",".join(jars()))
+    settings = {
+        **DEFAULTS,
+        "spark.master": "local[2]",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.enabled": "false",
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline.job import JobError, exclusive, root_cause
+from pipeline.job import JobError, check_conf, exclusive, root_cause, trigger_ms
 
 NESTED = """[STREAM_FAILED] Query [id = 1] terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR]
 Traceback (most recent call last):
@@ -30,3 +30,16 @@ def test_a_second_job_on_the_same_home_is_refused(tmp_path):
         pass
     with exclusive(lock):  # released again
         pass
+
+
+def test_a_mistyped_conf_key_is_refused_not_ignored():
+    check_conf({"join.max_wait": "5s", "spark.sql.shuffle.partitions": "2", "trigger.interval": "1s"})
+    with pytest.raises(JobError, match=r"unknown --conf key\(s\) join.max_wiat"):
+        check_conf({"join.max_wiat": "5s"})
+
+
+def test_trigger_interval_defaults_and_parses():
+    assert trigger_ms({}) == 500
+    assert trigger_ms({"trigger.interval": "2s"}) == 2000
+    with pytest.raises(JobError, match="trigger.interval"):
+        trigger_ms({"trigger.interval": "soon"})
