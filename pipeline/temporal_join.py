@@ -131,7 +131,7 @@ _TAGGED_SCHEMA = StructType(
 )
 
 _ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-_STATE_NAME = "user"
+_STATE_NAME = "bucket"  # io.streamfold.join.BucketJoinProcessor.BUCKET
 _OPERATOR_NAME = "transformWithStateExec"
 _JVM_JOIN = "io.streamfold.join.TemporalJoin"
 # Below every real progress time: the filter that starves the progress branch after its watermark node.

@@ -174,5 +174,7 @@ def test_expired_versions_and_forgotten_users_shrink_the_state(spark: SparkSessi
 
 
 def _stored_versions(spark: SparkSession, checkpoint: str) -> dict[str, int]:
-    state = spark.read.format("statestore").option("path", checkpoint).option("stateVarName", "user").load()
-    return {r.key.value: r.value.versions for r in state.collect()}
+    state = (
+        spark.read.format("statestore").option("path", checkpoint).option("stateVarName", "versions").load()
+    )
+    return {r.user_map_key.value: r.user_map_value.versions for r in state.collect()}

@@ -14,11 +14,12 @@ import org.apache.spark.sql.types.StructType;
 final class TaggedRow implements Serializable {
   static final String CLICK = "click";
 
-  private final int kind, ts, lsn, eventId, url, deviceId, ip, clicks, op, regionid, gender, interests,
+  private final int kind, userid, ts, lsn, eventId, url, deviceId, ip, clicks, op, regionid, gender, interests,
       registertime;
 
   TaggedRow(StructType schema) {
     kind = schema.fieldIndex("kind");
+    userid = schema.fieldIndex("userid");
     ts = schema.fieldIndex("ts_ms");
     lsn = schema.fieldIndex("lsn");
     eventId = schema.fieldIndex("event_id");
@@ -31,6 +32,19 @@ final class TaggedRow implements Serializable {
     gender = schema.fieldIndex("gender");
     interests = schema.fieldIndex("interests");
     registertime = schema.fieldIndex("registertime");
+  }
+
+  String userid(Row r) {
+    return r.getString(userid);
+  }
+
+  /**
+   * Users hashed into buckets: the operator's key (see BucketJoinProcessor). The top bits of a
+   * multiplicative hash: a bucket's users must not share low hash bits, or every HashMap over one
+   * bucket's users degenerates into one bin.
+   */
+  int bucket(Row r) {
+    return (r.getString(userid).hashCode() * 0x9E3779B9) >>> (32 - TemporalJoin.BUCKET_BITS);
   }
 
   void decode(Row r, List<Version> changes, List<Click> clickRows) {

@@ -15,8 +15,9 @@ import org.apache.spark.sql.types.StructType;
  * <pre>DataFrame(jvm.io.streamfold.join.TemporalJoin.apply(tagged._jdf, "event_time", retention_ms), spark)</pre>
  *
  * `tagged` holds clicks and profile changes in one shape (see TaggedRow) and carries the query's
- * watermark (CDC progress) through a branch that yields no rows. Keyed by userid, every row goes through
- * one transformWithState operator (UserJoinProcessor); the result is one OUTPUT_SCHEMA row per click.
+ * watermark (CDC progress) through a branch that yields no rows. Keyed by a hash bucket of userid, every
+ * row goes through one transformWithState operator (BucketJoinProcessor); the result is one
+ * OUTPUT_SCHEMA row per click.
  */
 public final class TemporalJoin {
   public static final StructType OUTPUT_SCHEMA = new StructType()
@@ -33,6 +34,13 @@ public final class TemporalJoin {
       .add("user_registertime", DataTypes.LongType)
       .add("profile_valid_from_ms", DataTypes.LongType);
 
+  /**
+   * How many buckets users are hashed into. Fixed: a checkpoint's state is keyed by bucket. Enough to keep
+   * a bucket's waiting clicks small at 200,000 clicks a batch, few enough that a batch touches each once.
+   */
+  public static final int BUCKET_BITS = 10;
+  public static final int BUCKETS = 1 << BUCKET_BITS;
+
   private TemporalJoin() {}
 
   /** mode: "event_time" (EventTime timers) or "latest" (no timers, nothing waits). */
@@ -41,10 +49,10 @@ public final class TemporalJoin {
     if (!latest && !"event_time".equals(mode)) {
       throw new IllegalArgumentException("join mode must be event_time or latest, got " + mode);
     }
-    final int userid = tagged.schema().fieldIndex("userid");
-    UserJoinProcessor processor = new UserJoinProcessor(latest, retentionMs, new TaggedRow(tagged.schema()));
+    TaggedRow rows = new TaggedRow(tagged.schema());
+    BucketJoinProcessor processor = new BucketJoinProcessor(latest, retentionMs, rows);
     return tagged
-        .groupByKey((MapFunction<Row, String>) r -> r.getString(userid), Encoders.STRING())
+        .groupByKey((MapFunction<Row, Integer>) rows::bucket, Encoders.INT())
         .transformWithState(processor, latest ? TimeMode.None() : TimeMode.EventTime(), OutputMode.Append(),
             Encoders.row(OUTPUT_SCHEMA));
   }

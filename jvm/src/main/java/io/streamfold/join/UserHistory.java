@@ -28,20 +28,10 @@ final class UserHistory {
 
   final List<Version> versions;  // sorted by (validFromMs, lsn)
   final List<Click> pending;     // clicks newer than the watermark, in arrival order
-  Long wakeupMs;                 // the event-time timer registered for this user, null = none
 
-  UserHistory(List<Version> versions, List<Click> pending, Long wakeupMs) {
+  UserHistory(List<Version> versions, List<Click> pending) {
     this.versions = versions;
     this.pending = pending;
-    this.wakeupMs = wakeupMs;
-  }
-
-  static UserHistory empty() {
-    return new UserHistory(new ArrayList<>(), new ArrayList<>(), null);
-  }
-
-  boolean isEmpty() {
-    return versions.isEmpty() && pending.isEmpty();
   }
 
   /** Inserts in (valid_from, lsn) order; the same (valid_from, lsn) again replaces it (replays). */
@@ -87,7 +77,8 @@ final class UserHistory {
 
   /**
    * Event-time join for one step: merge changes, emit every click the watermark has passed (in event-time
-   * order), expire old versions. Returns the rows; afterwards `nextWakeup` says when to call again.
+   * order), expire old versions. Returns the rows; the user needs the operator again at its earliest pending click
+   * or at nextExpiryMs, whichever comes first (both are above the watermark by construction).
    */
   List<Enriched> advance(List<Version> changes, List<Click> clicks, long watermarkMs, long retentionMs) {
     for (Version change : changes) addVersion(change);
@@ -102,15 +93,6 @@ final class UserHistory {
     for (Click c : ready) rows.add(new Enriched(c, versionAt(c.eventTimeMs())));
     expireVersions(watermarkMs - retentionMs);
     return rows;
-  }
-
-  /** Both candidates are above the watermark: pending clicks by definition, expiry by construction. */
-  Long nextWakeup(long retentionMs) {
-    Long wakeup = nextExpiryMs(retentionMs);
-    for (Click c : pending) {
-      if (wakeup == null || c.eventTimeMs() < wakeup) wakeup = c.eventTimeMs();
-    }
-    return wakeup;
   }
 
   /** KStream-KTable left join: this step's newest change wins, every click joins it, nothing waits. */

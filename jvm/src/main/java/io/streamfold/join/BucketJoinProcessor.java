@@ -1,0 +1,187 @@
+package io.streamfold.join;
+
+import io.streamfold.join.UserHistory.Click;
+import io.streamfold.join.UserHistory.Enriched;
+import io.streamfold.join.UserHistory.Version;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.streaming.ExpiredTimerInfo;
+import org.apache.spark.sql.streaming.MapState;
+import org.apache.spark.sql.streaming.OutputMode;
+import org.apache.spark.sql.streaming.StatefulProcessor;
+import org.apache.spark.sql.streaming.TTLConfig;
+import org.apache.spark.sql.streaming.TimeMode;
+import org.apache.spark.sql.streaming.TimerValues;
+import org.apache.spark.sql.streaming.ValueState;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * The temporal join for one bucket of users (users are hashed into TemporalJoin.BUCKETS buckets).
+ *
+ * <p>Why buckets: a per-user operator pays a state write and a timer for every user with a click, then
+ * again when the watermark releases it. Here a bucket keeps its waiting clicks in one value and has one
+ * timer, so a click costs one RocksDB read of its user's versions when it is released. Each user is still
+ * advanced exactly when the per-user model would run it (pipeline/temporal_state.py, UserHistory): in a
+ * batch where the user has input, or where the watermark has passed one of its waiting clicks or its
+ * next version expiry. So the output is the model's, row for row (tests/unit/test_join_operator.py).
+ *
+ * <p>State: MapState "versions" (userid -> its versions) and ValueState "bucket" (waiting clicks, the
+ * users' next version expiries, the registered timer); see StateCodec.
+ */
+final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
+  static final String VERSIONS = "versions";
+  static final String BUCKET = "bucket";
+
+  /** One user's rows in this batch. */
+  private record Input(List<Version> changes, List<Click> clicks) {
+    static final Input NONE = new Input(Collections.emptyList(), Collections.emptyList());
+  }
+
+  private final boolean latestMode;
+  private final long retentionMs;
+  private final TaggedRow tagged;
+  private transient MapState<String, Row> versions;
+  private transient ValueState<Row> bucket;
+  private transient Long firedMs;  // the timer Spark just fired (and already removed)
+
+  BucketJoinProcessor(boolean latestMode, long retentionMs, TaggedRow tagged) {
+    this.latestMode = latestMode;
+    this.retentionMs = retentionMs;
+    this.tagged = tagged;
+  }
+
+  @Override
+  public void init(OutputMode outputMode, TimeMode timeMode) {
+    versions = getHandle().getMapState(
+        VERSIONS, Encoders.STRING(), Encoders.row(StateCodec.USER), TTLConfig.NONE());
+    bucket = getHandle().getValueState(BUCKET, Encoders.row(StateCodec.BUCKET), TTLConfig.NONE());
+  }
+
+  @Override
+  public scala.collection.Iterator<Row> handleInputRows(
+      Integer key, scala.collection.Iterator<Row> rows, TimerValues timerValues) {
+    Map<String, Input> input = new LinkedHashMap<>();
+    while (rows.hasNext()) {
+      Row row = rows.next();
+      Input in = input.computeIfAbsent(
+          tagged.userid(row), u -> new Input(new ArrayList<>(), new ArrayList<>()));
+      tagged.decode(row, in.changes(), in.clicks());
+    }
+    List<Row> out = latestMode ? joinLatest(input) : join(input, timerValues.getCurrentWatermarkInMs());
+    return CollectionConverters.asScala(out.iterator());
+  }
+
+  @Override
+  public scala.collection.Iterator<Row> handleExpiredTimer(
+      Integer key, TimerValues timerValues, ExpiredTimerInfo expiredTimerInfo) {
+    firedMs = expiredTimerInfo.getExpiryTimeInMs();
+    List<Row> out = join(Collections.emptyMap(), timerValues.getCurrentWatermarkInMs());
+    return CollectionConverters.asScala(out.iterator());
+  }
+
+  /** Event time: advance every user the per-user model would advance in this batch. */
+  private List<Row> join(Map<String, Input> input, long watermarkMs) {
+    Row stored = bucket.get();
+    StateCodec.Bucket b = StateCodec.decodeBucket(stored);
+    Set<String> due = new LinkedHashSet<>(input.keySet());
+    b.pending.forEach((user, clicks) -> {
+      if (anyReady(clicks, watermarkMs)) due.add(user);
+    });
+    b.expiries.forEach((user, expiry) -> {
+      if (expiry <= watermarkMs) due.add(user);
+    });
+    List<Row> out = new ArrayList<>();
+    for (String user : due) {
+      Input in = input.getOrDefault(user, Input.NONE);
+      List<Click> waiting = b.pending.remove(user);
+      Long expiry = b.expiries.get(user);
+      boolean quiet = in.changes().isEmpty() && (expiry == null || expiry > watermarkMs)
+          && !anyReady(in.clicks(), watermarkMs) && (waiting == null || !anyReady(waiting, watermarkMs));
+      List<Click> pending = waiting == null ? new ArrayList<>() : waiting;
+      if (quiet) {  // the model would only park the new clicks: no need to read the user's versions
+        pending.addAll(in.clicks());
+        b.pending.put(user, pending);
+        continue;
+      }
+      List<Version> before = loadVersions(user);
+      UserHistory history = new UserHistory(new ArrayList<>(before), pending);
+      List<Enriched> joined = history.advance(in.changes(), in.clicks(), watermarkMs, retentionMs);
+      saveVersions(user, before, history.versions);
+      if (!history.pending.isEmpty()) b.pending.put(user, history.pending);
+      Long next = history.nextExpiryMs(retentionMs);
+      if (next == null) b.expiries.remove(user);
+      else b.expiries.put(user, next);
+      for (Enriched e : joined) out.add(outputRow(user, e));
+    }
+    Long wakeup = b.nextWakeup();
+    reschedule(b.timerMs, wakeup);
+    b.timerMs = wakeup;
+    if (b.isEmpty()) {
+      if (stored != null) bucket.clear();
+    } else {
+      Row encoded = StateCodec.encodeBucket(b);
+      if (!encoded.equals(stored)) bucket.update(encoded);
+    }
+    return out;
+  }
+
+  /** Kafka Streams' KStream-KTable join: the latest version, nothing waits, no timers. */
+  private List<Row> joinLatest(Map<String, Input> input) {
+    List<Row> out = new ArrayList<>();
+    input.forEach((user, in) -> {
+      List<Version> before = loadVersions(user);
+      UserHistory history = new UserHistory(new ArrayList<>(before), new ArrayList<>());
+      for (Enriched e : history.advanceLatest(in.changes(), in.clicks())) out.add(outputRow(user, e));
+      saveVersions(user, before, history.versions);
+    });
+    return out;
+  }
+
+  private static boolean anyReady(List<Click> clicks, long watermarkMs) {
+    for (Click c : clicks) if (c.eventTimeMs() <= watermarkMs) return true;
+    return false;
+  }
+
+  private List<Version> loadVersions(String user) {
+    return StateCodec.decodeUser(versions.getValue(user));
+  }
+
+  private void saveVersions(String user, List<Version> before, List<Version> after) {
+    if (after.equals(before)) return;
+    if (after.isEmpty()) versions.removeKey(user);
+    else versions.updateValue(user, StateCodec.encodeUser(after));
+  }
+
+  private void reschedule(Long oldMs, Long newMs) {
+    Long fired = firedMs;
+    firedMs = null;
+    if (oldMs != null && oldMs.equals(fired)) oldMs = null;
+    if (oldMs == null ? newMs == null : oldMs.equals(newMs)) return;
+    if (oldMs != null) getHandle().deleteTimer(oldMs);
+    if (newMs != null) getHandle().registerTimer(newMs);
+  }
+
+  /** OUTPUT_SCHEMA: the click's fields, then the profile (region UNKNOWN when there is none). */
+  private static Row outputRow(String uid, Enriched e) {
+    Click c = e.click();
+    Version v = e.version();
+    boolean profile = v != null && !UserHistory.DELETE.equals(v.op());
+    String region = profile && v.regionid() != null && !v.regionid().isEmpty()
+        ? v.regionid() : UserHistory.UNKNOWN_REGION;
+    return RowFactory.create(
+        c.eventId(), uid, c.eventTimeMs(), c.url(), c.deviceId(), c.ip(), c.clicks(),
+        region,
+        profile ? v.gender() : null,
+        profile ? v.interests() : null,
+        profile ? v.registertime() : null,
+        profile ? v.validFromMs() : null);
+  }
+}
