@@ -6,13 +6,14 @@ import fcntl
 import logging
 import re
 import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from pipeline import spark as spark_session
 from pipeline import topology
@@ -74,8 +75,22 @@ def _log_sink_batches() -> None:
         logger.addHandler(handler)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+class StopRequest:
+    """Set by SIGTERM or SIGINT. The main thread polls it between short waits instead of being interrupted
+    inside a Py4J call (which leaves Py4J and Spark logging stack traces on the way out)."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.signal = signum
+
+    def wait(self, spark: SparkSession, poll_s: int = 1) -> None:
+        """Until a query ends (its exception is raised) or a stop is requested."""
+        while self.signal is None:
+            if spark.streams.awaitAnyTermination(poll_s):
+                spark.streams.awaitAnyTermination()  # raises the query's exception, if any
+                return
 
 
 def root_cause(message: str) -> str:
@@ -114,8 +129,11 @@ def run(
         raise JobError(str(exc)) from None
     interval_ms = trigger_ms(conf)
     _log_sink_batches()
-    # `docker compose stop` and process managers send SIGTERM: stop the queries as Ctrl-C does.
-    signal.signal(signal.SIGTERM, _interrupt)
+    # `docker compose stop` and process managers send SIGTERM, people Ctrl-C: stop the queries cleanly.
+    stop = StopRequest()
+    if not once:
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
     with exclusive(settings.home / "run.lock"):
         spark = spark_session.session(f"streamfold-{source}", conf)
         spark.streams.addListener(ProgressPrinter(echo))
@@ -126,7 +144,9 @@ def run(
             else:
                 queries = [topology.start(flow, checkpoints, interval_ms) for flow in (changelog, clicks)]
                 echo(f"running {', '.join(q.name for q in queries)}; Ctrl-C stops")
-                spark.streams.awaitAnyTermination()
+                stop.wait(spark)
+                if stop.signal is not None:
+                    echo(f"stopping ({signal.Signals(stop.signal).name})")
         except StreamingQueryException as exc:
             raise JobError(f"a streaming query failed: {root_cause(str(exc))}") from exc
         except TimeoutError as exc:
@@ -135,8 +155,17 @@ def run(
             echo("stopping")
         finally:
             for query in spark.streams.active:
-                query.stop()
+                stop_between_batches(query)
             spark.stop()
+
+
+def stop_between_batches(query: StreamingQuery, wait_s: float = 30.0) -> None:
+    """Stop once the running micro-batch (if any) has finished: interrupting one mid-way makes Spark and
+    Py4J log stack traces, although the batch is simply redone at the next start."""
+    deadline = time.monotonic() + wait_s
+    while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    query.stop()
 
 
 def run_once(

@@ -28,7 +28,9 @@ DEFAULTS = {
     "spark.driver.memory": "2g",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG}",
+    # -Xss: stopping a query mid-batch makes Spark match a regex against the Python traceback, which
+    # overflows the default thread stack on long tracebacks (a StackOverflowError in the log, SPARK-48717).
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG} -Xss8m",
 }
 
 
