@@ -23,13 +23,14 @@ The watermark trick: event time *is* Spark's watermark, so a replay after a cras
 (the watermark is in the offset log). A third branch, progress_ms UNION ticks of Spark's `rate` source
 (progress_ms = tick time - max_wait), carries the only withWatermark of the query:
     watermark = max(CDC progress, wall clock - max_wait)
-That branch is filtered to nothing after its watermark node, so no progress row reaches the operator, and
-no column of the operator's input carries watermark metadata, so Spark drops no late click or change.
-A click with t <= watermark is emitted at once; a newer one waits in state under an event-time timer.
-Each user has at most one timer: the earliest of its pending clicks and its next version expiry.
+That branch is filtered to nothing after its watermark node, and no column of the operator's input carries
+watermark metadata, so Spark drops no late click or change. Spark computes a batch's watermark from the
+batches before it, so the CDC progress also reaches the operator as input, in the same batch: each input
+partition's largest progress_ms, fanned out to every bucket. A bucket releases a click once
+max(watermark, CDC progress read so far) passes it; a newer one waits under the bucket's event-time timer.
+A click released by max_wait rather than by CDC progress has profile_complete = false.
 
-Spark computes a batch's watermark from the batches before it, so a click is released one batch after
-the watermark passes it. Under Trigger.AvailableNow the `rate` source makes Spark 4.0 run a single batch per
+Under Trigger.AvailableNow the `rate` source makes Spark 4.0 run a single batch per
 run (no trailing no-data batch, SPARK-45178): see run_until_drained for `--once`.
 
 Verified on Spark 4.0.0: the union of watermarked and plain streams drives TWS EventTime timers; late rows
@@ -49,6 +50,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import (
     ArrayType,
+    BooleanType,
     IntegerType,
     LongType,
     StringType,
@@ -111,6 +113,8 @@ OUTPUT_SCHEMA = StructType(
         StructField("user_interests", _STRS),
         StructField("user_registertime", _LONG),
         StructField("profile_valid_from_ms", _LONG),
+        # False when join.max_wait released the click before CDC progress reached it (CDC stalled).
+        StructField("profile_complete", BooleanType()),
     ]
 )
 
@@ -122,6 +126,7 @@ _CHANGE_FIELDS = ("op", "regionid", "gender", "interests", "registertime")
 _TAGGED_SCHEMA = StructType(
     [
         StructField("kind", _STR),
+        StructField("bucket", _INT),  # set on the JVM side for progress rows only
         StructField("userid", _STR),
         StructField("ts_ms", _LONG),
         StructField("lsn", _LONG),
@@ -151,7 +156,9 @@ def temporal_join(
     if cfg.mode != LATEST:
         tagged = tagged.unionByName(_watermark_carrier(spark, progress, cfg.max_wait_ms))
     jvm: Any = spark._jvm
-    joined = jvm.io.streamfold.join.TemporalJoin.apply(tagged._jdf, cfg.mode, cfg.version_retention_ms)
+    joined = jvm.io.streamfold.join.TemporalJoin.apply(
+        tagged._jdf, progress.select("progress_ms")._jdf, cfg.mode, cfg.version_retention_ms
+    )
     return DataFrame(joined, spark)
 
 

@@ -55,10 +55,6 @@ class Harness:
         self.start().awaitTermination()
         return {r.event_id: r for r in self.output[before:]}
 
-    def state_rows(self) -> int:
-        assert self.last_query is not None and self.last_query.lastProgress is not None
-        return self.last_query.lastProgress["stateOperators"][0]["numRowsTotal"]
-
     def watermark_ms(self) -> int:
         """The watermark the last batch ran with (what the operator saw as the current watermark)."""
         assert self.last_query is not None and self.last_query.lastProgress is not None

@@ -69,13 +69,20 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   public scala.collection.Iterator<Row> handleInputRows(
       Integer key, scala.collection.Iterator<Row> rows, TimerValues timerValues) {
     Map<String, Input> input = new LinkedHashMap<>();
+    Long progressMs = null;
     while (rows.hasNext()) {
       Row row = rows.next();
+      if (tagged.isProgress(row)) {
+        progressMs = progressMs == null ? tagged.tsMs(row) : Math.max(progressMs, tagged.tsMs(row));
+        continue;
+      }
       Input in = input.computeIfAbsent(
           tagged.userid(row), u -> new Input(new ArrayList<>(), new ArrayList<>()));
       tagged.decode(row, in.changes(), in.clicks());
     }
-    List<Row> out = latestMode ? joinLatest(input) : join(input, timerValues.getCurrentWatermarkInMs());
+    List<Row> out = latestMode
+        ? joinLatest(input)
+        : join(input, progressMs, timerValues.getCurrentWatermarkInMs());
     return CollectionConverters.asScala(out.iterator());
   }
 
@@ -83,14 +90,24 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   public scala.collection.Iterator<Row> handleExpiredTimer(
       Integer key, TimerValues timerValues, ExpiredTimerInfo expiredTimerInfo) {
     firedMs = expiredTimerInfo.getExpiryTimeInMs();
-    List<Row> out = join(Collections.emptyMap(), timerValues.getCurrentWatermarkInMs());
+    List<Row> out = join(Collections.emptyMap(), null, timerValues.getCurrentWatermarkInMs());
     return CollectionConverters.asScala(out.iterator());
   }
 
-  /** Event time: advance every user the per-user model would advance in this batch. */
-  private List<Row> join(Map<String, Input> input, long watermarkMs) {
+  /**
+   * Event time: advance every user the per-user model would advance in this batch, at the watermark
+   * max(Spark's watermark, CDC progress read so far including this batch). Spark's watermark is
+   * max(CDC progress, wall clock - max_wait) of the batches before, so the CDC progress of this batch
+   * releases clicks one batch sooner, and a row released beyond the CDC progress (by max_wait) says so.
+   */
+  private List<Row> join(Map<String, Input> input, Long batchProgressMs, long sparkWatermarkMs) {
     Row stored = bucket.get();
     StateCodec.Bucket b = StateCodec.decodeBucket(stored);
+    if (batchProgressMs != null && (b.progressMs == null || batchProgressMs > b.progressMs)) {
+      b.progressMs = batchProgressMs;
+    }
+    long cdcMs = b.progressMs == null ? Long.MIN_VALUE : b.progressMs;
+    long watermarkMs = Math.max(sparkWatermarkMs, cdcMs);
     Set<String> due = new LinkedHashSet<>(input.keySet());
     b.pending.forEach((user, clicks) -> {
       if (anyReady(clicks, watermarkMs)) due.add(user);
@@ -119,7 +136,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       Long next = history.nextExpiryMs(retentionMs);
       if (next == null) b.expiries.remove(user);
       else b.expiries.put(user, next);
-      for (Enriched e : joined) out.add(outputRow(user, e));
+      for (Enriched e : joined) out.add(outputRow(user, e, e.click().eventTimeMs() <= cdcMs));
     }
     Long wakeup = b.nextWakeup();
     reschedule(b.timerMs, wakeup);
@@ -139,7 +156,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     input.forEach((user, in) -> {
       List<Version> before = loadVersions(user);
       UserHistory history = new UserHistory(new ArrayList<>(before), new ArrayList<>());
-      for (Enriched e : history.advanceLatest(in.changes(), in.clicks())) out.add(outputRow(user, e));
+      for (Enriched e : history.advanceLatest(in.changes(), in.clicks())) out.add(outputRow(user, e, true));
       saveVersions(user, before, history.versions);
     });
     return out;
@@ -169,8 +186,11 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     if (newMs != null) getHandle().registerTimer(newMs);
   }
 
-  /** OUTPUT_SCHEMA: the click's fields, then the profile (region UNKNOWN when there is none). */
-  private static Row outputRow(String uid, Enriched e) {
+  /**
+   * OUTPUT_SCHEMA: the click's fields, the profile (region UNKNOWN when there is none), and whether CDC
+   * progress had reached the click (false: released by join.max_wait; latest mode never waits).
+   */
+  private static Row outputRow(String uid, Enriched e, boolean complete) {
     Click c = e.click();
     Version v = e.version();
     boolean profile = v != null && !UserHistory.DELETE.equals(v.op());
@@ -182,6 +202,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
         profile ? v.gender() : null,
         profile ? v.interests() : null,
         profile ? v.registertime() : null,
-        profile ? v.validFromMs() : null);
+        profile ? v.validFromMs() : null,
+        complete);
   }
 }

@@ -48,6 +48,7 @@ final class StateCodec {
       .add("pending_min_ms", DataTypes.LongType)
       .add("pending_max_ms", DataTypes.LongType)
       .add("timer_ms", DataTypes.LongType)
+      .add("progress_ms", DataTypes.LongType)
       .add("p", DataTypes.createArrayType(WAITING_CLICK, false))
       .add("x", DataTypes.createArrayType(EXPIRY, false));
 
@@ -56,9 +57,10 @@ final class StateCodec {
     final Map<String, List<Click>> pending = new LinkedHashMap<>();
     final Map<String, Long> expiries = new HashMap<>();
     Long timerMs;
+    Long progressMs;  // the largest CDC progress read so far
 
     boolean isEmpty() {
-      return pending.isEmpty() && expiries.isEmpty();
+      return pending.isEmpty() && expiries.isEmpty() && progressMs == null;
     }
 
     /** The earliest waiting click or version expiry: when this bucket needs the operator again. */
@@ -109,18 +111,19 @@ final class StateCodec {
     }
     List<Row> expiries = new ArrayList<>(b.expiries.size());
     b.expiries.forEach((user, expiry) -> expiries.add(RowFactory.create(user, expiry)));
-    return RowFactory.create(clicks.size(), min, max, b.timerMs, seq(clicks), seq(expiries));
+    return RowFactory.create(clicks.size(), min, max, b.timerMs, b.progressMs, seq(clicks), seq(expiries));
   }
 
   static Bucket decodeBucket(Row row) {
     Bucket b = new Bucket();
     if (row == null) return b;
-    for (Row c : list(row, 4)) {
+    for (Row c : list(row, 5)) {
       b.pending.computeIfAbsent(c.getString(0), u -> new ArrayList<>()).add(
           new Click(c.getString(1), c.getLong(2), c.getString(3), c.getString(4), c.getString(5), c.getInt(6)));
     }
-    for (Row x : list(row, 5)) b.expiries.put(x.getString(0), x.getLong(1));
+    for (Row x : list(row, 6)) b.expiries.put(x.getString(0), x.getLong(1));
     b.timerMs = row.isNullAt(3) ? null : row.getLong(3);
+    b.progressMs = row.isNullAt(4) ? null : row.getLong(4);
     return b;
   }
 

@@ -5,20 +5,27 @@ import io.streamfold.join.UserHistory.Version;
 import java.io.Serializable;
 import java.util.List;
 import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.types.StructType;
 
 /**
- * The operator's input row: clicks and profile changes in one shape (TemporalJoin.INPUT_SCHEMA), told
- * apart by `kind`. ts_ms is a click's event time or a change's valid-from.
+ * The operator's input row: clicks, profile changes and CDC progress in one shape, told apart by `kind`.
+ * ts_ms is a click's event time, a change's valid-from, or the CDC progress; a progress row names its
+ * bucket (every bucket gets one, see TemporalJoin.progressRows), the others are bucketed by userid.
  */
 final class TaggedRow implements Serializable {
   static final String CLICK = "click";
+  static final String CHANGE = "change";
+  static final String PROGRESS = "progress";
 
-  private final int kind, userid, ts, lsn, eventId, url, deviceId, ip, clicks, op, regionid, gender, interests,
+  private final StructType schema;
+  private final int kind, bucket, userid, ts, lsn, eventId, url, deviceId, ip, clicks, op, regionid, gender, interests,
       registertime;
 
   TaggedRow(StructType schema) {
+    this.schema = schema;
     kind = schema.fieldIndex("kind");
+    bucket = schema.fieldIndex("bucket");
     userid = schema.fieldIndex("userid");
     ts = schema.fieldIndex("ts_ms");
     lsn = schema.fieldIndex("lsn");
@@ -44,7 +51,25 @@ final class TaggedRow implements Serializable {
    * bucket's users degenerates into one bin.
    */
   int bucket(Row r) {
+    if (!r.isNullAt(bucket)) return r.getInt(bucket);
     return (r.getString(userid).hashCode() * 0x9E3779B9) >>> (32 - TemporalJoin.BUCKET_BITS);
+  }
+
+  boolean isProgress(Row r) {
+    return PROGRESS.equals(r.getString(kind));
+  }
+
+  long tsMs(Row r) {
+    return r.getLong(ts);
+  }
+
+  /** A progress row for one bucket: kind, bucket and ts_ms set, every other field null. */
+  Row progress(int forBucket, long progressMs) {
+    Object[] values = new Object[schema.size()];
+    values[kind] = PROGRESS;
+    values[bucket] = forBucket;
+    values[ts] = progressMs;
+    return RowFactory.create(values);
   }
 
   void decode(Row r, List<Version> changes, List<Click> clickRows) {

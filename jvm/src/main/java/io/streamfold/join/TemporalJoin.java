@@ -1,6 +1,9 @@
 package io.streamfold.join;
 
+import java.util.ArrayList;
+import java.util.List;
 import org.apache.spark.api.java.function.MapFunction;
+import org.apache.spark.api.java.function.MapPartitionsFunction;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
@@ -32,7 +35,8 @@ public final class TemporalJoin {
       .add("user_gender", DataTypes.StringType)
       .add("user_interests", DataTypes.createArrayType(DataTypes.StringType))
       .add("user_registertime", DataTypes.LongType)
-      .add("profile_valid_from_ms", DataTypes.LongType);
+      .add("profile_valid_from_ms", DataTypes.LongType)
+      .add("profile_complete", DataTypes.BooleanType);
 
   /**
    * How many buckets users are hashed into. Fixed: a checkpoint's state is keyed by bucket. Enough to keep
@@ -43,14 +47,39 @@ public final class TemporalJoin {
 
   private TemporalJoin() {}
 
-  /** mode: "event_time" (EventTime timers) or "latest" (no timers, nothing waits). */
-  public static Dataset<Row> apply(Dataset<Row> tagged, String mode, long retentionMs) {
+  /**
+   * Each input partition's largest CDC progress, as one row for every bucket. Then every bucket knows
+   * how far CDC has been read, in the same batch: a click whose time that passes is released at once
+   * (every change committed up to it has been read, the CDC topic being one partition in commit order),
+   * and a click released by join.max_wait instead is marked profile_complete = false.
+   */
+  static Dataset<Row> progressRows(Dataset<Row> progress, TaggedRow rows, StructType schema) {
+    final int column = progress.schema().fieldIndex("progress_ms");
+    MapPartitionsFunction<Row, Row> fanOut = it -> {
+      long max = Long.MIN_VALUE;
+      while (it.hasNext()) {
+        Row r = it.next();
+        if (!r.isNullAt(column)) max = Math.max(max, r.getLong(column));
+      }
+      List<Row> out = new ArrayList<>();
+      if (max != Long.MIN_VALUE) for (int b = 0; b < BUCKETS; b++) out.add(rows.progress(b, max));
+      return out.iterator();
+    };
+    return progress.mapPartitions(fanOut, Encoders.row(schema));
+  }
+
+  /**
+   * mode: "event_time" (EventTime timers) or "latest" (no timers, nothing waits). progress: the CDC
+   * progress stream (progress_ms), which every bucket also reads as input (see progressRows).
+   */
+  public static Dataset<Row> apply(Dataset<Row> tagged, Dataset<Row> progress, String mode, long retentionMs) {
     boolean latest = "latest".equals(mode);
     if (!latest && !"event_time".equals(mode)) {
       throw new IllegalArgumentException("join mode must be event_time or latest, got " + mode);
     }
     TaggedRow rows = new TaggedRow(tagged.schema());
     BucketJoinProcessor processor = new BucketJoinProcessor(latest, retentionMs, rows);
+    if (!latest) tagged = tagged.union(progressRows(progress, rows, tagged.schema()));
     return tagged
         .groupByKey((MapFunction<Row, Integer>) rows::bucket, Encoders.INT())
         .transformWithState(processor, latest ? TimeMode.None() : TimeMode.EventTime(), OutputMode.Append(),
