@@ -36,12 +36,18 @@ def resolve(sql_or_name: str) -> str:
 
 
 def run(reader_dsn: str, sql_or_name: str) -> tuple[list[str], list[tuple]]:
-    """Column names and rows. The reader role can only SELECT from the sink schema."""
+    """Column names and rows, from ONE statement in a read-only transaction.
+
+    The reader role can only SELECT from the sink schema, but any role may alter itself: the extended
+    query protocol (pipeline mode) refuses "COMMIT; ALTER ROLE ..." as several statements, so nothing
+    ever runs outside the read-only transaction.
+    """
     with psycopg.connect(reader_dsn) as conn:
         conn.read_only = True
         # Timestamps as Postgres prints them: profile_valid_from may be '-infinity' (no Python datetime).
         for type_name in ("timestamptz", "timestamp"):
             conn.adapters.register_loader(type_name, TextLoader)
-        cur = conn.execute(resolve(sql_or_name))
+        with conn.pipeline():
+            cur = conn.execute(resolve(sql_or_name))
         columns = [c.name for c in cur.description or []]
         return columns, cur.fetchall()
