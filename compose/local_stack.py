@@ -103,7 +103,7 @@ class Stack:
         return f"postgresql://{PG_USER}:{password}@127.0.0.1:{self.ports['postgres']}/{PG_DATABASE}"
 
     def env(self) -> dict[str, str]:
-        """The variables `stack env` exports (DESIGN.md section 1)."""
+        """The variables `stack env` exports (README, "Using it")."""
         roles = {name: self.secrets[name] for name in ROLE_PASSWORDS}
         return {
             "STREAMFOLD_HOME": str(self.home),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-# The contract (DESIGN.md section 1) plus the role passwords and AWS settings.
+# The contract (README: "Using it") plus the role passwords and AWS settings.
 ENDPOINT_VARS = (
     "STREAMFOLD_PG_DSN",
     "STREAMFOLD_KAFKA_BOOTSTRAP",
@@ -26,7 +26,7 @@ SECRET_VARS = (
 )
 AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
 
-# Least-privilege roles created by `streamfold setup` (db/roles.sql).
+# Least-privilege roles created by `streamfold setup` (db/schema.py).
 DEBEZIUM_ROLE = "streamfold_debezium"
 WRITER_ROLE = "streamfold_writer"
 READER_ROLE = "streamfold_reader"
