@@ -236,7 +236,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         state = biggest["state_per_million_users_mib"] if biggest else sf["state_per_million_users_mib"]
         lines.append(
             f"join state per 1,000,000 users: {state:.0f} MiB "
-            f"(RocksDB SST files at {users:,} users, per state row, scaled linearly)"
+            f"(RocksDB SST files at {users:,} users, scaled linearly)"
         )
     return lines
 

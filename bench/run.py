@@ -150,9 +150,8 @@ def measure_job(
         state_checkpoint_mib=round(job.state_dir_bytes(run) / 2**20, 1),
         memory_to_last_commit=run.sampler.peaks.as_dict() if run.sampler else {},
     )
-    rows = result["state_rows"]
-    if sst is not None and rows:
-        result["state_per_million_users_mib"] = round(sst / rows * 1e6 / 2**20, 1)
+    if sst is not None:  # one versions entry per user (plus 1,024 small bucket rows)
+        result["state_per_million_users_mib"] = round(sst / users * 1e6 / 2**20, 1)
     result["loadavg_after"] = loadavg()
     result["unknown_region_clicks"] = run.unknown_region_clicks()
     if profiler:
