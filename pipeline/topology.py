@@ -41,7 +41,7 @@ def flows(
 ) -> tuple[Flow, Flow]:
     """(the clicks flow, the changelog flow)."""
     raw_clicks = read_clicks(spark, settings, source, once)
-    parsed = raw_clicks.mapInArrow(clicks.parse_batches, clicks.PARSED_DDL)
+    parsed = clicks.parse(raw_clicks)
     valid = parsed.where("error IS NULL")
     rejects = parsed.where("error IS NOT NULL").select("event_id", "error", "source", "payload")
 

@@ -2,16 +2,18 @@
 
 import json
 
-import pyarrow as pa
 import pytest
 
 from pipeline.cdc_fold import (
     BEGINNING_OF_TIME_MS,
-    FOLDED_SCHEMA,
+    FOLDED_COLUMNS,
+    HEARTBEAT_SCHEMA,
+    HEARTBEAT_TABLE,
+    MAX_CHANGE_BYTES,
     BadEnvelope,
     Change,
     Progress,
-    fold_batches,
+    fold,
     parse_envelope,
 )
 from streamfold import names
@@ -79,6 +81,10 @@ def test_heartbeat_reports_progress():
             json.dumps({"op": "c", "after": {"regionid": "x"}, "source": {"ts_ms": 1}}).encode(),
             "without a userid",
         ),
+        (
+            envelope("u", after={**ALICE, "regionid": "x" * MAX_CHANGE_BYTES}),
+            f"change event of {MAX_CHANGE_BYTES + 236} bytes exceeds the {MAX_CHANGE_BYTES}-byte limit",
+        ),
     ],
 )
 def test_bad_envelopes_are_rejected_with_reason(value, reason):
@@ -86,15 +92,71 @@ def test_bad_envelopes_are_rejected_with_reason(value, reason):
         parse_envelope(TOPIC, None, value)
 
 
-def test_fold_batches_tags_every_record():
+def heartbeat_row_event(op: str = "u", ts_ms: int = 7_000) -> bytes:
+    source = {
+        "connector": "postgresql",
+        "ts_ms": ts_ms,
+        "lsn": 99,
+        "schema": HEARTBEAT_SCHEMA,
+        "table": HEARTBEAT_TABLE,
+    }
+    return json.dumps(
+        {"before": None, "after": {"id": 1, "ts": "2026-11-22T15:00:00Z"}, "op": op, "source": source}
+    ).encode()
+
+
+@pytest.mark.parametrize("op", ["c", "u", "r", "d"])
+def test_heartbeat_table_event_is_exact_progress_never_a_change(op):
+    assert parse_envelope(TOPIC, b'{"id": 1}', heartbeat_row_event(op, 7_000)) == Progress(7_000)
+
+
+def test_profile_number_becomes_text_and_unreadable_fields_are_dead_letters():
+    change = parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": 7}))
+    assert change.regionid == "7"
+    with pytest.raises(BadEnvelope, match="after.regionid must be a string"):
+        parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": 7.5}))
+    with pytest.raises(BadEnvelope, match="after.interests must be an array of strings"):
+        parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "interests": "News"}))
+    with pytest.raises(BadEnvelope, match="after.registertime must be an integer"):
+        parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "registertime": "1"}))
+
+
+@pytest.mark.spark
+def test_fold_tags_every_record(spark):
     rows = [
-        {"topic": TOPIC, "key": KEY, "value": envelope("c", after=ALICE), "record_id": "a"},
-        {"topic": TOPIC, "key": KEY, "value": None, "record_id": "b"},
-        {"topic": names.HEARTBEAT_TOPIC, "key": None, "value": b'{"ts_ms": 5}', "record_id": "c"},
-        {"topic": TOPIC, "key": None, "value": b"{bad", "record_id": "d"},
+        (TOPIC, KEY, envelope("c", after=ALICE), "a"),
+        (TOPIC, KEY, None, "b"),
+        (names.HEARTBEAT_TOPIC, None, b'{"ts_ms": 5000}', "c"),
+        (TOPIC, None, b"{bad", "d"),
+        (TOPIC, b'{"id": 1}', heartbeat_row_event("u", 8_000), "e"),
+        (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": 7}, ts_ms=9_000), "f"),
+        (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": {"x": 1}}), "g"),
+        (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": "x" * MAX_CHANGE_BYTES}), "h"),
     ]
-    (out,) = list(fold_batches(iter([pa.RecordBatch.from_pylist(rows)])))
-    assert out.schema == FOLDED_SCHEMA
-    kinds = [(r["kind"], r["record_id"]) for r in out.to_pylist()]
-    assert kinds == [("change", None), ("skip", None), ("progress", None), ("error", "d")]
-    assert out.to_pylist()[3]["payload"] == b"{bad"
+    frame = spark.createDataFrame(rows, "topic string, key binary, value binary, record_id string")
+    folded = fold(frame)
+    assert tuple(folded.records.columns) == FOLDED_COLUMNS
+    records = folded.records.collect()
+    assert [r["kind"] for r in records] == [
+        "change",
+        "skip",
+        "progress",
+        "error",
+        "progress",
+        "change",
+        "error",
+        "error",
+    ]
+    assert [r["record_id"] for r in records] == [None, None, None, "d", None, None, "g", "h"]
+    assert records[3]["payload"] == b"{bad" and "not JSON" in records[3]["error"]
+    assert "after.regionid must be a string" in records[6]["error"]
+    assert records[7]["error"] == (
+        f"change event of {MAX_CHANGE_BYTES + 236} bytes exceeds the {MAX_CHANGE_BYTES}-byte limit"
+    )
+    changes = folded.changes.collect()
+    assert [(c["userid"], c["op"], c["regionid"]) for c in changes] == [
+        ("alice", "c", "asia"),
+        ("alice", "u", "7"),
+    ]
+    assert changes[0]["interests"] == ["News"] and changes[0]["registertime"] == 1
+    assert sorted(p["progress_ms"] for p in folded.progress.collect()) == [1_000, 4_000, 8_000, 9_000]

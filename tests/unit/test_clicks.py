@@ -2,10 +2,9 @@
 
 import json
 
-import pyarrow as pa
 import pytest
 
-from pipeline.clicks import MAX_RECORD_BYTES, PARSED_SCHEMA, Click, Rejected, parse_batches, parse_click
+from pipeline.clicks import MAX_RECORD_BYTES, PARSED_COLUMNS, Click, Rejected, parse, parse_click
 
 NOW = 1_763_800_000_000
 GOOD = {"userid": "User_1", "url": "/home", "device_id": "mobile", "ip": "10.0.0.1", "event_time": NOW - 5}
@@ -43,6 +42,16 @@ def test_explicit_clicks_kept():
         (raw(clicks=-3), "clicks must be an integer"),
         (raw(clicks="2"), "clicks must be an integer"),
         (b'{"pad": "' + b"x" * MAX_RECORD_BYTES + b'"}', "exceeds"),
+        (raw(userid=" \t\u3000"), "userid must be"),
+        (raw(clicks=True), "clicks must be an integer"),
+        (raw(clicks=None), "clicks must be an integer"),
+        (raw(event_time=2**63), "event_time must be epoch milliseconds"),
+        (b'{"userid": "a", "userid": "b"}', "not JSON: duplicate key"),
+        (b'{"n": NaN}', "not JSON"),
+        (b'{"userid": "\\ud800"}', "not JSON: lone UTF-16 surrogate"),
+        (b'{"n": ' + b"9" * 5000 + b"}", "not JSON: number longer"),
+        (b"[" * 30_000 + b"]" * 30_000, "not JSON"),
+        (raw() + b" x", "not JSON"),
     ],
 )
 def test_rejections_name_the_reason(payload, reason):
@@ -50,15 +59,16 @@ def test_rejections_name_the_reason(payload, reason):
         parse_click(payload, NOW)
 
 
-def test_parse_batches_keeps_rejects_with_payload_and_reason():
-    batch = pa.RecordBatch.from_pylist(
-        [
-            {"event_id": "kafka:clicks:0:1", "source": "kafka:clicks", "payload": raw(), "now_ms": NOW},
-            {"event_id": "kafka:clicks:0:2", "source": "kafka:clicks", "payload": b"{oops", "now_ms": NOW},
-        ]
-    )
-    (out,) = list(parse_batches(iter([batch])))
-    assert out.schema == PARSED_SCHEMA
-    good, bad = out.to_pylist()
+@pytest.mark.spark
+def test_spark_parse_keeps_rejects_with_payload_and_reason(spark):
+    rows = [
+        ("kafka:clicks:0:1", "kafka:clicks", raw(), NOW),
+        ("kafka:clicks:0:2", "kafka:clicks", b"{oops", NOW),
+    ]
+    frame = spark.createDataFrame(rows, "event_id string, source string, payload binary, now_ms long")
+    out = parse(frame)
+    assert tuple(out.columns) == PARSED_COLUMNS
+    good, bad = sorted(out.collect(), key=lambda r: r["event_id"])
     assert good["error"] is None and good["userid"] == "User_1" and good["payload"] is None
+    assert (good["event_time_ms"], good["clicks"]) == (NOW - 5, 1)
     assert bad["event_id"] == "kafka:clicks:0:2" and bad["payload"] == b"{oops" and "not JSON" in bad["error"]

@@ -1,0 +1,348 @@
+"""Differential fuzz: the Spark-native parsers agree with their pure-Python references, record by record.
+
+One seeded generator makes a few thousand click payloads (valid ones, each kind of invalid one, random
+bytes, nested junk, unicode, huge numbers) and Debezium envelopes; each set runs through Spark as ONE
+DataFrame, and every row must match `parse_click` / `parse_envelope`: accept or reject, the parsed
+fields, and the category of the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from pipeline import cdc_fold, clicks
+from pipeline.cdc_fold import BadEnvelope, Change, Progress, parse_envelope
+from pipeline.clicks import MAX_RECORD_BYTES, Rejected, parse_click
+from streamfold import names
+
+pytestmark = pytest.mark.spark
+
+NOW = 1_763_800_000_000
+SEED = 20261122
+GOOD = {"userid": "User_1", "url": "/home", "device_id": "mobile", "ip": "10.0.0.1", "event_time": NOW - 5}
+# The reason's category: its words up to the offending value.
+CLICK_CATEGORIES = (
+    "empty record",
+    "exceeds the",
+    "not JSON",
+    "expected a JSON object",
+    "clicks must be",
+    "userid must be",
+    "url must be",
+    "device_id must be",
+    "ip must be",
+    "event_time must be",
+    "is outside the plausible range",
+)
+CDC_CATEGORIES = (
+    "heartbeat with a null value",
+    "heartbeat is not JSON",
+    "heartbeat is not a JSON object",
+    "heartbeat.ts_ms must be",
+    "change event of",
+    "change event is not JSON",
+    "change event is not a JSON object",
+    "not a Debezium row change",
+    "source.ts_ms must be",
+    "source.lsn must be",
+    "without an 'after' row",
+    "'before' is not an object",
+    "without a userid",
+    "after.regionid must be",
+    "after.gender must be",
+    "after.interests must be",
+    "after.registertime must be",
+)
+CATEGORIES = (*CDC_CATEGORIES, *CLICK_CATEGORIES)
+
+
+def category(reason: str) -> str:
+    found = [c for c in CATEGORIES if c in reason]
+    assert found, reason
+    return found[0]
+
+
+def junk_value(rng: random.Random, depth: int = 0) -> Any:
+    kind = rng.randrange(12 if depth < 4 else 8)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return rng.choice([True, False])
+    if kind == 2:
+        return rng.choice([0, 1, -1, 7, 2**31, 2**63 - 1, -(2**63), 2**63, 10**30, NOW, NOW + 10**6])
+    if kind == 3:
+        return rng.choice([0.0, 1.0, 1.5, -2.25, 1e300, float(NOW)])
+    if kind in (4, 5, 6, 7):
+        return rng.choice(
+            ["", " ", "\t\n", "\u3000", "\xa0", "\u200b", "x", " a ", "é", "日本", "😀", "\x00"]
+        )
+    if kind in (8, 9):
+        return [junk_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return {
+        rng.choice(["a", "userid", "clicks", "é"]): junk_value(rng, depth + 1)
+        for _ in range(rng.randrange(4))
+    }
+
+
+def click_payloads(rng: random.Random) -> list[bytes | None]:
+    out: list[bytes | None] = [
+        None,
+        b"",
+        b" ",
+        b"null",
+        b"[]",
+        b"{}",
+        b"1",
+        b'"x"',
+        b"true",
+        b"\xef\xbb\xbf{}",
+    ]
+    fields = (*GOOD, "clicks")
+    for _ in range(1500):
+        obj: dict[str, Any] = dict(GOOD)
+        if rng.random() < 0.3:
+            obj["clicks"] = rng.choice([1, 2, 1_000_000, 1_000_001, 0, -1, 3])
+        for _ in range(rng.choice([0, 0, 1, 1, 2])):
+            field = rng.choice(fields)
+            if rng.random() < 0.2:
+                obj.pop(field, None)
+            else:
+                obj[field] = junk_value(rng)
+        if rng.random() < 0.05:
+            obj["event_time"] = rng.choice([NOW + 60_000, NOW + 60_001, 946_684_800_000, 946_684_799_999])
+        text = json.dumps(obj, ensure_ascii=rng.random() < 0.5)
+        mutation = rng.randrange(20)
+        if mutation == 0:
+            text = text[: rng.randrange(len(text) + 1)]  # truncated
+        elif mutation == 1:
+            text += rng.choice([" ", "\n", " x", "}", "]", ", 1", '{"a":1}', "]}", "\t\r\n"])
+        elif mutation == 2:
+            text = text.replace('"url"', '"url": "dup", "url"', 1)
+        elif mutation == 3:
+            text = text.replace('"ip": ', '"ip": "\\ud800", "x": ', 1)  # a lone surrogate in a key's value
+        elif mutation == 4:
+            text = text.replace('"ip": ', '"pad": "\\ud83d\\ude00\\\\ud800", "ip": ', 1)  # a valid pair
+        elif mutation == 5:
+            text = text.replace('"ip": ', '"n": NaN, "ip": ', 1)
+        elif mutation == 6:
+            text = text.replace('"ip": ', '"n": ' + "9" * rng.choice([30, 999, 1001, 5000]) + ', "ip": ', 1)
+        elif mutation == 7:
+            depth = rng.choice([5, 50, 5000])
+            text = text.replace('"ip": ', '"deep": ' + "[" * depth + "]" * depth + ', "ip": ', 1)
+        elif mutation == 8:
+            text = text.replace('"event_time": ', '"event_time": 1.0e0 + ', 1)
+        elif mutation == 9:
+            text = "[" + text + "]"
+        raw = text.encode("utf-8", "surrogatepass")
+        if mutation == 10:
+            cut = rng.randrange(len(raw))
+            raw = raw[:cut] + bytes([rng.randrange(256)]) + raw[cut + 1 :]  # one random byte
+        elif mutation == 11:
+            raw = raw.replace(b'"mobile"', b'"mob\xffile"', 1)
+        out.append(raw)
+    for _ in range(200):
+        out.append(bytes(rng.randrange(256) for _ in range(rng.randrange(40))))
+    for _ in range(200):
+        out.append(json.dumps(junk_value(rng)).encode())
+    out.append(b'{"pad": "' + b"x" * MAX_RECORD_BYTES + b'"}')
+    out.append(json.dumps({**GOOD, "pad": "x" * (MAX_RECORD_BYTES - 120)}).encode())
+    out.append(json.dumps({**GOOD, "event_time": 1700000000000.0}).encode())
+    out.append(json.dumps({**GOOD, "clicks": 1.0}).encode())
+    out.append(json.dumps({**GOOD, "clicks": True}).encode())
+    out.append(json.dumps({**GOOD, "clicks": None}).encode())
+    out.append(json.dumps({**GOOD, "userid": "\u2028\x1c "}).encode())
+    out.append(json.dumps({**GOOD, "userid": "\u200b"}).encode())
+    return out
+
+
+def test_whitespace_class_is_pythons_isspace():
+    pattern = re.compile("[" + clicks.WHITESPACE.encode().decode("unicode_escape") + "]")
+    assert [c for c in range(0x110000) if chr(c).isspace()] == [
+        c for c in range(0x110000) if pattern.fullmatch(chr(c))
+    ]
+
+
+def test_click_parser_agrees_with_parse_click(spark: SparkSession):
+    payloads = click_payloads(random.Random(SEED))
+    rows = [(f"e{i}", "kafka:clicks", p, NOW) for i, p in enumerate(payloads)]
+    frame = spark.createDataFrame(rows, "event_id string, source string, payload binary, now_ms long")
+    out = clicks.parse(frame)
+    assert tuple(out.columns) == clicks.PARSED_COLUMNS
+    got = {r["event_id"]: r for r in out.collect()}
+    assert len(got) == len(payloads)
+    kinds: dict[str, int] = {}
+    for i, payload in enumerate(payloads):
+        row = got[f"e{i}"]
+        try:
+            want = parse_click(payload, NOW)
+        except Rejected as exc:
+            assert row["error"] is not None, (payload, str(exc))
+            assert category(row["error"]) == category(str(exc)), (payload, row["error"], str(exc))
+            assert row["payload"] == payload and row["userid"] is None
+            kinds[category(str(exc))] = kinds.get(category(str(exc)), 0) + 1
+            continue
+        assert row["error"] is None, (payload, row["error"])
+        assert (row["userid"], row["url"], row["device_id"], row["ip"]) == (
+            want.userid,
+            want.url,
+            want.device_id,
+            want.ip,
+        ), payload
+        assert (row["event_time_ms"], row["clicks"], row["payload"]) == (
+            want.event_time_ms,
+            want.clicks,
+            None,
+        )
+        kinds["valid"] = kinds.get("valid", 0) + 1
+    # The generator reaches every outcome.
+    assert kinds.keys() >= {"valid", *CLICK_CATEGORIES}, kinds
+
+
+ROW_KEYS = ("userid", "regionid", "gender", "interests", "registertime", "name")
+
+
+def profile_row(rng: random.Random) -> Any:
+    if rng.random() < 0.05:
+        return junk_value(rng)
+    row: dict[str, Any] = {
+        "userid": rng.choice(["alice", "bob", "é日本"]),
+        "regionid": rng.choice(["asia", "europe", None]),
+        "gender": rng.choice(["FEMALE", "MALE", None]),
+        "interests": rng.choice([["News"], [], None, ["a", None]]),
+        "registertime": rng.choice([1, 1_700_000_000_000, None]),
+    }
+    for _ in range(rng.choice([0, 0, 0, 1, 2])):
+        field = rng.choice(ROW_KEYS)
+        if rng.random() < 0.2:
+            row.pop(field, None)
+        else:
+            row[field] = junk_value(rng)
+    return row
+
+
+def cdc_records(rng: random.Random) -> list[tuple[str, bytes | None, bytes | None]]:
+    users = names.CDC_USERS_TOPIC
+    out: list[tuple[str, bytes | None, bytes | None]] = [
+        (users, b'{"userid":"alice"}', None),
+        (users, None, b"[]"),
+        (names.HEARTBEAT_TOPIC, None, None),
+        (names.HEARTBEAT_TOPIC, None, b'{"ts_ms": 5}'),
+        (names.HEARTBEAT_TOPIC, None, b'{"ts_ms": 5.0}'),
+        (names.HEARTBEAT_TOPIC, None, b"[]"),
+        (names.HEARTBEAT_TOPIC, None, b"{"),
+        (
+            users,
+            b'{"userid":"big"}',
+            b'{"op": "c", "after": {"userid": "big", "regionid": "%s"}, "source": {"ts_ms": 1}}'
+            % (b"r" * cdc_fold.MAX_CHANGE_BYTES),
+        ),
+    ]
+    for _ in range(1500):
+        op = rng.choice(["c", "u", "d", "r", "c", "u", "d", "r", "x", None, 1])
+        source: Any = {
+            "connector": "postgresql",
+            "schema": "public",
+            "table": "users",
+            "ts_ms": rng.choice([1_000, NOW, 0, -5]),
+            "lsn": rng.choice([42, 2**40, None]),
+        }
+        heartbeat_row = rng.random() < 0.15
+        if heartbeat_row:
+            source["schema"], source["table"] = cdc_fold.HEARTBEAT_SCHEMA, cdc_fold.HEARTBEAT_TABLE
+        if rng.random() < 0.15:
+            source[rng.choice(["ts_ms", "lsn", "schema", "table"])] = junk_value(rng)
+        if rng.random() < 0.03:
+            source = junk_value(rng)
+        envelope: dict[str, Any] = {
+            "before": profile_row(rng) if op == "d" or rng.random() < 0.3 else None,
+            "after": None if op == "d" else profile_row(rng),
+            "op": op,
+            "source": source,
+            "ts_ms": NOW,
+        }
+        if heartbeat_row:
+            envelope["after"] = {"id": 1, "ts": "2026-11-22T15:00:00Z"}
+        if rng.random() < 0.05:
+            envelope.pop(rng.choice(["before", "after", "op", "source"]))
+        text = json.dumps(envelope)
+        mutation = rng.randrange(25)
+        if mutation == 0:
+            text = text[: rng.randrange(len(text) + 1)]
+        elif mutation == 1:
+            text += rng.choice([" ", " x", "}", "]"])
+        elif mutation == 2:
+            text = text.replace('"op"', '"op": "c", "op"', 1)
+        elif mutation == 3:
+            text = text.replace('"op"', '"pad": "\\udc00", "op"', 1)
+        raw = text.encode()
+        if mutation == 4:
+            raw = raw.replace(b'"ts_ms"', b'"ts\xc0ms"', 1)
+        key_choice = rng.randrange(10)
+        key: bytes | None = {
+            0: None,
+            1: b"",
+            2: b'{"userid": ""}',
+            3: b'{"userid": 5}',
+            4: b"[1]",
+            5: b'{"userid": "k\xff"}',
+            6: b'{"id": 1}',
+        }.get(key_choice, json.dumps({"userid": rng.choice(["alice", "kay"])}).encode())
+        out.append((users, key, raw))
+    for _ in range(100):
+        out.append((names.HEARTBEAT_TOPIC, None, json.dumps({"ts_ms": junk_value(rng)}).encode()))
+        out.append((users, None, bytes(rng.randrange(256) for _ in range(rng.randrange(30)))))
+    return out
+
+
+def test_cdc_fold_agrees_with_parse_envelope(spark: SparkSession):
+    records = cdc_records(random.Random(SEED))
+    rows = [(topic, key, value, f"r{i}") for i, (topic, key, value) in enumerate(records)]
+    frame = spark.createDataFrame(rows, "topic string, key binary, value binary, record_id string")
+    folded = cdc_fold.fold_records(frame.withColumn("i", F.monotonically_increasing_id()))
+    assert tuple(folded.columns) == cdc_fold.FOLDED_COLUMNS
+    got = folded.collect()
+    assert len(got) == len(records)
+    kinds: dict[str, int] = {}
+    for (topic, key, value), row in zip(records, got, strict=True):
+        where = (topic, key, value, row)
+        try:
+            want = parse_envelope(topic, key, value)
+        except BadEnvelope as exc:
+            assert row["kind"] == "error", (*where, str(exc))
+            assert category(row["error"]) == category(str(exc)), (*where, str(exc))
+            assert row["payload"] == value and row["record_id"] is not None
+            kinds[category(str(exc))] = kinds.get(category(str(exc)), 0) + 1
+            continue
+        assert row["error"] is None, where
+        if want is None:
+            assert row["kind"] == "skip", where
+        elif isinstance(want, Progress):
+            assert (row["kind"], row["progress_ms"], row["userid"]) == ("progress", want.progress_ms, None), (
+                where
+            )
+        else:
+            assert isinstance(want, Change)
+            assert row["kind"] == "change", where
+            assert (
+                Change(
+                    row["userid"],
+                    row["op"],
+                    row["valid_from_ms"],
+                    row["lsn"],
+                    row["progress_ms"],
+                    row["regionid"],
+                    row["gender"],
+                    row["interests"],
+                    row["registertime"],
+                )
+                == want
+            ), where
+        kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
+    assert kinds.keys() >= {"change", "progress", "skip", *CDC_CATEGORIES}, kinds
