@@ -117,7 +117,9 @@ class Inputs:
         self.cdc += loaded.updates
         echo(f"  {loaded.clicks:,} clicks at {loaded.rate:,.0f}/s, {loaded.updates:,} profile updates")
         cdc_ticker = Ticker("change events in Kafka (Debezium)", self.cdc)
-        stack.wait_for_cdc(self.bench.bootstrap, self.cdc, cdc_ticker.update, timeout_s=1800)
+        stack.wait_for_cdc(
+            self.bench.bootstrap, self.bench.admin_dsn, self.cdc, cdc_ticker.update, timeout_s=1800
+        )
         return loaded
 
 

@@ -99,14 +99,26 @@ def cdc_records(bootstrap: str) -> int:
 
 
 def wait_for_cdc(
-    bootstrap: str, expected: int, on_progress: Callable[[int], None], timeout_s: float
+    bootstrap: str, admin_dsn: str, expected: int, on_progress: Callable[[int], None], timeout_s: float
 ) -> float:
-    """Wait until Debezium has published `expected` change events; returns the seconds it took."""
+    """Wait until Debezium has published `expected` records and every change committed so far; returns
+    the seconds it took. The count alone is not enough: table heartbeats share the topic. Debezium
+    confirms a WAL position to its replication slot only once what precedes it is in Kafka."""
     start = time.monotonic()
-    while (seen := cdc_records(bootstrap)) < expected:
-        on_progress(seen)
-        if time.monotonic() - start > timeout_s:
-            raise TimeoutError(f"Debezium published {seen} of {expected} change events in {timeout_s:.0f}s")
-        time.sleep(1)
-    on_progress(seen)
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        (target,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone() or ("0/0",)
+        while True:
+            seen = cdc_records(bootstrap)
+            on_progress(seen)
+            row = conn.execute(
+                "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
+                (target, names.SLOT_NAME),
+            ).fetchone()
+            if seen >= expected and row and row[0]:
+                break
+            if time.monotonic() - start > timeout_s:
+                raise TimeoutError(
+                    f"Debezium published {seen} of {expected} change events in {timeout_s:.0f}s"
+                )
+            time.sleep(1)
     return time.monotonic() - start

@@ -14,7 +14,14 @@ from typing import Any
 
 import requests
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 from psycopg.conninfo import conninfo_to_dict
 
 from db import schema
@@ -24,6 +31,10 @@ CLICK_PARTITIONS = 3
 # One partition: change events stay in commit order, and CDC progress never runs ahead of a change
 # still unread in another partition (the temporal join's completeness relies on it).
 CDC_PARTITIONS = 1
+# A large profile row must not stop Debezium (a record over the broker's default 1 MB fails its task):
+# the CDC topic and Connect's producer (producer.max.request.size) take up to this; the job then
+# dead-letters change events over pipeline.cdc_fold.MAX_CHANGE_BYTES.
+CDC_MAX_BYTES = 16 * 1024 * 1024
 
 
 class SetupError(RuntimeError):
@@ -31,7 +42,9 @@ class SetupError(RuntimeError):
 
 
 def connector_config(settings: config.Settings) -> dict[str, str]:
-    """connectors/debezium-postgres.json with endpoints, names and secrets filled in."""
+    """connectors/debezium-postgres.json with endpoints and names filled in. The password stays a
+    reference (`${env:STREAMFOLD_DEBEZIUM_PASSWORD}`) that the Connect worker resolves from its own
+    environment, so neither the REST API nor the config topic ever holds it."""
     template = resources.files("connectors").joinpath("debezium-postgres.json").read_text()
     dsn = conninfo_to_dict(settings.pg_dsn)
     columns = schema.PUBLIC_USER_COLUMNS
@@ -41,7 +54,6 @@ def connector_config(settings: config.Settings) -> dict[str, str]:
         "PG_PORT": config.lookup("STREAMFOLD_CONNECT_PG_PORT", str(dsn.get("port", "5432"))),
         "PG_DATABASE": str(dsn.get("dbname", "postgres")),
         "DEBEZIUM_ROLE": config.DEBEZIUM_ROLE,
-        "STREAMFOLD_DEBEZIUM_PASSWORD": config.lookup("STREAMFOLD_DEBEZIUM_PASSWORD"),
         "CDC_TOPIC_PREFIX": names.CDC_TOPIC_PREFIX,
         "INCLUDED_COLUMNS": ",".join(f"public.users.{c}" for c in columns),
         "SNAPSHOT_SELECT": f"SELECT {', '.join(columns)} FROM public.users",
@@ -56,7 +68,7 @@ def ensure_topics(bootstrap: str) -> list[str]:
     """Create the pipeline and CDC topics that are missing; returns the ones created."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     wanted = [
-        NewTopic(names.CDC_USERS_TOPIC, CDC_PARTITIONS, 1),
+        NewTopic(names.CDC_USERS_TOPIC, CDC_PARTITIONS, 1, config={"max.message.bytes": str(CDC_MAX_BYTES)}),
         NewTopic(names.HEARTBEAT_TOPIC, 1, 1),
         *(
             NewTopic(
@@ -69,6 +81,13 @@ def ensure_topics(bootstrap: str) -> list[str]:
         ),
     ]
     existing = set(admin.list_topics(timeout=30).topics)
+    if names.CDC_USERS_TOPIC in existing:  # created by an older setup: raise its record size limit
+        limit = ConfigEntry(
+            "max.message.bytes", str(CDC_MAX_BYTES), incremental_operation=AlterConfigOpType.SET
+        )
+        resource = ConfigResource(ResourceType.TOPIC, names.CDC_USERS_TOPIC, incremental_configs=[limit])
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result()
     missing = [t for t in wanted if t.topic not in existing]
     if not missing:
         return []

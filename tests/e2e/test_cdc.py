@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -71,6 +72,51 @@ def test_insert_update_delete_give_c_u_d_and_a_tombstone(pg, streamfold_setup):
 def test_heartbeats_flow(streamfold_setup):
     beats = wait_for(streamfold_setup.kafka_bootstrap, names.HEARTBEAT_TOPIC, lambda ms: len(ms) >= 2)
     assert all(isinstance(m.value["ts_ms"], int) for m in beats)
+
+
+def test_heartbeat_table_events_follow_changes_in_commit_order_and_are_only_progress(pg, streamfold_setup):
+    from pipeline.cdc_fold import HEARTBEAT_TABLE, Change, Progress, parse_envelope
+
+    userid = f"hb-{uuid.uuid4().hex[:8]}"
+    pg.execute("INSERT INTO public.users (userid, regionid) VALUES (%s, 'asia')", (userid,))
+    pg.execute("UPDATE public.users SET regionid = 'europe' WHERE userid = %s", (userid,))
+
+    def beats_after_update(ms: list[Message]) -> list[Message]:
+        updates = [m for m in events_for(ms, userid) if m.value["op"] == "u"]
+        if not updates:
+            return []
+        return [
+            m
+            for m in ms
+            if m.offset > updates[0].offset
+            and isinstance(m.value, dict)
+            and m.value["source"].get("table") == HEARTBEAT_TABLE
+        ]
+
+    messages = wait_for(
+        streamfold_setup.kafka_bootstrap, names.CDC_USERS_TOPIC, lambda ms: len(beats_after_update(ms)) >= 3
+    )
+    assert {m.partition for m in messages} == {0}
+    (update,) = [m for m in events_for(messages, userid) if m.value["op"] == "u"]
+    beats = beats_after_update(messages)
+    assert all(b.value["source"]["ts_ms"] >= update.value["source"]["ts_ms"] for b in beats)
+    # Every 200 ms or so: a few beats within a couple of seconds of the change.
+    assert beats[2].value["source"]["ts_ms"] - update.value["source"]["ts_ms"] < 5_000
+    all_beats = [
+        m for m in messages if isinstance(m.value, dict) and m.value["source"].get("table") == HEARTBEAT_TABLE
+    ]
+    for beat in all_beats:
+        assert beat.key == {"id": 1}  # no userid: never a user's key
+        assert parse_envelope(names.CDC_USERS_TOPIC, beat_key(beat), beat.raw_value) == Progress(
+            beat.value["source"]["ts_ms"]
+        )
+    # The user changes themselves still fold to changes.
+    change = parse_envelope(names.CDC_USERS_TOPIC, beat_key(update), update.raw_value)
+    assert isinstance(change, Change) and change.userid == userid and change.regionid == "europe"
+
+
+def beat_key(message: Message) -> bytes:
+    return json.dumps(message.key).encode()
 
 
 def test_setup_twice_is_a_no_op(streamfold_setup):
@@ -148,3 +194,22 @@ def test_topics_exist_with_the_right_cleanup_policy(streamfold_setup):
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         policy = admin.describe_configs([resource])[resource].result()["cleanup.policy"].value
         assert ("compact" in policy) == compacted, topic
+
+
+def test_a_2_mb_row_does_not_stop_the_connector(pg, streamfold_setup):
+    """Over the broker's default 1 MB: the CDC topic and Connect's producer take it, and the ordinary
+    changes after it still arrive (the job dead-letters it: pipeline.cdc_fold.MAX_CHANGE_BYTES)."""
+    big, after = f"big-{uuid.uuid4().hex[:8]}", f"after-{uuid.uuid4().hex[:8]}"
+    pg.execute("INSERT INTO public.users (userid, regionid) VALUES (%s, %s)", (big, "r" * 2_000_000))
+    pg.execute("INSERT INTO public.users (userid, regionid) VALUES (%s, 'asia')", (after,))
+    pg.execute("UPDATE public.users SET regionid = 'europe' WHERE userid = %s", (after,))
+    messages = wait_for(
+        streamfold_setup.kafka_bootstrap, names.CDC_USERS_TOPIC, lambda ms: len(events_for(ms, after)) >= 2
+    )
+    (large,) = events_for(messages, big)
+    assert len(large.raw_value or b"") > 2_000_000
+    assert [m.value["op"] for m in events_for(messages, after)] == ["c", "u"]
+    status = requests.get(
+        f"{streamfold_setup.connect_url}/connectors/{names.CONNECTOR_NAME}/status", timeout=10
+    ).json()
+    assert [t["state"] for t in status["tasks"]] == ["RUNNING"]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,7 @@ class Message:
     key: Any
     value: Any  # JSON-decoded when it parses, else text
     raw_value: bytes | None
+    raw_key: bytes | None
 
 
 def _decode(raw: bytes | None) -> Any:
@@ -31,35 +32,49 @@ def _decode(raw: bytes | None) -> Any:
         return raw.decode("utf-8", "replace")
 
 
-def read_all(bootstrap: str, topic: str, idle_s: float = 2.0, timeout_s: float = 60) -> list[Message]:
-    """Every message currently in `topic`, stopping once nothing new arrived for `idle_s`."""
+def read_all(bootstrap: str, topic: str, timeout_s: float = 60) -> list[Message]:
+    """Every message in `topic` up to its end offsets as of the call (heartbeats keep some topics
+    growing, so "until idle" would never end); [] while the topic does not exist."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"test-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
         }
     )
-    consumer.subscribe([topic])
     messages: list[Message] = []
-    deadline = time.monotonic() + timeout_s
-    last = time.monotonic()
     try:
-        while time.monotonic() < deadline and time.monotonic() - last < idle_s:
+        metadata = consumer.list_topics(topic, timeout=30).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            return []
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            for p in metadata.partitions
+        }
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        done = {p for p, end in ends.items() if end == 0}
+        deadline = time.monotonic() + timeout_s
+        while len(done) < len(ends):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read {len(messages)} messages of {topic} in {timeout_s}s, not all")
             for m in consumer.consume(10_000, timeout=0.5):
-                if m.error() is None:
-                    messages.append(
-                        Message(
-                            m.topic(),
-                            m.partition(),
-                            m.offset(),
-                            _decode(m.key()),
-                            _decode(m.value()),
-                            m.value(),
-                        )
+                if m.error() is not None or m.offset() >= ends[m.partition()]:
+                    continue
+                messages.append(
+                    Message(
+                        m.topic(),
+                        m.partition(),
+                        m.offset(),
+                        _decode(m.key()),
+                        _decode(m.value()),
+                        m.value(),
+                        m.key(),
                     )
-                    last = time.monotonic()
+                )
+            # The position, not the last offset seen: compaction may have removed the last records.
+            for tp in consumer.position([TopicPartition(topic, p) for p in ends if p not in done]):
+                if tp.offset >= ends[tp.partition]:
+                    done.add(tp.partition)
     finally:
         consumer.close()
     return messages
@@ -72,7 +87,7 @@ def wait_for(
     deadline = time.monotonic() + timeout_s
     messages: list[Message] = []
     while time.monotonic() < deadline:
-        messages = read_all(bootstrap, topic, idle_s=1.0)
+        messages = read_all(bootstrap, topic)
         if predicate(messages):
             return messages
         time.sleep(1)
