@@ -1,29 +1,125 @@
 """The aggregates: total clicks per region and per URL x region.
 
-They are folded in Postgres, in the same statement that inserts the batch's enriched clicks, from the
-rows that insert actually added (`RETURNING`). So the totals always equal the sum over
-`streamfold.enriched_clicks`, even if a click were ever offered twice.
+A batch's totals are computed once, from the same Arrow table that is COPYed into
+streamfold.enriched_clicks (`batch_totals`), and upserted in the same transaction (`upsert_totals`),
+so Postgres folds a few thousand totals instead of every row. When a batch holds clicks that are
+already in enriched_clicks (a topic reprocessed under a new checkpoint), `insert_and_aggregate` inserts
+only the new rows and folds the totals from the rows that insert actually added (`RETURNING`). Either
+way the totals equal the sum over `streamfold.enriched_clicks`.
+
+url_region_click_count is keyed by (md5(url), region) (`url_md5`, a generated column), so a URL of any
+length fits the btree; `url` holds the full URL.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import io
+from dataclasses import dataclass
 
 import psycopg
+import pyarrow as pa
+import pyarrow.csv as pacsv
 
 from streamfold import names
+
+
+@dataclass(frozen=True)
+class Totals:
+    """(region, clicks) and (url, region, clicks): a batch's sums, or the new totals after an upsert."""
+
+    regions: list[tuple[str, int]]
+    url_regions: list[tuple[str, str, int]]
+    # batch_totals keeps its (url, region, clicks) table for COPY.
+    url_region_table: pa.Table | None = None
+
+    @staticmethod
+    def empty() -> Totals:
+        return Totals([], [])
+
+
+def batch_totals(rows: pa.Table) -> Totals:
+    """Sums of clicks per region and per (url, region) (columns click_url, user_regionid, clicks)."""
+    if rows.num_rows == 0:
+        return Totals.empty()
+    base = rows.select(["click_url", "user_regionid", "clicks"])
+    per_region = base.group_by("user_regionid").aggregate([("clicks", "sum")])
+    per_url = base.group_by(["click_url", "user_regionid"]).aggregate([("clicks", "sum")])
+    return Totals(
+        list(
+            zip(
+                per_region.column("user_regionid").to_pylist(),
+                per_region.column("clicks_sum").to_pylist(),
+                strict=True,
+            )
+        ),
+        list(
+            zip(
+                per_url.column("click_url").to_pylist(),
+                per_url.column("user_regionid").to_pylist(),
+                per_url.column("clicks_sum").to_pylist(),
+                strict=True,
+            )
+        ),
+        per_url.select(["click_url", "user_regionid", "clicks_sum"]),
+    )
+
+
+REGION_UPSERT = f"""
+INSERT INTO {names.CLICKS_PER_REGION_TABLE} AS t (region, clicks)
+SELECT * FROM unnest(%s::text[], %s::bigint[])
+ON CONFLICT (region) DO UPDATE SET clicks = t.clicks + excluded.clicks
+RETURNING region, clicks
+"""
+URL_REGION_STAGE = """
+CREATE TEMP TABLE IF NOT EXISTS batch_url_region (url text, region text, clicks bigint) ON COMMIT DELETE ROWS
+"""
+URL_REGION_UPSERT = f"""
+INSERT INTO {names.URL_REGION_TABLE} AS t (url, region, click_count)
+SELECT url, region, clicks FROM pg_temp.batch_url_region
+ON CONFLICT (url_md5, region) DO UPDATE SET click_count = t.click_count + excluded.click_count
+RETURNING url, region, click_count
+"""
+
+
+def upsert_totals(conn: psycopg.Connection, totals: Totals) -> Totals:
+    """Add a batch's sums to the totals; returns the new totals of the keys it touched."""
+    if not totals.regions:
+        return Totals.empty()
+    regions = conn.execute(
+        REGION_UPSERT, ([r for r, _ in totals.regions], [c for _, c in totals.regions])
+    ).fetchall()
+    conn.execute(URL_REGION_STAGE)
+    table = totals.url_region_table
+    if table is None:
+        table = pa.table(
+            {
+                "url": [u for u, _, _ in totals.url_regions],
+                "region": [r for _, r, _ in totals.url_regions],
+                "clicks": pa.array([c for _, _, c in totals.url_regions], pa.int64()),
+            }
+        )
+    buffer = io.BytesIO()
+    pacsv.write_csv(table, buffer, pacsv.WriteOptions(include_header=False))
+    with conn.cursor().copy(
+        "COPY pg_temp.batch_url_region (url, region, clicks) FROM STDIN (FORMAT csv)"
+    ) as copy:
+        copy.write(buffer.getvalue())
+    url_regions = conn.execute(URL_REGION_UPSERT).fetchall()
+    return Totals(regions, url_regions)
+
 
 # pg_temp.batch_clicks holds the micro-batch (see sinks.STAGING_COLUMNS).
 INSERT_AND_AGGREGATE = f"""
 WITH inserted AS (
     INSERT INTO {names.ENRICHED_CLICKS_TABLE} (
         event_id, uid, click_time, click_url, device_type, click_location, clicks,
-        user_regionid, user_gender, user_interests, user_registertime, profile_valid_from)
+        user_regionid, user_gender, user_interests, user_registertime, profile_valid_from, profile_complete)
     SELECT event_id, uid, to_timestamp(click_time_ms / 1000.0), click_url, device_type, click_location,
            clicks, user_regionid, user_gender, user_interests::text[], user_registertime,
            CASE WHEN profile_valid_from_ms IS NULL THEN NULL
                 WHEN profile_valid_from_ms < 0 THEN '-infinity'::timestamptz
-                ELSE to_timestamp(profile_valid_from_ms / 1000.0) END
+                ELSE to_timestamp(profile_valid_from_ms / 1000.0) END,
+           profile_complete
     FROM pg_temp.batch_clicks
     ON CONFLICT (event_id) DO NOTHING
     RETURNING click_url, user_regionid, clicks
@@ -31,34 +127,43 @@ WITH inserted AS (
     INSERT INTO {names.CLICKS_PER_REGION_TABLE} AS t (region, clicks)
     SELECT user_regionid, sum(clicks) FROM inserted GROUP BY user_regionid
     ON CONFLICT (region) DO UPDATE SET clicks = t.clicks + excluded.clicks
-    RETURNING 1
+    RETURNING region, clicks
 ), per_url_region AS (
     INSERT INTO {names.URL_REGION_TABLE} AS t (url, region, click_count)
     SELECT click_url, user_regionid, sum(clicks) FROM inserted GROUP BY click_url, user_regionid
-    ON CONFLICT (url, region) DO UPDATE SET click_count = t.click_count + excluded.click_count
-    RETURNING 1
+    ON CONFLICT (url_md5, region) DO UPDATE SET click_count = t.click_count + excluded.click_count
+    RETURNING url, region, click_count
 )
-SELECT (SELECT count(*) FROM inserted),
-       (SELECT count(*) FROM per_region),
-       (SELECT count(*) FROM per_url_region)
+SELECT 'region', region, NULL, clicks FROM per_region
+UNION ALL
+SELECT 'url_region', url, region, click_count FROM per_url_region
 """
 
 
-def region_totals(conn: psycopg.Connection, regions: Iterable[str]) -> list[tuple[str, int]]:
-    """Current totals for the given regions (what the Kafka changelog publishes)."""
-    return conn.execute(
+def insert_and_aggregate(conn: psycopg.Connection) -> Totals:
+    """Insert pg_temp.batch_clicks' new rows; fold the totals from them; return the new totals."""
+    regions: list[tuple[str, int]] = []
+    url_regions: list[tuple[str, str, int]] = []
+    for kind, key, region, total in conn.execute(INSERT_AND_AGGREGATE).fetchall():
+        if kind == "region":
+            regions.append((key, total))
+        else:
+            url_regions.append((key, region, total))
+    return Totals(regions, url_regions)
+
+
+def current_totals(conn: psycopg.Connection, keys: Totals) -> Totals:
+    """The current totals of the keys in `keys` (a replayed batch republishes them)."""
+    regions = conn.execute(
         f"SELECT region, clicks FROM {names.CLICKS_PER_REGION_TABLE} WHERE region = ANY(%s) ORDER BY region",
-        (sorted(set(regions)),),
+        (sorted({r for r, _ in keys.regions}),),
     ).fetchall()
-
-
-def url_region_totals(
-    conn: psycopg.Connection, pairs: Iterable[tuple[str, str]]
-) -> list[tuple[str, str, int]]:
-    keys = sorted(set(pairs))
-    return conn.execute(
+    pairs = sorted({(u, r) for u, r, _ in keys.url_regions})
+    url_regions = conn.execute(
         f"""SELECT t.url, t.region, t.click_count FROM {names.URL_REGION_TABLE} t
-            JOIN unnest(%s::text[], %s::text[]) AS k(url, region) USING (url, region)
+            JOIN unnest(%s::text[], %s::text[]) AS k(url, region)
+              ON t.url_md5 = md5(k.url)::uuid AND t.region = k.region AND t.url = k.url
             ORDER BY t.url, t.region""",
-        ([url for url, _ in keys], [region for _, region in keys]),
+        ([u for u, _ in pairs], [r for _, r in pairs]),
     ).fetchall()
+    return Totals(regions, url_regions)

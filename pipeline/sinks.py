@@ -2,10 +2,27 @@
 
 Each micro-batch (foreachBatch) is written to Postgres in ONE transaction that first claims
 (query, batch_id) in streamfold.sink_batches: a batch Spark replays after a crash finds its id taken
-and writes nothing. Enriched clicks are also keyed by a deterministic event_id and the aggregates are
-folded from the rows actually inserted, so even a reprocessed topic cannot double count.
-Kafka outputs are written after the Postgres commit, on every attempt (at least once; consumers
-drop duplicates by event_id).
+and writes nothing. Inside that transaction the batch's clicks are COPYed straight into
+streamfold.enriched_clicks and the batch's totals (aggregated once, from the same rows) are upserted;
+if any event_id is already there (a topic reprocessed under a new checkpoint), the transaction goes
+back to a savepoint and takes the slow, deduplicating path (staging table, `ON CONFLICT DO NOTHING`,
+totals folded from the rows actually inserted). Either way the totals equal the sum over
+enriched_clicks.
+
+Kafka outputs are written after the Postgres commit, on every attempt (at least once; consumers drop
+duplicates by event_id): user_clicks by Spark's Kafka writer (executors), the aggregate topics with the
+new totals of the keys the batch touched, clicks_dlq with bounded records.
+
+Robustness (DESIGN notes, also in README):
+- Postgres text cannot hold U+0000 and COPY needs valid UTF-8: in the rows written to Postgres every
+  text field is made valid UTF-8 (invalid bytes -> U+FFFD) and NUL becomes U+FFFD (`postgres_text`,
+  vectorised on the driver's Arrow table). user_clicks keeps the click as parsed (JSON escapes NUL as
+  \\u0000). The original bytes of a rejected record are kept in dead_letters.payload (bytea).
+- clicks_dlq records carry at most DLQ_PAYLOAD_BYTES of the payload (as text and base64) plus its full
+  length and sha256; the full bytes stay in streamfold.dead_letters.
+- A Postgres or Kafka outage does not end the query: the batch's transaction (safe to retry, the ledger
+  claims it once) and the aggregate flush are retried with backoff for up to STREAMFOLD_SINK_RETRY_S
+  seconds (default 900), logging one line per attempt.
 """
 
 from __future__ import annotations
@@ -13,12 +30,16 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -41,15 +62,84 @@ STAGING_COLUMNS = (
     "user_interests",
     "user_registertime",
     "profile_valid_from_ms",
+    "profile_complete",
 )
 STAGING_DDL = """
 CREATE TEMP TABLE IF NOT EXISTS batch_clicks (
     event_id text, uid text, click_time_ms bigint, click_url text, device_type text, click_location text,
     clicks integer, user_regionid text, user_gender text, user_interests text, user_registertime bigint,
-    profile_valid_from_ms bigint
+    profile_valid_from_ms bigint, profile_complete boolean
 ) ON COMMIT DELETE ROWS
 """
+# The columns COPYed straight into streamfold.enriched_clicks (times already as timestamptz text).
+TABLE_COLUMNS = tuple(name.removesuffix("_ms") for name in STAGING_COLUMNS)
 DEAD_LETTER_COLUMNS = ("dead_letter_id", "source", "reason", "payload")
+
+# clicks_dlq: at most this many payload bytes per record (as text and as base64, ~2.4x), so a record
+# stays far below the producer's and the broker's 1 MB limit; the full bytes stay in Postgres.
+DLQ_PAYLOAD_BYTES = 16 * 1024
+DLQ_REASON_CHARS = 2048
+# Spark's Kafka writer: the producer's request limit (the broker's default message.max.bytes is ~1 MB).
+KAFKA_MAX_REQUEST_BYTES = 1024 * 1024
+# How long a batch keeps retrying through a Postgres or Kafka outage before the query fails.
+DEFAULT_RETRY_S = 900.0
+RETRY_ENV = "STREAMFOLD_SINK_RETRY_S"
+REPLACEMENT = "\ufffd"
+
+R = TypeVar("R")
+
+
+# --- text that Postgres and JSON can hold -------------------------------------------------------------
+
+
+def clean_text(col: Column) -> Column:
+    """Valid UTF-8 (invalid bytes -> U+FFFD) without NUL (-> U+FFFD): what a Postgres text can hold."""
+    return F.regexp_replace(F.make_valid_utf8(col), "\u0000", REPLACEMENT)
+
+
+# --- retries ------------------------------------------------------------------------------------------
+
+
+def retry_budget_s() -> float:
+    return float(os.environ.get(RETRY_ENV, DEFAULT_RETRY_S))
+
+
+def retrying(
+    what: str,
+    attempt: Callable[[], R],
+    transient: tuple[type[BaseException], ...],
+    budget_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+    first_delay_s: float = 1.0,
+    max_delay_s: float = 15.0,
+) -> R:
+    """attempt() until it returns; on a transient error wait (1, 2, 4 ... max_delay_s s) and try again,
+    for up to budget_s seconds in all, then raise the last error."""
+    deadline = time.monotonic() + budget_s
+    delay = first_delay_s
+    while True:
+        try:
+            return attempt()
+        except transient as error:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.error("%s unavailable (%s): giving up after %.0f s", what, one_line(error), budget_s)
+                raise
+            wait = min(delay, max_delay_s, left)
+            log.warning("%s unavailable (%s), retrying in %.0fs", what, one_line(error), wait)
+            sleep(wait)
+            delay = min(delay * 2, max_delay_s)
+
+
+def one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return f"{type(error).__name__}: {text[:200]}"
+
+
+PG_TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, psycopg.InterfaceError)
+
+
+# --- Postgres -----------------------------------------------------------------------------------------
 
 
 def pg_array_literal(col: Column) -> Column:
@@ -63,6 +153,11 @@ def pg_array_literal(col: Column) -> Column:
     return F.when(col.isNull(), F.lit(None)).otherwise(
         F.concat(F.lit("{"), F.array_join(quoted, ","), F.lit("}"))
     )
+
+
+def timestamptz_text(ms: Column) -> Column:
+    """Epoch ms as timestamptz text with its offset (correct whatever the session time zone)."""
+    return F.date_format(F.timestamp_millis(ms), "yyyy-MM-dd HH:mm:ss.SSSXXX")
 
 
 def to_csv(table: pa.Table) -> bytes:
@@ -81,24 +176,29 @@ def copy_rows(conn: psycopg.Connection, table: str, columns: tuple[str, ...], ro
 class PostgresBatches:
     """One writer connection; `commit` runs a batch's writes under its claimed batch id."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, retry_s: float | None = None) -> None:
         self.dsn = dsn
+        self.retry_s = retry_budget_s() if retry_s is None else retry_s
         self._conn: psycopg.Connection | None = None
 
     @property
     def conn(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self.dsn)
+            self._conn = psycopg.connect(self.dsn, connect_timeout=10)
             self._conn.execute(STAGING_DDL)
             self._conn.commit()
         return self._conn
 
-    def commit(
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+    def attempt(
         self, query: str, batch_id: int, rows: int, write: Callable[[psycopg.Connection], None]
     ) -> bool:
-        """Run `write` and record (query, batch_id) atomically. False when the batch was already committed."""
-        conn = self.conn
+        """One try: claim (query, batch_id) and run `write` in one transaction. False if already claimed."""
         try:
+            conn = self.conn
             with conn.transaction():
                 claimed = conn.execute(
                     "INSERT INTO streamfold.sink_batches (query, batch_id, rows) VALUES (%s, %s, %s) "
@@ -108,22 +208,45 @@ class PostgresBatches:
                 if claimed:
                     write(conn)
             return bool(claimed)
-        except psycopg.OperationalError:
-            conn.close()  # reconnect next time; Spark retries the batch
+        except PG_TRANSIENT:
+            self.close()  # reconnect on the next attempt
             raise
+
+    def commit(
+        self, query: str, batch_id: int, rows: int, write: Callable[[psycopg.Connection], None]
+    ) -> bool:
+        """`attempt`, retried through a Postgres outage (the ledger makes a retry safe)."""
+        return retrying(
+            "Postgres", lambda: self.attempt(query, batch_id, rows, write), PG_TRANSIENT, self.retry_s
+        )
+
+    def read(self, fetch: Callable[[psycopg.Connection], R]) -> R:
+        def once() -> R:
+            try:
+                conn = self.conn
+                with conn.transaction():
+                    return fetch(conn)
+            except PG_TRANSIENT:
+                self.close()
+                raise
+
+        return retrying("Postgres", once, PG_TRANSIENT, self.retry_s)
+
+
+# --- dead letters -------------------------------------------------------------------------------------
 
 
 def dead_letter_rows(rejects: DataFrame, id_col: str, source: Column, reason_col: str) -> DataFrame:
     return rejects.select(
-        F.col(id_col).alias("dead_letter_id"),
-        source.alias("source"),
-        F.col(reason_col).alias("reason"),
+        clean_text(F.col(id_col)).alias("dead_letter_id"),
+        clean_text(source).alias("source"),
+        clean_text(F.col(reason_col)).alias("reason"),
         "payload",
     )
 
 
 def dead_letter_table(dead_letters: DataFrame) -> pa.Table:
-    """Rows for COPY into streamfold.dead_letters: bytea travels as hex text."""
+    """Rows for COPY into streamfold.dead_letters: bytea travels as hex text (the full payload)."""
     payload = F.when(F.col("payload").isNull(), F.lit(None)).otherwise(
         F.concat(F.lit("\\x"), F.hex("payload"))
     )
@@ -131,21 +254,90 @@ def dead_letter_table(dead_letters: DataFrame) -> pa.Table:
 
 
 def dlq_records(dead_letters: DataFrame) -> DataFrame:
-    """clicks_dlq: the reason, the payload as text (lossy for non-UTF-8) and exactly, in base64."""
+    """clicks_dlq: the reason, the payload's first DLQ_PAYLOAD_BYTES as text (lossy: invalid UTF-8 and
+    NUL become U+FFFD) and exactly (base64), its full length and sha256, and whether it was truncated."""
+    payload = F.col("payload")
+    head = F.substring(payload, 1, DLQ_PAYLOAD_BYTES)
     value = F.to_json(
         F.struct(
             "dead_letter_id",
             "source",
-            "reason",
-            F.col("payload").cast("string").alias("payload"),
-            F.base64("payload").alias("payload_base64"),
+            F.substring("reason", 1, DLQ_REASON_CHARS).alias("reason"),
+            clean_text(head.cast("string")).alias("payload"),
+            F.base64(head).alias("payload_base64"),
+            F.length(payload).alias("payload_bytes"),
+            F.sha2(payload, 256).alias("payload_sha256"),
+            (F.length(payload) > DLQ_PAYLOAD_BYTES).alias("payload_truncated"),
         )
     )
     return dead_letters.select(F.col("dead_letter_id").alias("key"), value.alias("value"))
 
 
 def write_kafka(records: DataFrame, bootstrap: str, topic: str) -> None:
-    records.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
+    (
+        records.write.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("kafka.max.request.size", str(KAFKA_MAX_REQUEST_BYTES))
+        .option("kafka.linger.ms", "20")
+        .option("kafka.batch.size", str(256 * 1024))
+        .option("kafka.compression.type", "lz4")
+        .option("topic", topic)
+        .save()
+    )
+
+
+def write_kafka_retrying(records: DataFrame, bootstrap: str, topic: str, budget_s: float) -> None:
+    """Spark's Kafka writer, the whole write retried through a Kafka outage (at least once anyway)."""
+
+    def once() -> None:
+        try:
+            write_kafka(records, bootstrap, topic)
+        except Exception as error:  # Py4J/Spark wrap the producer's TimeoutException
+            if is_kafka_outage(str(error)):
+                raise KafkaUnavailable(one_line(error)) from error
+            raise
+
+    retrying(f"Kafka ({topic})", once, (KafkaUnavailable,), budget_s)
+
+
+class KafkaUnavailable(RuntimeError):
+    pass
+
+
+KAFKA_OUTAGE_MARKERS = (
+    "TimeoutException",
+    "NetworkException",
+    "DisconnectException",
+    "NotLeaderOrFollowerException",
+    "not present in metadata",
+    "_TRANSPORT",
+    "_ALL_BROKERS_DOWN",
+    "_MSG_TIMED_OUT",
+    "did not acknowledge",
+)
+
+
+def is_kafka_outage(message: str) -> bool:
+    return any(marker in message for marker in KAFKA_OUTAGE_MARKERS)
+
+
+class Stopwatch:
+    """Seconds per step of a batch, for the log line."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.laps: list[tuple[str, float]] = []
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps.append((name, now - self.last))
+        self.last = now
+
+    def __str__(self) -> str:
+        return " ".join(f"{name} {seconds:.2f}s" for name, seconds in self.laps)
+
+
+# --- the clicks sink ----------------------------------------------------------------------------------
 
 
 def enriched_records(clicks: DataFrame) -> DataFrame:
@@ -161,89 +353,209 @@ def enriched_records(clicks: DataFrame) -> DataFrame:
     return clicks.select(F.col("uid").alias("key"), value.alias("value"))
 
 
+def table_rows(clicks: DataFrame, extra: tuple[str, ...] = ()) -> DataFrame:
+    """The batch's STAGING_COLUMNS (+ extra), user_interests as a text[] literal, for `to_table`."""
+    return clicks.select(
+        *[pg_array_literal(F.col(c)).alias(c) if c == "user_interests" else c for c in STAGING_COLUMNS],
+        *extra,
+    )
+
+
+def dead_letter_arrow(rejects: pa.Table) -> pa.Table:
+    """A batch's rejected rows (event_id, error, source, payload) as rows for COPY into dead_letters:
+    text cleaned, the full payload as bytea hex."""
+    payload = [None if p is None else "\\x" + p.hex() for p in rejects.column("payload").to_pylist()]
+    return pa.table(
+        {
+            "dead_letter_id": postgres_text(rejects.column("event_id")),
+            "source": postgres_text(rejects.column("source")),
+            "reason": postgres_text(rejects.column("error")),
+            "payload": pa.array(payload, pa.string()),
+        }
+    )
+
+
+def postgres_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """What a Postgres text can hold: valid UTF-8 (invalid bytes -> U+FFFD), NUL -> U+FFFD."""
+    try:
+        column.validate(full=True)
+    except pa.ArrowInvalid:  # invalid UTF-8 (Spark strings are unchecked bytes): rare, so per value
+        fixed = [
+            None if v is None else v.decode("utf-8", "replace")
+            for v in pc.cast(column, pa.binary()).to_pylist()
+        ]
+        column = pa.chunked_array([pa.array(fixed, pa.string())])
+    return pc.replace_substring(column, "\u0000", REPLACEMENT)
+
+
+def to_table(staged: pa.Table) -> pa.Table:
+    """The staged batch as enriched_clicks' own columns (TABLE_COLUMNS) for CSV COPY: text cleaned,
+    epoch ms as timestamptz text ('-infinity' for a snapshot version)."""
+
+    def timestamptz(ms: pa.ChunkedArray) -> pa.ChunkedArray:
+        utc = pc.cast(pc.max_element_wise(ms, 0), pa.timestamp("ms", tz="UTC"))
+        return pc.strftime(utc, format="%Y-%m-%dT%H:%M:%SZ")  # %S carries the milliseconds
+
+    valid_from = staged.column("profile_valid_from_ms")
+    columns = {}
+    for name in TABLE_COLUMNS:
+        if name == "click_time":
+            columns[name] = timestamptz(staged.column("click_time_ms"))
+        elif name == "profile_valid_from":
+            columns[name] = pc.if_else(pc.less(valid_from, 0), "-infinity", timestamptz(valid_from))
+        elif pa.types.is_string(staged.schema.field(name).type):
+            columns[name] = postgres_text(staged.column(name))
+        else:
+            columns[name] = staged.column(name)
+    return pa.table(columns)
+
+
+def clean_staged(staged: pa.Table) -> pa.Table:
+    """The staged batch with postgres_text on its text columns (the deduplicating path's COPY)."""
+    return pa.table(
+        {
+            name: postgres_text(staged.column(name))
+            if pa.types.is_string(staged.schema.field(name).type)
+            else staged.column(name)
+            for name in staged.column_names
+        }
+    )
+
+
 class EnrichedClicksSink:
     """foreachBatch for the join query: enriched clicks, aggregates and click dead letters."""
 
-    def __init__(self, query: str, writer_dsn: str, bootstrap: str) -> None:
+    def __init__(self, query: str, writer_dsn: str, bootstrap: str, retry_s: float | None = None) -> None:
         self.query = query
-        self.pg = PostgresBatches(writer_dsn)
+        self.retry_s = retry_budget_s() if retry_s is None else retry_s
+        self.pg = PostgresBatches(writer_dsn, self.retry_s)
         self.bootstrap = bootstrap
         self.producer = Producer(
-            {"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True}
+            {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": 20,
+                "enable.idempotence": True,
+                "queue.buffering.max.messages": 1_000_000,
+            }
         )
+        self.last_path = ""
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()
         try:
-            clicks = batch.where("error IS NULL")
-            rejects = dead_letter_rows(batch.where("error IS NOT NULL"), "event_id", F.col("source"), "error")
-            staged = clicks.select(
-                *[
-                    pg_array_literal(F.col(c)).alias(c) if c == "user_interests" else c
-                    for c in STAGING_COLUMNS
-                ]
-            ).toArrow()
-            dead = dead_letter_table(rejects)
-
-            def write(conn: psycopg.Connection) -> None:
-                copy_rows(conn, "pg_temp.batch_clicks", STAGING_COLUMNS, staged)
-                conn.execute(aggregates.INSERT_AND_AGGREGATE)
-                copy_dead_letters(conn, dead)
-
-            committed = self.pg.commit(
-                f"{self.query}:{query_id(batch)}", batch_id, staged.num_rows + dead.num_rows, write
-            )
-            log.info(
-                "batch %s: %s clicks, %s dead letters%s",
-                batch_id,
-                staged.num_rows,
-                dead.num_rows,
-                "" if committed else " (replay: already in Postgres)",
-            )
-            write_kafka(enriched_records(clicks), self.bootstrap, names.USER_CLICKS_TOPIC)
-            if dead.num_rows:
-                write_kafka(dlq_records(rejects), self.bootstrap, names.DLQ_TOPIC)
-            self.publish_totals(staged)
+            self.write_batch(batch, batch_id)
         finally:
             batch.unpersist()
 
-    def publish_totals(self, staged: pa.Table) -> None:
-        """Send the new totals of every key the batch touched to the compacted aggregate topics."""
-        if staged.num_rows == 0:
-            return
-        regions = staged.column("user_regionid").to_pylist()
-        urls = staged.column("click_url").to_pylist()
-        conn = self.pg.conn
-        with conn.transaction():
-            for region, total in aggregates.region_totals(conn, regions):
-                self.producer.produce(
-                    names.CLICKS_PER_REGION_TOPIC,
-                    key=region,
-                    value=json.dumps({"region": region, "clicks": total}),
-                )
-            for url, region, total in aggregates.url_region_totals(conn, zip(urls, regions, strict=True)):
-                self.producer.produce(
-                    names.URL_REGION_TOPIC,
-                    key=f"{url}|{region}",
-                    value=json.dumps({"url": url, "region": region, "click_count": total}),
-                )
+    def write_batch(self, batch: DataFrame, batch_id: int) -> None:
+        clock = Stopwatch()
+        clicks = batch.where("error IS NULL")
+        rejects = dead_letter_rows(batch.where("error IS NOT NULL"), "event_id", F.col("source"), "error")
+        # The only pass of the batch to the driver: clicks and dead letters together, split in Arrow.
+        both = table_rows(batch, extra=("error", "source", "payload")).toArrow()
+        clock.lap("collect")
+        is_reject = pc.is_valid(both.column("error"))
+        arrow = both.filter(pc.invert(is_reject)).select(list(STAGING_COLUMNS))
+        dead = dead_letter_arrow(both.filter(is_reject))
+        table = to_table(arrow)
+        clock.lap("encode")
+        totals = aggregates.batch_totals(table)
+        clock.lap("aggregate")
+        published: dict[str, aggregates.Totals] = {}
+
+        def write(conn: psycopg.Connection) -> None:
+            published["totals"] = self.write_rows(conn, table, arrow, totals)
+            copy_dead_letters(conn, dead)
+
+        committed = self.pg.commit(
+            f"{self.query}:{query_id(batch)}", batch_id, table.num_rows + dead.num_rows, write
+        )
+        if not committed:
+            published["totals"] = self.pg.read(lambda conn: aggregates.current_totals(conn, totals))
+        clock.lap("postgres")
+        if table.num_rows:
+            write_kafka_retrying(
+                enriched_records(clicks), self.bootstrap, names.USER_CLICKS_TOPIC, self.retry_s
+            )
+        if dead.num_rows:
+            write_kafka_retrying(dlq_records(rejects), self.bootstrap, names.DLQ_TOPIC, self.retry_s)
+        clock.lap("kafka_rows")
+        retrying(
+            "Kafka (aggregate topics)",
+            lambda: self.publish_totals(published["totals"]),
+            (KafkaUnavailable, KafkaException, BufferError),
+            self.retry_s,
+        )
+        clock.lap("kafka_totals")
+        log.info(
+            "batch %s: %s clicks (%s released by join.max_wait), %s dead letters%s; %s",
+            batch_id,
+            table.num_rows,
+            pc.sum(pc.invert(table.column("profile_complete"))).as_py() or 0,
+            dead.num_rows,
+            f" ({self.last_path})" if committed else " (replay: already in Postgres)",
+            clock,
+        )
+
+    def write_rows(
+        self, conn: psycopg.Connection, table: pa.Table, arrow: pa.Table, totals: aggregates.Totals
+    ) -> aggregates.Totals:
+        """COPY straight into enriched_clicks and upsert the batch's totals; if an event_id is already
+        there, back to the savepoint and insert only the new rows (totals from the rows inserted)."""
+        if table.num_rows == 0:
+            return aggregates.Totals.empty()
+        try:
+            with conn.transaction():  # a savepoint inside the batch transaction
+                copy_rows(conn, names.ENRICHED_CLICKS_TABLE, TABLE_COLUMNS, table)
+                self.last_path = "COPY"
+                return aggregates.upsert_totals(conn, totals)
+        except psycopg.errors.UniqueViolation:
+            log.warning("batch holds clicks already in %s: deduplicating", names.ENRICHED_CLICKS_TABLE)
+        copy_rows(conn, "pg_temp.batch_clicks", STAGING_COLUMNS, clean_staged(arrow))
+        self.last_path = "deduplicated"
+        return aggregates.insert_and_aggregate(conn)
+
+    def publish_totals(self, totals: aggregates.Totals | pa.Table) -> None:
+        """Send the new totals of every key the batch touched to the compacted aggregate topics.
+        Given a batch's rows (a table with click_url, user_regionid, clicks), reads their keys' totals."""
+        if isinstance(totals, pa.Table):
+            keys = aggregates.batch_totals(totals)
+            totals = self.pg.read(lambda conn: aggregates.current_totals(conn, keys))
+        produce = self.producer.produce
+        for region, total in totals.regions:
+            produce(
+                names.CLICKS_PER_REGION_TOPIC,
+                key=region,
+                value=json.dumps({"region": region, "clicks": total}),
+            )
+        for i, (url, region, total) in enumerate(totals.url_regions):
+            produce(
+                names.URL_REGION_TOPIC,
+                key=f"{url}|{region}",
+                value=json.dumps({"url": url, "region": region, "click_count": total}),
+            )
+            if i % 10_000 == 0:
                 self.producer.poll(0)
         if self.producer.flush(60) > 0:
-            raise RuntimeError("Kafka did not acknowledge every aggregate update within 60 s")
+            raise KafkaUnavailable("Kafka did not acknowledge every aggregate update within 60 s")
 
 
 class ChangelogSink:
     """foreachBatch for the fold query: users_changelog, plus CDC records that could not be folded."""
 
-    def __init__(self, writer_dsn: str, bootstrap: str) -> None:
-        self.pg = PostgresBatches(writer_dsn)
+    def __init__(self, writer_dsn: str, bootstrap: str, retry_s: float | None = None) -> None:
+        self.retry_s = retry_budget_s() if retry_s is None else retry_s
+        self.pg = PostgresBatches(writer_dsn, self.retry_s)
         self.bootstrap = bootstrap
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()
         try:
-            write_kafka(
-                changelog_records(batch.where("kind = 'change'")), self.bootstrap, names.USERS_CHANGELOG_TOPIC
+            write_kafka_retrying(
+                changelog_records(batch.where("kind = 'change'")),
+                self.bootstrap,
+                names.USERS_CHANGELOG_TOPIC,
+                self.retry_s,
             )
             rejects = dead_letter_rows(
                 batch.where("kind = 'error'"), "record_id", F.lit(f"kafka:{names.CDC_USERS_TOPIC}"), "error"
@@ -256,7 +568,7 @@ class ChangelogSink:
                     dead.num_rows,
                     lambda conn: copy_dead_letters(conn, dead),
                 )
-                write_kafka(dlq_records(rejects), self.bootstrap, names.DLQ_TOPIC)
+                write_kafka_retrying(dlq_records(rejects), self.bootstrap, names.DLQ_TOPIC, self.retry_s)
         finally:
             batch.unpersist()
 

@@ -95,7 +95,9 @@ def test_kill_9_at_random_points_loses_and_doubles_nothing(source, pg, streamfol
         before_drain = sp.summary(conn)
     sandbox.run_once(source)
 
-    want = sp.expected(inputs(source, bootstrap), sp.profile_history(bootstrap))
+    want = sp.expected(
+        inputs(source, bootstrap), sp.profile_history(bootstrap), sp.cdc_dead_letters(bootstrap)
+    )
     with sandbox.connect() as conn:
         sp.assert_matches(conn, want)
     print(

@@ -66,6 +66,10 @@ def test_kinesis_and_kafka_give_the_same_postgres_totals(pg, streamfold_setup, t
     assert sum(n for _, n, _ in per_region) == 1000 and len(dead) == 2
     assert "moved" in {region for region, _, _ in per_region}
     # And everything the Kinesis job wrote matches the independent computation over the stream.
-    want = sp.expected(sp.kinesis_inputs(), sp.profile_history(streamfold_setup.kafka_bootstrap))
+    want = sp.expected(
+        sp.kinesis_inputs(),
+        sp.profile_history(streamfold_setup.kafka_bootstrap),
+        sp.cdc_dead_letters(streamfold_setup.kafka_bootstrap),
+    )
     with via_kinesis.connect() as conn:
         sp.assert_matches(conn, want)

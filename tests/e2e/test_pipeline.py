@@ -138,7 +138,9 @@ def test_malformed_records_reach_the_dead_letters_with_a_reason(story, kafka_san
 
 def test_totals_equal_an_independent_computation_over_the_inputs(story, kafka_sandbox, streamfold_setup):
     bootstrap = streamfold_setup.kafka_bootstrap
-    want = sp.expected(sp.kafka_inputs(bootstrap), sp.profile_history(bootstrap))
+    want = sp.expected(
+        sp.kafka_inputs(bootstrap), sp.profile_history(bootstrap), sp.cdc_dead_letters(bootstrap)
+    )
     with kafka_sandbox.connect() as conn:
         sp.assert_matches(conn, want)
 

@@ -1,0 +1,94 @@
+"""A Postgres outage while the continuous job runs: the sink retries the batch, the job stays alive, and
+the totals come out exact (row by row and in every aggregate) once Postgres is back."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import requests
+from confluent_kafka import Producer
+
+from compose import local_stack
+from connectors import setup as connector_setup
+from streamfold import config, names
+from streamfold.generate import ClickSpec, clicks
+from tests.support import pipeline as sp
+
+pytestmark = pytest.mark.e2e
+
+OUTAGE_S = 60
+
+
+def committed_batches(sandbox: sp.Sandbox) -> int:
+    with sandbox.connect() as conn:
+        return conn.execute("SELECT count(*) FROM streamfold.sink_batches").fetchone()[0]
+
+
+def restore_connector(connect_url: str) -> None:
+    """Debezium may fail its task while its database is down: restart what failed, wait until RUNNING."""
+    requests.post(
+        f"{connect_url}/connectors/{names.CONNECTOR_NAME}/restart",
+        params={"includeTasks": "true", "onlyFailed": "true"},
+        timeout=30,
+    )
+    connector_setup.wait_until_running(connect_url, names.CONNECTOR_NAME, timeout_s=180)
+
+
+def test_job_survives_a_postgres_outage_with_exact_totals(pg, streamfold_setup, tmp_path_factory):
+    sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, "sink_outage", tmp_path_factory.mktemp("outage"))
+    bootstrap = streamfold_setup.kafka_bootstrap
+    users = [f"outage-{i}" for i in range(20)]
+    pg.cursor().executemany(
+        "INSERT INTO public.users (userid, regionid) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+        [(u, f"R{i % 3}") for i, u in enumerate(users)],
+    )
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    stop = threading.Event()
+
+    def traffic() -> None:
+        """~500 clicks/s (Kafka only: Postgres goes away) until the outage is over."""
+        sent = 0
+        while not stop.is_set() and sent < 40_000:
+            for c in clicks(ClickSpec(count=50, users=len(users), seed=10_000 + sent)):
+                user = users[int(c["userid"].split("_")[1]) - 1]
+                producer.produce(
+                    names.CLICKS_TOPIC, key=user, value=json.dumps({**c, "userid": user}).encode()
+                )
+            producer.flush(30)
+            sent += 50
+            time.sleep(0.1)
+
+    home = config.home()
+    log = sandbox.home / "job.log"
+    sender = threading.Thread(target=traffic)
+    sender.start()
+    job = sandbox.start("kafka", log)
+    try:
+        sp.wait_until(lambda: committed_batches(sandbox) > 0, 240, "a first committed batch")
+        local_stack.stop_service(home, "postgres")
+        time.sleep(OUTAGE_S)
+        assert job.poll() is None, "the job ended while Postgres was down:\n" + log.read_text()[-3000:]
+        local_stack.start_service(home, "postgres")
+        before = committed_batches(sandbox)
+        sp.wait_until(lambda: committed_batches(sandbox) > before + 1, 180, "batches after the outage")
+        assert job.poll() is None, "the job ended after the outage:\n" + log.read_text()[-3000:]
+    finally:
+        stop.set()
+        sender.join()
+        if job.poll() is None:
+            sp.kill9(job)
+        if any(s.name == "postgres" and s.state == "down" for s in local_stack.status(home)):
+            local_stack.start_service(home, "postgres")
+    restore_connector(streamfold_setup.connect_url)
+    text = log.read_text()
+    assert "Postgres unavailable (" in text and "retrying in" in text
+
+    sandbox.run_once("kafka")  # drain what the continuous job had not reached
+    want = sp.expected(
+        sp.kafka_inputs(bootstrap), sp.profile_history(bootstrap), sp.cdc_dead_letters(bootstrap)
+    )
+    with sandbox.connect() as conn:
+        sp.assert_matches(conn, want)

@@ -1,0 +1,347 @@
+"""The sink's retry loop, its ledger and its two write paths on a real PostgreSQL (the local stack's
+postgres service alone, in a temporary home: ~2 s), plus the text and dead-letter rules on local Spark.
+No mocks: outages are a real stopped server, errors real psycopg exceptions."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from compose import local_stack
+from db import schema
+from pipeline import aggregates, sinks
+from streamfold import names
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- the retry loop -----------------------------------------------------------------------------------
+
+
+def test_retrying_recovers_from_real_connection_errors_with_backoff(caplog) -> None:
+    dead = f"host=127.0.0.1 port={closed_port()} dbname=x user=x connect_timeout=2"
+    waits: list[float] = []
+    calls = {"n": 0}
+
+    def attempt() -> str:
+        calls["n"] += 1
+        if calls["n"] <= 3:
+            psycopg.connect(dead)  # raises a real OperationalError: connection refused
+        return "done"
+
+    with caplog.at_level(logging.WARNING, logger=sinks.__name__):
+        assert sinks.retrying("Postgres", attempt, sinks.PG_TRANSIENT, 60, sleep=waits.append) == "done"
+    assert waits == [1.0, 2.0, 4.0]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3
+    assert all(line.startswith("Postgres unavailable (OperationalError: ") for line in lines)
+    assert lines[0].endswith("), retrying in 1s")
+    assert all("\n" not in line for line in lines)
+
+
+def test_retrying_gives_up_after_its_budget() -> None:
+    dead = f"host=127.0.0.1 port={closed_port()} dbname=x user=x connect_timeout=2"
+    with pytest.raises(psycopg.OperationalError):
+        sinks.retrying("Postgres", lambda: psycopg.connect(dead), sinks.PG_TRANSIENT, 0.0)
+
+
+def test_retrying_does_not_retry_other_errors() -> None:
+    calls = {"n": 0}
+
+    def attempt() -> None:
+        calls["n"] += 1
+        raise ValueError("a bug, not an outage")
+
+    with pytest.raises(ValueError):
+        sinks.retrying("Postgres", attempt, sinks.PG_TRANSIENT, 60, sleep=lambda s: None)
+    assert calls["n"] == 1
+
+
+def test_retry_budget_comes_from_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv(sinks.RETRY_ENV, "42")
+    assert sinks.retry_budget_s() == 42.0
+    monkeypatch.delenv(sinks.RETRY_ENV)
+    assert sinks.retry_budget_s() == sinks.DEFAULT_RETRY_S
+
+
+def test_kafka_outage_messages_are_recognised() -> None:
+    assert sinks.is_kafka_outage("org.apache.kafka.common.errors.TimeoutException: Topic x not present")
+    assert not sinks.is_kafka_outage("AnalysisException: cannot resolve column")
+
+
+# --- a real PostgreSQL --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pg_home() -> Iterator[Path]:
+    try:
+        local_stack.pg_bindir()
+    except local_stack.StackError as error:
+        pytest.skip(str(error))
+    home = Path(tempfile.mkdtemp(prefix="streamfold-unit-pg-"))
+    home.chmod(0o755)  # as root, the postgres OS user must reach its data folder
+    try:
+        local_stack.start_service(home, "postgres")
+        yield home
+    finally:
+        local_stack.down(home)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture()
+def dsn(pg_home: Path) -> str:
+    env = local_stack.open_stack(pg_home).env()
+    dsn = env["STREAMFOLD_PG_DSN"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA IF EXISTS streamfold CASCADE")
+        conn.execute(schema.schema_sql())
+    return dsn
+
+
+def rows(n: int, start: int = 0, url: str = "https://e.com/") -> pa.Table:
+    """A batch as sinks.table_rows brings it to the driver (STAGING_COLUMNS)."""
+    ids = range(start, start + n)
+    return pa.table(
+        {
+            "event_id": [f"kafka:clicks:0:{i}" for i in ids],
+            "uid": [f"User_{i % 7}" for i in ids],
+            "click_time_ms": pa.array([1_767_225_600_123 for _ in ids], pa.int64()),
+            "click_url": [f"{url}{i % 3}" for i in ids],
+            "device_type": ["mobile\u0000" for _ in ids],
+            "click_location": [None for _ in ids],
+            "clicks": pa.array([1 + i % 2 for i in ids], pa.int32()),
+            "user_regionid": [f"Region_{i % 2}" for i in ids],
+            "user_gender": ["MALE" for _ in ids],
+            "user_interests": ['{"News","a \\"b\\""}' for _ in ids],
+            "user_registertime": pa.array([1 for _ in ids], pa.int64()),
+            "profile_valid_from_ms": pa.array([-1 for _ in ids], pa.int64()),
+            "profile_complete": [i % 5 != 0 for i in ids],
+        }
+    )
+
+
+def write_batch(sink: sinks.EnrichedClicksSink, batch_id: int, arrow: pa.Table) -> bool:
+    table = sinks.to_table(arrow)
+    totals = aggregates.batch_totals(table)
+    return sink.pg.commit(
+        "q", batch_id, table.num_rows, lambda conn: sink.write_rows(conn, table, arrow, totals) and None
+    )
+
+
+def assert_totals_exact(dsn: str) -> tuple[int, int]:
+    with psycopg.connect(dsn) as conn:
+        diff = conn.execute(
+            f"""SELECT count(*) FROM (SELECT click_url AS url, user_regionid AS region, sum(clicks) AS c
+                  FROM {names.ENRICHED_CLICKS_TABLE} GROUP BY 1, 2) e
+                FULL JOIN {names.URL_REGION_TABLE} t USING (url, region)
+                WHERE e.c IS DISTINCT FROM t.click_count"""
+        ).fetchone()
+        region_diff = conn.execute(
+            f"""SELECT count(*) FROM (SELECT user_regionid AS region, sum(clicks) AS c
+                  FROM {names.ENRICHED_CLICKS_TABLE} GROUP BY 1) e
+                FULL JOIN {names.CLICKS_PER_REGION_TABLE} t USING (region)
+                WHERE e.c IS DISTINCT FROM t.clicks"""
+        ).fetchone()
+        assert diff == (0,) and region_diff == (0,)
+        count, total = conn.execute(
+            f"SELECT count(*), sum(clicks) FROM {names.ENRICHED_CLICKS_TABLE}"
+        ).fetchone() or (0, 0)
+        return count, total
+
+
+def sink_for(dsn: str, retry_s: float = 30) -> sinks.EnrichedClicksSink:
+    return sinks.EnrichedClicksSink("q", dsn, f"127.0.0.1:{closed_port()}", retry_s=retry_s)
+
+
+def test_ledger_makes_a_replayed_batch_a_no_op(dsn: str) -> None:
+    sink = sink_for(dsn)
+    assert write_batch(sink, 0, rows(100)) is True
+    assert sink.last_path == "COPY"
+    assert write_batch(sink, 0, rows(100)) is False  # the replay finds its id taken
+    assert assert_totals_exact(dsn) == (100, 150)
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT query, batch_id, rows FROM streamfold.sink_batches").fetchall() == [
+            ("q", 0, 100)
+        ]
+        assert conn.execute(
+            "SELECT DISTINCT profile_valid_from = '-infinity', user_interests, device_type, "
+            "click_time = '2026-01-01 00:00:00.123+00' FROM streamfold.enriched_clicks"
+        ).fetchall() == [(True, ["News", 'a "b"'], "mobile\ufffd", True)]
+    assert incomplete_event_ids(dsn) == {f"kafka:clicks:0:{i}" for i in range(0, 100, 5)}
+
+
+def incomplete_event_ids(dsn: str) -> set[str]:
+    """The clicks stored with profile_complete = false (rows() marks every fifth)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT event_id FROM streamfold.enriched_clicks WHERE NOT profile_complete")
+        return {r[0] for r in rows}
+
+
+def test_clicks_already_there_take_the_deduplicating_path(dsn: str) -> None:
+    sink = sink_for(dsn)
+    write_batch(sink, 0, rows(100))
+    # A topic reprocessed under a new checkpoint: a new batch id, half its clicks already there.
+    assert write_batch(sink, 1, rows(100, start=50)) is True
+    assert sink.last_path == "deduplicated"
+    count, _ = assert_totals_exact(dsn)
+    assert count == 150
+    assert incomplete_event_ids(dsn) == {f"kafka:clicks:0:{i}" for i in range(0, 150, 5)}
+
+
+def test_upsert_returns_the_new_totals(dsn: str) -> None:
+    sink = sink_for(dsn)
+    write_batch(sink, 0, rows(10))
+    arrow = rows(10, start=10)
+    table = sinks.to_table(arrow)
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        new = sink.write_rows(conn, table, arrow, aggregates.batch_totals(table))
+    with psycopg.connect(dsn) as conn:
+        assert (
+            sorted(new.regions)
+            == conn.execute("SELECT region, clicks FROM streamfold.clicks_per_region ORDER BY 1").fetchall()
+        )
+        current = aggregates.current_totals(conn, new)
+    assert sorted(new.url_regions) == sorted(current.url_regions)
+
+
+def test_a_url_longer_than_a_btree_key_is_counted(dsn: str) -> None:
+    sink = sink_for(dsn)
+    long_url = "https://e.com/" + "x" * 20_000
+    write_batch(sink, 0, rows(4, url=long_url))
+    assert_totals_exact(dsn)
+    with psycopg.connect(dsn) as conn:
+        urls = conn.execute(
+            "SELECT url, region, click_count FROM streamfold.url_region_click_count"
+        ).fetchall()
+    assert {len(u) for u, _, _ in urls} == {len(long_url) + 1}
+
+
+def test_old_url_region_table_is_migrated_to_the_md5_key(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE streamfold.url_region_click_count")
+        conn.execute(
+            "CREATE TABLE streamfold.url_region_click_count (url text NOT NULL, region text NOT NULL, "
+            "click_count bigint NOT NULL, PRIMARY KEY (url, region))"
+        )
+        conn.execute("INSERT INTO streamfold.url_region_click_count VALUES ('u', 'r', 3)")
+        conn.execute(schema.schema_sql())
+        conn.execute(schema.schema_sql())  # idempotent
+        assert conn.execute(
+            "SELECT url, region, click_count, url_md5 = md5('u')::uuid FROM streamfold.url_region_click_count"
+        ).fetchall() == [("u", "r", 3, True)]
+
+
+def test_a_batch_survives_a_postgres_outage(dsn: str, pg_home: Path, caplog) -> None:
+    sink = sink_for(dsn, retry_s=120)
+    write_batch(sink, 0, rows(10))  # the sink holds a live connection
+    local_stack.stop_service(pg_home, "postgres")
+
+    def come_back() -> None:
+        time.sleep(4)
+        local_stack.start_service(pg_home, "postgres")
+
+    restarter = threading.Thread(target=come_back)
+    restarter.start()
+    began = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger=sinks.__name__):
+        assert write_batch(sink, 1, rows(10, start=10)) is True
+    restarter.join()
+    assert time.monotonic() - began >= 3
+    assert any(r.getMessage().startswith("Postgres unavailable (") for r in caplog.records)
+    assert assert_totals_exact(dsn)[0] == 20
+
+
+# --- text and dead letters on Spark -------------------------------------------------------------------
+
+
+def test_nul_and_invalid_utf8_become_replacement_characters() -> None:
+    invalid = pa.Array.from_buffers(
+        pa.string(),
+        2,
+        [
+            None,
+            pa.py_buffer(b"\x00\x00\x00\x00\x03\x00\x00\x00\x05\x00\x00\x00"),
+            pa.py_buffer(b"a\xffbc\x00"),
+        ],
+    )
+    assert sinks.postgres_text(pa.chunked_array([invalid])).to_pylist() == ["a\ufffdb", "c\ufffd"]
+    assert sinks.postgres_text(pa.chunked_array([["ok", None]])).to_pylist() == ["ok", None]
+
+
+def test_clean_text_in_spark(spark: SparkSession) -> None:
+    frame = spark.createDataFrame([("a\u0000b",)], "s string").withColumn(
+        "bad", F.unhex(F.lit("61FF62")).cast("string")
+    )
+    row = frame.select(
+        sinks.clean_text(F.col("s")).alias("s"), sinks.clean_text(F.col("bad")).alias("b")
+    ).first()
+    assert (row.s, row.b) == ("a\ufffdb", "a\ufffdb")
+
+
+def test_dlq_records_are_bounded_and_state_the_full_payload(spark: SparkSession) -> None:
+    import base64  # noqa: PLC0415
+    import hashlib  # noqa: PLC0415
+    import json  # noqa: PLC0415
+
+    big = b'{"url": "' + b"\x00" * 100 + b"x" * (1024 * 1024) + b'"}'
+    frame = spark.createDataFrame(
+        [("kafka:clicks:0:7", "kafka:clicks", "record too large", bytearray(big))],
+        "dead_letter_id string, source string, reason string, payload binary",
+    )
+    record = sinks.dlq_records(frame).collect()[0]
+    assert len(record.value.encode()) < 64 * 1024
+    value = json.loads(record.value)
+    assert value["payload_bytes"] == len(big)
+    assert value["payload_sha256"] == hashlib.sha256(big).hexdigest()
+    assert value["payload_truncated"] is True
+    assert base64.b64decode(value["payload_base64"]) == big[: sinks.DLQ_PAYLOAD_BYTES]
+    assert "\u0000" not in value["payload"]
+    small = spark.createDataFrame(
+        [("id", "s", "r", bytearray(b"abc"))],
+        "dead_letter_id string, source string, reason string, payload binary",
+    )
+    assert json.loads(sinks.dlq_records(small).collect()[0].value)["payload_truncated"] is False
+
+
+def test_to_table_encodes_times_for_timestamptz() -> None:
+    staged = rows(3).set_column(
+        11, "profile_valid_from_ms", pa.array([-1, None, 1_767_225_600_000], pa.int64())
+    )
+    table = sinks.to_table(staged)
+    assert table.column_names == list(sinks.TABLE_COLUMNS)
+    assert table.column("click_time").to_pylist() == ["2026-01-01T00:00:00.123Z"] * 3
+    assert table.column("profile_valid_from").to_pylist() == ["-infinity", None, "2026-01-01T00:00:00.000Z"]
+
+
+def test_dead_letters_keep_the_full_payload_and_clean_text(dsn: str) -> None:
+    rejects = pa.table(
+        {
+            "event_id": ["kafka:clicks:0:9"],
+            "error": ["bad \u0000 field"],
+            "source": ["kafka:clicks"],
+            "payload": pa.array([b"\x00\xff" * 600_000], pa.binary()),
+        }
+    )
+    dead = sinks.dead_letter_arrow(rejects)
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        sinks.copy_dead_letters(conn, dead)
+    with psycopg.connect(dsn) as conn:
+        reason, payload = conn.execute("SELECT reason, payload FROM streamfold.dead_letters").fetchone()
+    assert reason == "bad \ufffd field"
+    assert payload == b"\x00\xff" * 600_000
