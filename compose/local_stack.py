@@ -63,7 +63,8 @@ DEFAULT_PORT_RANGE = "20000-29999"
 PG_USER = "streamfold"
 PG_DATABASE = "streamfold"
 DEBEZIUM_CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
-ROLE_PASSWORDS = ("STREAMFOLD_DEBEZIUM_PASSWORD", "STREAMFOLD_WRITER_PASSWORD", "STREAMFOLD_READER_PASSWORD")
+DEBEZIUM_PASSWORD = "STREAMFOLD_DEBEZIUM_PASSWORD"
+ROLE_PASSWORDS = (DEBEZIUM_PASSWORD, "STREAMFOLD_WRITER_PASSWORD", "STREAMFOLD_READER_PASSWORD")
 SECRET_NAMES = ("STREAMFOLD_PG_PASSWORD", *ROLE_PASSWORDS)
 # kinesis-local accepts any credentials; a 12-digit key id would select another account.
 AWS_ENV = {
@@ -257,19 +258,27 @@ def _read_pid(path: Path) -> int | None:
 
 
 def _spawn(cmd: Sequence[str], log: Path, cwd: Path, env: dict[str, str] | None = None) -> int:
-    """Start `cmd` in its own session (it survives the CLI; a Ctrl-C of the CLI does not reach it)."""
+    """Start `cmd` in its own session (it survives the CLI; a Ctrl-C of the CLI does not reach it),
+    with the caller's environment minus streamfold's settings and secrets (after `eval "$(streamfold
+    stack env)"` it holds the superuser DSN), plus `env`; files it creates are private (umask 077)."""
+    inherited = {k: v for k, v in os.environ.items() if not _is_secret_setting(k)}
     with log.open("ab") as out:
         proc = subprocess.Popen(
             list(cmd),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env={**inherited, **(env or {})},
             cwd=cwd,
             start_new_session=True,
+            umask=0o077,
         )
     _CHILDREN[proc.pid] = proc
     return proc.pid
+
+
+def _is_secret_setting(name: str) -> bool:
+    return name.startswith(("STREAMFOLD_", "PG", "AWS_")) and name != "STREAMFOLD_PORT_RANGE"
 
 
 def _wait_gone(pid: int, timeout: float) -> bool:
@@ -410,6 +419,15 @@ class Service:
         self.pid_file.write_text(f"{pid}\n")
 
 
+# No "replication" line: physical replication (pg_basebackup, a copy of the whole cluster) is refused
+# to every role. Debezium's logical replication connection matches the database name like any other.
+PG_HBA = """\
+# TYPE  DATABASE  USER  ADDRESS       METHOD   (written by `streamfold stack up`)
+local   all       all                 scram-sha-256
+host    all       all   127.0.0.1/32  scram-sha-256
+"""
+
+
 class Postgres(Service):
     name = "postgres"
     port_names = ("postgres",)
@@ -486,7 +504,8 @@ class Postgres(Service):
         if not (self.data / "PG_VERSION").exists():
             self._initdb()
         (self.data / "streamfold.conf").write_text(self._config())
-        self._give_to_postgres(self.data / "streamfold.conf")
+        (self.data / "pg_hba.conf").write_text(PG_HBA)
+        self._give_to_postgres(self.data / "streamfold.conf", self.data / "pg_hba.conf")
 
     def _initdb(self) -> None:
         shutil.rmtree(self.data, ignore_errors=True)
@@ -662,12 +681,14 @@ class Kafka(JavaService):
         super().prepare()
         if not (self.stack.path("data", "kafka", "meta.properties")).exists():
             self._format()
+        # The broker's files hold every topic, Connect's configs and offsets among them: owner only.
+        self.stack.path("data", "kafka").chmod(0o700)
 
     def _format(self) -> None:
         """KRaft storage must be formatted once with a cluster id before the first start."""
         cluster_id = _kafka_uuid()
         cmd = self.java_cmd("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.conf))
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, umask=0o077)
         if result.returncode != 0:
             raise StackError(f"kafka storage format failed:\n{result.stdout}{result.stderr}")
 
@@ -721,15 +742,17 @@ class Connect(JavaService):
             "plugin.path": PLUGIN_PATH,
             # Every plugin ships ServiceLoader manifests: skip the slow reflective classpath scan.
             "plugin.discovery": "service_load",
-            # Connector configs may say ${env:STREAMFOLD_DEBEZIUM_PASSWORD} instead of a literal secret.
+            # The connector config says ${env:STREAMFOLD_DEBEZIUM_PASSWORD}, never the password itself.
+            # A large profile row must not fail the Debezium task (connectors/setup.py, CDC_MAX_BYTES).
+            "producer.max.request.size": 16 * 1024 * 1024,
             "config.providers": "env",
             "config.providers.env.class": "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
-            "config.providers.env.param.allowlist.pattern": "^(" + "|".join(ROLE_PASSWORDS) + ")$",
+            "config.providers.env.param.allowlist.pattern": f"^{DEBEZIUM_PASSWORD}$",
         }
 
     def launch_env(self) -> dict[str, str]:
-        # The role passwords that connector configs reference; never the superuser's.
-        return {name: self.stack.secrets[name] for name in ROLE_PASSWORDS}
+        # The one secret the connector references; no other role's, never the superuser's.
+        return {DEBEZIUM_PASSWORD: self.stack.secrets[DEBEZIUM_PASSWORD]}
 
     def healthy(self) -> bool:
         try:
