@@ -6,13 +6,15 @@ import fcntl
 import logging
 import re
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from pipeline import spark as spark_session
@@ -135,6 +137,7 @@ def run(
     _log_sink_batches()
     # `docker compose stop` and process managers send SIGTERM, people Ctrl-C: stop the queries cleanly.
     stop = StopRequest()
+    gate = BatchGate()
     if not once:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
@@ -147,8 +150,10 @@ def run(
                 run_once(spark, clicks, changelog, checkpoints, echo)
             else:
                 queries = [
-                    topology.start(changelog, checkpoints, max(interval_ms, CHANGELOG_TRIGGER_MS)),
-                    topology.start(clicks, checkpoints, interval_ms),
+                    topology.start(
+                        gate.guarded(changelog), checkpoints, max(interval_ms, CHANGELOG_TRIGGER_MS)
+                    ),
+                    topology.start(gate.guarded(clicks), checkpoints, interval_ms),
                 ]
                 echo(f"running {', '.join(q.name for q in queries)}; Ctrl-C stops")
                 stop.wait(spark)
@@ -161,18 +166,94 @@ def run(
         except KeyboardInterrupt:
             echo("stopping")
         finally:
-            for query in spark.streams.active:
-                stop_between_batches(query)
+            gate.stop(spark.streams.active, echo)
             spark.stop()
 
 
-def stop_between_batches(query: StreamingQuery, wait_s: float = 30.0) -> None:
-    """Stop once the running micro-batch (if any) has finished: interrupting one mid-way makes Spark and
-    Py4J log stack traces, although the batch is simply redone at the next start."""
-    deadline = time.monotonic() + wait_s
-    while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    query.stop()
+STOP_WAIT_S = 120  # for the batch being written, then for Spark to stop the queries
+
+
+class StopRefused(RuntimeError):
+    """A micro-batch reached its sink after the stop began: it writes nothing and is redone at next start."""
+
+
+# Spark treats an error out of foreachBatch as a clean stop (no failure, no stack trace) only when the query
+# is already stopped and the message matches StreamExecution.PROXY_ERROR: an interrupted Py4J call.
+STOP_REFUSAL = (
+    "the job is stopping, this batch is redone at the next start (py4j.protocol.Py4JJavaError: "
+    "An error occurred while calling foreachBatch: java.lang.InterruptedException)"
+)
+
+
+class HideStopRefusals(logging.Filter):
+    """Py4J logs every exception out of a Python callback; a refusal at the gate is part of a clean stop."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], StopRefused))
+
+
+HIDE_STOP_REFUSALS = HideStopRefusals()
+
+
+class BatchGate:
+    """Stops the queries between writes rather than in the middle of one.
+
+    Spark has no graceful stop: `query.stop()` interrupts the batch thread wherever it is. Interrupted
+    inside foreachBatch, the batch is redone at the next start (nothing is lost), but Py4J and Spark log
+    stack traces, and Spark's regex over a long Python traceback overflows the thread stack (a
+    StackOverflowError). So the sinks pass through this gate: `stop` closes it, waits for the writes in
+    flight, stops the queries, and only then lets a batch that arrived meanwhile fail with STOP_REFUSAL."""
+
+    def __init__(self) -> None:
+        self._writes = threading.Condition()
+        self._in_flight = 0
+        self._closed = False
+        self._stopped = threading.Event()
+        self.held = 0  # batches that reached the gate after it closed (each is redone at the next start)
+        logging.getLogger("py4j.clientserver").addFilter(HIDE_STOP_REFUSALS)
+
+    def guarded(self, flow: topology.Flow) -> topology.Flow:
+        return replace(flow, sink=self.guard(flow.sink))
+
+    def guard(self, sink: Callable[[DataFrame, int], None]) -> Callable[[DataFrame, int], None]:
+        def guarded(batch: DataFrame, batch_id: int) -> None:
+            with self._writes:
+                admitted = not self._closed
+                if admitted:
+                    self._in_flight += 1
+                else:
+                    self.held += 1
+            if not admitted:
+                self._stopped.wait(STOP_WAIT_S)  # until Spark counts the query as stopped
+                raise StopRefused(STOP_REFUSAL)
+            try:
+                sink(batch, batch_id)
+            finally:
+                with self._writes:
+                    self._in_flight -= 1
+                    self._writes.notify_all()
+
+        return guarded
+
+    def stop(self, queries: list[StreamingQuery], echo: Callable[[str], None]) -> None:
+        with self._writes:
+            self._closed = True
+            if self._in_flight:
+                echo(f"waiting for {self._in_flight} batch(es) to finish writing")
+            if not self._writes.wait_for(lambda: self._in_flight == 0, STOP_WAIT_S):
+                echo(
+                    f"[yellow]interrupting a batch still writing after {STOP_WAIT_S} s[/] (redone at restart)"
+                )
+        # stop() blocks until the batch thread ends, and a batch held at the gate ends only once released.
+        stoppers = [threading.Thread(target=query.stop, daemon=True) for query in queries]
+        for stopper in stoppers:
+            stopper.start()
+        deadline = time.monotonic() + STOP_WAIT_S
+        while any(query.isActive for query in queries) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._stopped.set()
+        for stopper in stoppers:
+            stopper.join(STOP_WAIT_S)
 
 
 def run_once(
