@@ -59,6 +59,7 @@ def enrich(msg: Message, lookup: psycopg.Cursor, now_ms: int) -> dict[str, Any] 
         "user_interests": interests,
         "user_registertime": registertime,
         "profile_valid_from_ms": None,  # a lookup cannot tell since when the profile is valid
+        "profile_complete": True,
     }
 
 

@@ -308,7 +308,7 @@ def main(
     rate: Annotated[float, typer.Option(help="offered load for the latency run, clicks/s")] = 20_000,
     low_rates: Annotated[
         str, typer.Option(help="lower loads measured first, clicks/s (comma list)")
-    ] = "100,1000",
+    ] = "1000,5000",
     latency_seconds: Annotated[float, typer.Option(help="length of each latency window (0: skip)")] = 60,
     scaling_users: Annotated[
         str, typer.Option(help="user counts for the cost-growth steps")
