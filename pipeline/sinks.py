@@ -436,6 +436,9 @@ class EnrichedClicksSink:
                 "linger.ms": 20,
                 "enable.idempotence": True,
                 "queue.buffering.max.messages": 1_000_000,
+                # While the broker is down librdkafka logs every reconnect attempt (one line a second);
+                # the batch's retry says it once per attempt with the cause. Critical lines still show.
+                "log_level": 2,
             }
         )
         self.last_path = ""

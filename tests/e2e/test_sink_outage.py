@@ -1,5 +1,6 @@
-"""A Postgres outage while the continuous job runs: the sink retries the batch, the job stays alive, and
-the totals come out exact (row by row and in every aggregate) once Postgres is back."""
+"""A 60 s outage of PostgreSQL or of the Kafka broker while the continuous job runs: the job waits and
+retries, stays alive, and the totals come out exact (row by row and in every aggregate) once the
+service is back."""
 
 from __future__ import annotations
 
@@ -37,10 +38,15 @@ def restore_connector(connect_url: str) -> None:
     connector_setup.wait_until_running(connect_url, names.CONNECTOR_NAME, timeout_s=180)
 
 
-def test_job_survives_a_postgres_outage_with_exact_totals(pg, streamfold_setup, tmp_path_factory):
-    sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, "sink_outage", tmp_path_factory.mktemp("outage"))
+# What the job's log says while it waits (the sink's retry line names the dependency).
+WAITING = {"postgres": "Postgres unavailable (", "kafka": "unavailable ("}
+
+
+@pytest.mark.parametrize("service", ["postgres", "kafka"])
+def test_job_survives_an_outage_with_exact_totals(service, pg, streamfold_setup, tmp_path_factory):
+    sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, f"outage_{service}", tmp_path_factory.mktemp("outage"))
     bootstrap = streamfold_setup.kafka_bootstrap
-    users = [f"outage-{i}" for i in range(20)]
+    users = [f"outage-{service}-{i}" for i in range(20)]
     pg.cursor().executemany(
         "INSERT INTO public.users (userid, regionid) VALUES (%s, %s) ON CONFLICT DO NOTHING",
         [(u, f"R{i % 3}") for i, u in enumerate(users)],
@@ -49,7 +55,7 @@ def test_job_survives_a_postgres_outage_with_exact_totals(pg, streamfold_setup, 
     stop = threading.Event()
 
     def traffic() -> None:
-        """~500 clicks/s (Kafka only: Postgres goes away) until the outage is over."""
+        """~500 clicks/s until the outage is over (queued by the producer while the broker is down)."""
         sent = 0
         while not stop.is_set() and sent < 40_000:
             for c in clicks(ClickSpec(count=50, users=len(users), seed=10_000 + sent)):
@@ -68,10 +74,10 @@ def test_job_survives_a_postgres_outage_with_exact_totals(pg, streamfold_setup, 
     job = sandbox.start("kafka", log)
     try:
         sp.wait_until(lambda: committed_batches(sandbox) > 0, 240, "a first committed batch")
-        local_stack.stop_service(home, "postgres")
+        local_stack.stop_service(home, service)
         time.sleep(OUTAGE_S)
-        assert job.poll() is None, "the job ended while Postgres was down:\n" + log.read_text()[-3000:]
-        local_stack.start_service(home, "postgres")
+        assert job.poll() is None, f"the job ended while {service} was down:\n" + log.read_text()[-3000:]
+        local_stack.start_service(home, service)
         before = committed_batches(sandbox)
         sp.wait_until(lambda: committed_batches(sandbox) > before + 1, 180, "batches after the outage")
         assert job.poll() is None, "the job ended after the outage:\n" + log.read_text()[-3000:]
@@ -80,11 +86,12 @@ def test_job_survives_a_postgres_outage_with_exact_totals(pg, streamfold_setup, 
         sender.join()
         if job.poll() is None:
             sp.kill9(job)
-        if any(s.name == "postgres" and s.state == "down" for s in local_stack.status(home)):
-            local_stack.start_service(home, "postgres")
+        if any(s.name == service and s.state == "down" for s in local_stack.status(home)):
+            local_stack.start_service(home, service)
     restore_connector(streamfold_setup.connect_url)
     text = log.read_text()
-    assert "Postgres unavailable (" in text and "retrying in" in text
+    assert WAITING[service] in text and "retrying in" in text, text[-3000:]
+    assert "|FAIL|rdkafka" not in text  # one line per retry, not librdkafka's line per reconnect
 
     sandbox.run_once("kafka")  # drain what the continuous job had not reached
     want = sp.expected(
