@@ -55,6 +55,7 @@ def story(streamfold_setup, kafka_sandbox):
 
 def tell_story(pg, streamfold_setup, kafka_sandbox):
     alice, ghost = f"alice-{uuid.uuid4().hex[:6]}", f"ghost-{uuid.uuid4().hex[:6]}"
+    poisoned = f"poisoned-{uuid.uuid4().hex[:6]}"
     before_alice = now_ms() - 5_000
     pg.execute(
         "INSERT INTO public.users (userid, name, email, regionid, gender, interests, contactinfo, "
@@ -85,10 +86,28 @@ def tell_story(pg, streamfold_setup, kafka_sandbox):
             json.dumps({"userid": alice, "url": "/x", "device_id": "d", "ip": "i", "event_time": 5}).encode(),
         ),
         ("bad", b'{"userid": "big", "pad": "' + b"x" * 70_000 + b'"}'),
+        *poison_records(poisoned, in_asia),
     ]
     produce(streamfold_setup.kafka_bootstrap, records)
     result = kafka_sandbox.run_once("kafka")
-    return {"alice": alice, "ghost": ghost, "log": result.stderr}
+    return {"alice": alice, "ghost": ghost, "poisoned": poisoned, "log": result.stderr}
+
+
+LONG_URL = "/" + "u" * 20_000  # under the 64 KiB record limit, over a b-tree index row
+
+
+def poison_records(user: str, t: int) -> list[tuple[str, bytes]]:
+    """Records that once stopped the job for good; each must join or be dead-lettered, and the job go on."""
+    fields = f'"userid": "{user}", "device_id": "d", "ip": "i", "event_time": {t}'.encode()
+    return [
+        click(user, t, "/nul\u0000here"),  # NUL: joined, stored as U+FFFD (Postgres text holds no NUL)
+        click(user, t, LONG_URL),  # joined; its url x region total is keyed by md5(url)
+        (user, b'{"pad": "' + b"x" * 990_000 + b'"}'),  # ~1 MB: dead letter, clicks_dlq record bounded
+        (user, b'{"deep": ' + b"[" * 5_000 + b"]" * 5_000 + b"}"),
+        (user, b'{"url": "/n", ' + fields + b', "clicks": ' + b"9" * 5_000 + b"}"),
+        (user, b'{"url": "/\\ud800", ' + fields + b"}"),  # a lone surrogate escape
+        (user, b'\xff\xfe{"url": "/utf", ' + fields + b"}"),  # not UTF-8
+    ]
 
 
 def test_each_click_joins_the_profile_valid_when_it_happened(story, kafka_sandbox):
@@ -134,6 +153,44 @@ def test_malformed_records_reach_the_dead_letters_with_a_reason(story, kafka_san
     dlq = read_all(streamfold_setup.kafka_bootstrap, names.DLQ_TOPIC)
     assert any(m.value["payload"] == "this is not json" for m in dlq)
     assert all(m.value["reason"] for m in dlq)
+
+
+def test_poison_records_join_or_reach_the_dead_letters_and_the_job_goes_on(
+    story, kafka_sandbox, streamfold_setup
+):
+    user = story["poisoned"]
+    with kafka_sandbox.connect() as conn:
+        joined = conn.execute(
+            f"SELECT click_url FROM {names.ENRICHED_CLICKS_TABLE} WHERE uid = %s ORDER BY length(click_url)",
+            (user,),
+        ).fetchall()
+        long_total = conn.execute(
+            f"SELECT click_count FROM {names.URL_REGION_TABLE} WHERE url = %s", (LONG_URL,)
+        ).fetchall()
+        reasons = [
+            r[0]
+            for r in conn.execute(
+                f"SELECT reason FROM {names.DEAD_LETTERS_TABLE} "
+                "WHERE position(%s IN payload) > 0 OR payload = ANY(%s)",
+                (user.encode(), [v for _, v in poison_records(user, 0)[2:4]]),
+            )
+        ]
+    assert joined == [("/nul\ufffdhere",), (LONG_URL,)]
+    assert long_total == [(1,)]
+    for reason in (
+        "exceeds the 65536-byte limit",
+        "nesting deeper than 1000",
+        "lone UTF-16 surrogate",
+        "invalid UTF-8",
+    ):
+        assert any(reason in r for r in reasons), (reason, reasons)
+    assert len(reasons) == 5
+    dlq = [
+        m for m in read_all(streamfold_setup.kafka_bootstrap, names.DLQ_TOPIC) if m.key and "kafka:" in m.key
+    ]
+    big = [m.value for m in dlq if m.value["payload_bytes"] > 900_000]
+    assert len(big) == 1 and big[0]["payload_truncated"] and len(big[0]["payload"]) == 16 * 1024
+    assert max(len(m.raw_value) for m in dlq) < 64 * 1024
 
 
 def test_totals_equal_an_independent_computation_over_the_inputs(story, kafka_sandbox, streamfold_setup):

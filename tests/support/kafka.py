@@ -28,7 +28,7 @@ def _decode(raw: bytes | None) -> Any:
         return None
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # poison records: not JSON, or nested too deeply to read
         return raw.decode("utf-8", "replace")
 
 
