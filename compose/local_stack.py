@@ -39,6 +39,8 @@ from botocore.config import Config as BotoConfig
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
 
+from streamfold.config import DEBEZIUM_ROLE
+
 REPO = Path(__file__).resolve().parents[1]
 KAFKA_LIB = REPO / "lib" / "kafka"
 PLUGIN_PATH = REPO / "lib" / "connect-plugins"
@@ -421,10 +423,15 @@ class Service:
 
 # No "replication" line: physical replication (pg_basebackup, a copy of the whole cluster) is refused
 # to every role. Debezium's logical replication connection matches the database name like any other.
-PG_HBA = """\
-# TYPE  DATABASE  USER  ADDRESS       METHOD   (written by `streamfold stack up`)
-local   all       all                 scram-sha-256
-host    all       all   127.0.0.1/32  scram-sha-256
+# No `replication` line: nobody can take a physical copy of the cluster (pg_basebackup). The Debezium role
+# connects to its database only (its logical replication connection matches that database's line).
+PG_HBA = f"""\
+# TYPE  DATABASE       USER                 ADDRESS       METHOD   (written by `streamfold stack up`)
+host    {PG_DATABASE}     {DEBEZIUM_ROLE}  127.0.0.1/32  scram-sha-256
+host    all            {DEBEZIUM_ROLE}  all           reject
+local   all            {DEBEZIUM_ROLE}                reject
+local   all            all                  scram-sha-256
+host    all            all                  127.0.0.1/32  scram-sha-256
 """
 
 

@@ -8,6 +8,7 @@ import stat
 import subprocess
 from pathlib import Path
 
+import psycopg
 import pytest
 import requests
 
@@ -61,3 +62,19 @@ def test_the_debezium_role_cannot_copy_the_cluster(streamfold_setup, tmp_path):
     assert result.returncode != 0
     assert "no pg_hba.conf entry for replication connection" in result.stderr, result.stderr
     assert not (tmp_path / "copy" / "global").exists()
+
+
+def test_the_debezium_role_reaches_its_own_database_only(streamfold_setup):
+    """Its REPLICATION attribute could decode any database it can connect to; pg_hba allows one."""
+    stack = local_stack.open_stack(config.home())
+    login = {
+        "host": "127.0.0.1",
+        "port": stack.ports["postgres"],
+        "user": config.DEBEZIUM_ROLE,
+        "password": stack.secrets["STREAMFOLD_DEBEZIUM_PASSWORD"],
+    }
+    with psycopg.connect(**login, dbname=local_stack.PG_DATABASE) as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == (local_stack.PG_DATABASE,)
+    for other in ("postgres", "template1"):
+        with pytest.raises(psycopg.OperationalError, match="pg_hba.conf rejects connection"):
+            psycopg.connect(**login, dbname=other)
