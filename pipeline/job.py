@@ -95,9 +95,21 @@ class StopRequest:
                 return
 
 
+# Lines that only say an error crossed Py4J or a Spark job boundary; the cause is further down.
+WRAPPERS = (
+    "An error occurred while calling",
+    "An exception was raised by the Python Proxy",
+    "Exception thrown in awaitResult",
+    "Job aborted due to stage failure",
+)
+
+
 def root_cause(message: str) -> str:
     """The innermost error line of a (Python-in-JVM-in-Python) streaming failure, not its first line."""
-    causes = re.findall(r"^\s*((?:[\w.]+\.)?\w*(?:Error|Exception|Violation)\w*: .+)$", message, re.MULTILINE)
+    causes = re.findall(
+        r"^\s*(?:Caused by: )?((?:[\w.]+\.)?\w*(?:Error|Exception|Violation)\w*: .+)$", message, re.MULTILINE
+    )
+    causes = [c for c in causes if not any(w in c for w in WRAPPERS)] or causes
     return causes[-1].strip() if causes else message.splitlines()[0]
 
 

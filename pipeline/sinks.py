@@ -286,18 +286,24 @@ def write_kafka(records: DataFrame, bootstrap: str, topic: str) -> None:
     )
 
 
-def write_kafka_retrying(records: DataFrame, bootstrap: str, topic: str, budget_s: float) -> None:
-    """Spark's Kafka writer, the whole write retried through a Kafka outage (at least once anyway)."""
+def through_kafka_outages(what: str, action: Callable[[], R], budget_s: float) -> R:
+    """A Spark action that reads or writes Kafka, retried through a Kafka outage. A micro-batch's offsets
+    are fixed in the checkpoint, so a retry reads the same records (and a write is at least once anyway)."""
 
-    def once() -> None:
+    def once() -> R:
         try:
-            write_kafka(records, bootstrap, topic)
-        except Exception as error:  # Py4J/Spark wrap the producer's TimeoutException
+            return action()
+        except Exception as error:  # Py4J/Spark wrap the Kafka client's TimeoutException
             if is_kafka_outage(str(error)):
                 raise KafkaUnavailable(one_line(error)) from error
             raise
 
-    retrying(f"Kafka ({topic})", once, (KafkaUnavailable,), budget_s)
+    return retrying(f"Kafka ({what})", once, (KafkaUnavailable,), budget_s)
+
+
+def write_kafka_retrying(records: DataFrame, bootstrap: str, topic: str, budget_s: float) -> None:
+    """Spark's Kafka writer, the whole write retried through a Kafka outage."""
+    through_kafka_outages(topic, lambda: write_kafka(records, bootstrap, topic), budget_s)
 
 
 class KafkaUnavailable(RuntimeError):
@@ -455,7 +461,9 @@ class EnrichedClicksSink:
         clicks = batch.where("error IS NULL")
         rejects = dead_letter_rows(batch.where("error IS NOT NULL"), "event_id", F.col("source"), "error")
         # The only pass of the batch to the driver: clicks and dead letters together, split in Arrow.
-        both = table_rows(batch, extra=("error", "source", "payload")).toArrow()
+        # Computing it reads the batch's records from Kafka, so a broker outage here is waited out too.
+        rows = table_rows(batch, extra=("error", "source", "payload"))
+        both = through_kafka_outages("reading the batch", rows.toArrow, self.retry_s)
         clock.lap("collect")
         is_reject = pc.is_valid(both.column("error"))
         arrow = both.filter(pc.invert(is_reject)).select(list(STAGING_COLUMNS))

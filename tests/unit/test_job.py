@@ -20,6 +20,31 @@ def test_root_cause_is_the_innermost_error_line():
     )
 
 
+# Abridged from a job that lost its Kafka broker in the middle of reading a batch.
+KAFKA_CAUSE = (
+    "org.apache.kafka.common.errors.TimeoutException: "
+    "Timeout of 60000ms expired before the position for partition clicks-1 could be determined"
+)
+THROUGH_PY4J = "\n".join(
+    [
+        "Traceback (most recent call last):",
+        '  File "pipeline/sinks.py", line 458, in write_batch',
+        "py4j.protocol.Py4JJavaError: An error occurred while calling o3088.getResult.",
+        ": org.apache.spark.SparkException: Exception thrown in awaitResult:",
+        "\tat org.apache.spark.util.SparkThreadUtils$.awaitResult(SparkThreadUtils.scala:56)",
+        "Caused by: org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 failed",
+        f"Caused by: {KAFKA_CAUSE}",
+        " SQLSTATE: 39000",
+        "Caused by: py4j.Py4JException: An exception was raised by the Python Proxy. Return Message: ...",
+        "py4j.protocol.Py4JJavaError: An error occurred while calling o3088.getResult.",
+    ]
+)
+
+
+def test_root_cause_looks_through_py4j_and_spark_job_wrappers():
+    assert root_cause(THROUGH_PY4J) == KAFKA_CAUSE
+
+
 def test_root_cause_falls_back_to_the_first_line():
     assert root_cause("something odd\nmore") == "something odd"
 
