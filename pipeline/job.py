@@ -16,6 +16,7 @@ from pathlib import Path
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from rich.markup import escape
 
 from pipeline import spark as spark_session
 from pipeline import topology
@@ -87,12 +88,37 @@ class StopRequest:
     def __call__(self, signum: int, frame: object) -> None:
         self.signal = signum
 
-    def wait(self, spark: SparkSession, poll_s: int = 1) -> None:
-        """Until a query ends (its exception is raised) or a stop is requested."""
+    def wait(self, spark: SparkSession, on_poll: Callable[[], None], poll_s: int = 1) -> None:
+        """Until a query ends (its exception is raised) or a stop is requested; on_poll() every poll_s."""
         while self.signal is None:
             if spark.streams.awaitAnyTermination(poll_s):
                 spark.streams.awaitAnyTermination()  # raises the query's exception, if any
                 return
+            on_poll()
+
+
+class StallReporter:
+    """Says when a query has been stuck for a while in a phase that waits on the outside world. Spark
+    waits for an unreachable Kafka while it fetches offsets (minutes, retrying) without a word; the
+    user should see what the job is waiting for. Processing phases report through the sinks' logs."""
+
+    def __init__(self, echo: Callable[[str], None], after_s: float = 20.0) -> None:
+        self.echo = echo
+        self.after_s = after_s
+        self.phase: dict[str, tuple[str, float, bool]] = {}  # query id -> (message, since, reported)
+
+    def check(self, queries: list[StreamingQuery]) -> None:
+        now = time.monotonic()
+        for query in queries:
+            status = query.status
+            message = status["message"] if status["isTriggerActive"] else ""
+            seen, since, reported = self.phase.get(query.id, ("", now, False))
+            if message != seen:
+                seen, since, reported = message, now, False
+            if message and not reported and message != "Processing new data" and now - since >= self.after_s:
+                self.echo(f"[yellow]{query.name} waiting {now - since:.0f} s:[/] {escape(message)}")
+                reported = True
+            self.phase[query.id] = (seen, since, reported)
 
 
 # Lines that only say an error crossed Py4J or a Spark job boundary; the cause is further down.
@@ -168,7 +194,8 @@ def run(
                     topology.start(gate.guarded(clicks), checkpoints, interval_ms),
                 ]
                 echo(f"running {', '.join(q.name for q in queries)}; Ctrl-C stops")
-                stop.wait(spark)
+                stalls = StallReporter(echo)
+                stop.wait(spark, lambda: stalls.check(spark.streams.active))
                 if stop.signal is not None:
                     echo(f"stopping ({signal.Signals(stop.signal).name})")
         except StreamingQueryException as exc:

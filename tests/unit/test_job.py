@@ -1,8 +1,11 @@
 """The job's guard rails: one job per checkpoint, and readable failures."""
 
-import pytest
+import time
 
-from pipeline.job import JobError, check_conf, exclusive, root_cause, trigger_ms
+import pytest
+from rich.markup import escape
+
+from pipeline.job import JobError, StallReporter, check_conf, exclusive, root_cause, trigger_ms
 
 NESTED = """[STREAM_FAILED] Query [id = 1] terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR]
 Traceback (most recent call last):
@@ -68,3 +71,30 @@ def test_trigger_interval_defaults_and_parses():
     assert trigger_ms({"trigger.interval": "2s"}) == 2000
     with pytest.raises(JobError, match="trigger.interval"):
         trigger_ms({"trigger.interval": "soon"})
+
+
+def test_a_query_waiting_on_an_unreachable_kafka_says_so(spark, tmp_path):
+    said: list[str] = []
+    stalls = StallReporter(said.append, after_s=2)
+    query = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", "127.0.0.1:9")  # nothing listens on the discard port
+        .option("subscribe", "clicks")
+        .option("kafka.default.api.timeout.ms", "5000")  # so that stop() returns soon after
+        .load()
+        .writeStream.queryName("stuck")
+        .format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not said and time.monotonic() < deadline:
+            stalls.check([query])
+            time.sleep(0.5)
+        stalls.check([query])
+    finally:
+        query.stop()
+    assert len(said) == 1, said  # once per phase, not once per poll
+    assert said[0].startswith("[yellow]stuck waiting "), said
+    assert said[0].endswith(escape("Getting offsets from KafkaV2[Subscribe[clicks]]")), said  # not markup
