@@ -98,9 +98,9 @@ class StopRequest:
 
 
 class StallReporter:
-    """Says when a query has been stuck for a while in a phase that waits on the outside world. Spark
-    waits for an unreachable Kafka while it fetches offsets (minutes, retrying) without a word; the
-    user should see what the job is waiting for. Processing phases report through the sinks' logs."""
+    """Says when a query has spent a while in one phase of a micro-batch. Spark waits for an unreachable
+    Kafka without a word (fetching offsets, or inside a batch's read), for minutes; a long first batch
+    is silent too. One line per long phase tells the user what the job is doing."""
 
     def __init__(self, echo: Callable[[str], None], after_s: float = 20.0) -> None:
         self.echo = echo
@@ -115,8 +115,8 @@ class StallReporter:
             seen, since, reported = self.phase.get(query.id, ("", now, False))
             if message != seen:
                 seen, since, reported = message, now, False
-            if message and not reported and message != "Processing new data" and now - since >= self.after_s:
-                self.echo(f"[yellow]{query.name} waiting {now - since:.0f} s:[/] {escape(message)}")
+            if message and not reported and now - since >= self.after_s:
+                self.echo(f"[yellow]{query.name}[/]: {escape(message)} for {now - since:.0f} s")
                 reported = True
             self.phase[query.id] = (seen, since, reported)
 

@@ -38,11 +38,15 @@ def restore_connector(connect_url: str) -> None:
     connector_setup.wait_until_running(connect_url, names.CONNECTOR_NAME, timeout_s=180)
 
 
-# What the job's log says while it waits: the sink's retry line names the dependency; an outage that
-# catches Spark fetching offsets shows as the stall reporter's line.
+# What the job's log says while it waits: the sink's retry line names the dependency. Spark waits for
+# Kafka silently (fetching offsets, or inside a batch's read); then the phase line says what it does.
 WAITING = {
     "postgres": ("Postgres unavailable (",),
-    "kafka": ("Kafka (", "s: Getting offsets from KafkaV2[Subscribe[clicks]]"),
+    "kafka": (
+        "Kafka (",
+        ": Getting offsets from KafkaV2[Subscribe[clicks]] for ",
+        ": Processing new data for ",
+    ),
 }
 
 
