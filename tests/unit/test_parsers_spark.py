@@ -159,7 +159,52 @@ def click_payloads(rng: random.Random) -> list[bytes | None]:
     out.append(json.dumps({**GOOD, "clicks": None}).encode())
     out.append(json.dumps({**GOOD, "userid": "\u2028\x1c "}).encode())
     out.append(json.dumps({**GOOD, "userid": "\u200b"}).encode())
+    out.extend(plain_path_edges())
     return out
+
+
+def plain_path_edges() -> list[bytes]:
+    """Near-valid clicks aimed at the JVM fast path (PlainClick): each must be rejected, or accepted with
+    the fields parse_click gives."""
+    good = json.dumps(GOOD)
+    body = good[1:-1]
+    edges = [
+        "\ufeff" + good,  # a byte order mark (Jackson skips one in a byte source)
+        " \t\r\n" + good + " \n",
+        "\x0c" + good,
+        good.replace("/home", "/ho\x01me"),  # a raw control character in a string
+        "{" + body + ', "x": {"a": 1, "a": 2}}',  # a duplicate key below the top level
+        "{" + body + ', "x": [1e400, -0.0, 0.5e-400, true, null, {}]}',
+        "{" + body + ', "x": ' + "9" * 100 + "}",
+        "{" + body + ', "x": ' + "9" * 101 + "}",
+        "{" + body + ', "x": ' + "[" * 32 + "]" * 32 + "}",
+        "{" + body + ', "x": ' + "[" * 33 + "]" * 33 + "}",
+        "{" + body + ', "x": ' + "[" * 33 + "]" * 32 + "}",
+        good.replace(f"{NOW - 5}", f"0{NOW - 5}"),
+        good.replace(f"{NOW - 5}", f"+{NOW - 5}"),
+        good.replace(f"{NOW - 5}", f"{NOW - 5}.0"),
+        good.replace(f"{NOW - 5}", f"{(NOW - 5) // 1000}e3"),
+        "{" + body + ', "clicks": -0}',
+        "{" + body + ', "clicks": 1000000}',
+        "{" + body + ', "clicks": 1000001}',
+        "{" + body + ', "clicks": 9223372036854775808}',
+        good.replace("User_1", "\u3000\u2028"),
+        good.replace("User_1", "\u200b\u3000"),
+        good.replace("User_1", "日本\U0001f600"),
+        good + ",",
+        good[:-1] + ",}",
+        good.replace(", ", " , "),
+        good.replace('"url"', "'url'"),
+        "{" + body + ", /* comment */ }",
+    ]
+    raw = [edge.encode("utf-8") for edge in edges]
+    raw += [good.encode("utf-16-le"), good.encode("utf-16-be"), good.encode("utf-32-le")]
+    raw += [
+        good.replace("mobile", "mo\udc80bile").encode("utf-8", "surrogatepass"),  # an encoded surrogate
+        good.encode().replace(b"mobile", b"mo\xc0\xafbile"),  # an overlong form
+        good.encode().replace(b"mobile", b"mo\xf4\x90\x80\x80bile"),  # beyond U+10FFFF
+    ]
+    return raw
 
 
 def test_whitespace_class_is_pythons_isspace():
@@ -203,6 +248,39 @@ def test_click_parser_agrees_with_parse_click(spark: SparkSession):
         kinds["valid"] = kinds.get("valid", 0) + 1
     # The generator reaches every outcome.
     assert kinds.keys() >= {"valid", *CLICK_CATEGORIES}, kinds
+
+
+def test_plain_click_fast_path_accepts_only_what_parse_click_accepts(spark: SparkSession):
+    """The JVM fast path never accepts a reject, returns parse_click's fields, and takes the plain clicks."""
+    payloads = [json.dumps(GOOD).encode(), *click_payloads(random.Random(SEED + 1))]
+    frame = spark.createDataFrame(
+        [(f"e{i}", p, NOW) for i, p in enumerate(payloads)], "event_id string, payload binary, now_ms long"
+    )
+    clicks.parse(frame.selectExpr("event_id", "'test' AS source", "payload", "now_ms"))  # registers the UDF
+    plain = frame.select("event_id", F.call_function(clicks.PLAIN_CLICK_UDF, "payload", "now_ms").alias("p"))
+    got = {r["event_id"]: r["p"] for r in plain.collect()}
+    taken = valid = 0
+    assert got["e0"] is not None
+    for i, payload in enumerate(payloads):
+        fast = got[f"e{i}"]
+        try:
+            want = parse_click(payload, NOW)
+        except Rejected as exc:
+            assert fast is None, (payload, str(exc), fast)
+            continue
+        valid += 1
+        if fast is not None:
+            taken += 1
+            assert (fast.userid, fast.url, fast.device_id, fast.ip, fast.event_time_ms, fast.clicks) == (
+                want.userid,
+                want.url,
+                want.device_id,
+                want.ip,
+                want.event_time_ms,
+                want.clicks,
+            ), payload
+    # Most valid clicks take the fast path (json.dumps escapes non-ASCII in about half of them).
+    assert taken > valid // 3, (taken, valid)
 
 
 ROW_KEYS = ("userid", "regionid", "gender", "interests", "registertime", "name")
