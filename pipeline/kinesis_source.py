@@ -32,20 +32,28 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import (
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
+from pipeline.retry import retry_budget_s, retrying
 from streamfold.config import aws_settings
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 # `data` stays binary like Spark's Kafka `value`: the connector does not guess an encoding, and payloads
 # that are not valid UTF-8 or JSON reach the consumer's dead-letter handling instead of failing the read.
@@ -187,6 +195,15 @@ def plan_segments(start: States, end: States) -> list[list[Segment]]:
 # --- Kinesis access --------------------------------------------------------------------------------------
 
 
+# The endpoint is down or unreachable: wait it out (botocore's own retries give up after seconds).
+OUTAGE = (EndpointConnectionError, ConnectTimeoutError, ConnectionClosedError, ReadTimeoutError)
+
+
+def patiently(call: Callable[..., R], **kwargs: Any) -> R:
+    """One Kinesis API call, retried through an endpoint outage for the retry budget."""
+    return retrying("Kinesis", lambda: call(**kwargs), OUTAGE, retry_budget_s())
+
+
 def make_client(endpoint: str | None, region: str | None) -> Any:
     settings = {**aws_settings(), "endpoint_url": endpoint, "region_name": region}
     return boto3.client("kinesis", config=RETRY_CONFIG, **settings)
@@ -195,13 +212,13 @@ def make_client(endpoint: str | None, region: str | None) -> Any:
 def list_shards(client: Any, stream: str) -> tuple[list[Shard], int]:
     """All shards of the stream (every page of ListShards) and the server's clock in epoch ms."""
     try:
-        response = client.list_shards(StreamName=stream)
+        response = patiently(client.list_shards, StreamName=stream)
     except client.exceptions.ResourceNotFoundException as exc:
         raise ValueError(f"Kinesis stream {stream!r} does not exist ({client.meta.endpoint_url})") from exc
     server_ms = int(parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"]).timestamp())
     shards = [shard_from_api(s) for s in response["Shards"]]
     while token := response.get("NextToken"):
-        response = client.list_shards(NextToken=token)
+        response = patiently(client.list_shards, NextToken=token)
         shards += [shard_from_api(s) for s in response["Shards"]]
     return shards, server_ms * 1000
 
@@ -226,11 +243,14 @@ class ShardCursor:
     def fetch(self, limit: int) -> Page:
         for attempt in range(EXPIRED_ITERATOR_ATTEMPTS):
             if self.iterator is None:
-                self.iterator = self.client.get_shard_iterator(
-                    StreamName=self.stream, ShardId=self.shard_id, **self.state.iterator_args()
+                self.iterator = patiently(
+                    self.client.get_shard_iterator,
+                    StreamName=self.stream,
+                    ShardId=self.shard_id,
+                    **self.state.iterator_args(),
                 )["ShardIterator"]
             try:
-                response = self.client.get_records(ShardIterator=self.iterator, Limit=limit)
+                response = patiently(self.client.get_records, ShardIterator=self.iterator, Limit=limit)
             except self.client.exceptions.ExpiredIteratorException:
                 log.info("shard %s: iterator expired, renewing it after %s", self.shard_id, self.state.after)
                 self.iterator = None

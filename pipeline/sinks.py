@@ -30,7 +30,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -45,6 +44,7 @@ from pyspark.sql import functions as F
 
 from pipeline import aggregates
 from pipeline.cdc_fold import changelog_records
+from pipeline.retry import one_line, retry_budget_s, retrying
 from streamfold import names
 
 log = logging.getLogger(__name__)
@@ -81,9 +81,6 @@ DLQ_PAYLOAD_BYTES = 16 * 1024
 DLQ_REASON_CHARS = 2048
 # Spark's Kafka writer: the producer's request limit (the broker's default message.max.bytes is ~1 MB).
 KAFKA_MAX_REQUEST_BYTES = 1024 * 1024
-# How long a batch keeps retrying through a Postgres or Kafka outage before the query fails.
-DEFAULT_RETRY_S = 900.0
-RETRY_ENV = "STREAMFOLD_SINK_RETRY_S"
 REPLACEMENT = "\ufffd"
 
 R = TypeVar("R")
@@ -95,45 +92,6 @@ R = TypeVar("R")
 def clean_text(col: Column) -> Column:
     """Valid UTF-8 (invalid bytes -> U+FFFD) without NUL (-> U+FFFD): what a Postgres text can hold."""
     return F.regexp_replace(F.make_valid_utf8(col), "\u0000", REPLACEMENT)
-
-
-# --- retries ------------------------------------------------------------------------------------------
-
-
-def retry_budget_s() -> float:
-    return float(os.environ.get(RETRY_ENV, DEFAULT_RETRY_S))
-
-
-def retrying(
-    what: str,
-    attempt: Callable[[], R],
-    transient: tuple[type[BaseException], ...],
-    budget_s: float,
-    sleep: Callable[[float], None] = time.sleep,
-    first_delay_s: float = 1.0,
-    max_delay_s: float = 15.0,
-) -> R:
-    """attempt() until it returns; on a transient error wait (1, 2, 4 ... max_delay_s s) and try again,
-    for up to budget_s seconds in all, then raise the last error."""
-    deadline = time.monotonic() + budget_s
-    delay = first_delay_s
-    while True:
-        try:
-            return attempt()
-        except transient as error:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                log.error("%s unavailable (%s): giving up after %.0f s", what, one_line(error), budget_s)
-                raise
-            wait = min(delay, max_delay_s, left)
-            log.warning("%s unavailable (%s), retrying in %.0fs", what, one_line(error), wait)
-            sleep(wait)
-            delay = min(delay * 2, max_delay_s)
-
-
-def one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    return f"{type(error).__name__}: {text[:200]}"
 
 
 PG_TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, psycopg.InterfaceError)

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from compose import local_stack
 from db import schema
-from pipeline import aggregates, sinks
+from pipeline import aggregates, retry, sinks
 from streamfold import names
 
 
@@ -45,8 +45,8 @@ def test_retrying_recovers_from_real_connection_errors_with_backoff(caplog) -> N
             psycopg.connect(dead)  # raises a real OperationalError: connection refused
         return "done"
 
-    with caplog.at_level(logging.WARNING, logger=sinks.__name__):
-        assert sinks.retrying("Postgres", attempt, sinks.PG_TRANSIENT, 60, sleep=waits.append) == "done"
+    with caplog.at_level(logging.WARNING, logger=retry.__name__):
+        assert retry.retrying("Postgres", attempt, sinks.PG_TRANSIENT, 60, sleep=waits.append) == "done"
     assert waits == [1.0, 2.0, 4.0]
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 3
@@ -58,7 +58,7 @@ def test_retrying_recovers_from_real_connection_errors_with_backoff(caplog) -> N
 def test_retrying_gives_up_after_its_budget() -> None:
     dead = f"host=127.0.0.1 port={closed_port()} dbname=x user=x connect_timeout=2"
     with pytest.raises(psycopg.OperationalError):
-        sinks.retrying("Postgres", lambda: psycopg.connect(dead), sinks.PG_TRANSIENT, 0.0)
+        retry.retrying("Postgres", lambda: psycopg.connect(dead), sinks.PG_TRANSIENT, 0.0)
 
 
 def test_retrying_does_not_retry_other_errors() -> None:
@@ -69,15 +69,15 @@ def test_retrying_does_not_retry_other_errors() -> None:
         raise ValueError("a bug, not an outage")
 
     with pytest.raises(ValueError):
-        sinks.retrying("Postgres", attempt, sinks.PG_TRANSIENT, 60, sleep=lambda s: None)
+        retry.retrying("Postgres", attempt, sinks.PG_TRANSIENT, 60, sleep=lambda s: None)
     assert calls["n"] == 1
 
 
 def test_retry_budget_comes_from_the_environment(monkeypatch) -> None:
-    monkeypatch.setenv(sinks.RETRY_ENV, "42")
-    assert sinks.retry_budget_s() == 42.0
-    monkeypatch.delenv(sinks.RETRY_ENV)
-    assert sinks.retry_budget_s() == sinks.DEFAULT_RETRY_S
+    monkeypatch.setenv(retry.RETRY_ENV, "42")
+    assert retry.retry_budget_s() == 42.0
+    monkeypatch.delenv(retry.RETRY_ENV)
+    assert retry.retry_budget_s() == retry.DEFAULT_RETRY_S
 
 
 def test_kafka_outage_messages_are_recognised() -> None:
@@ -259,7 +259,7 @@ def test_a_batch_survives_a_postgres_outage(dsn: str, pg_home: Path, caplog) -> 
     restarter = threading.Thread(target=come_back)
     restarter.start()
     began = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger=sinks.__name__):
+    with caplog.at_level(logging.WARNING, logger=retry.__name__):
         assert write_batch(sink, 1, rows(10, start=10)) is True
     restarter.join()
     assert time.monotonic() - began >= 3

@@ -1,6 +1,6 @@
-"""A 60 s outage of PostgreSQL or of the Kafka broker while the continuous job runs: the job waits and
-retries, stays alive, and the totals come out exact (row by row and in every aggregate) once the
-service is back."""
+"""A 60 s outage of PostgreSQL, of the Kafka broker or of the Kinesis endpoint while the continuous job
+runs: the job waits and retries, stays alive, and the totals come out exact (row by row and in every
+aggregate) once the service is back."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 
 from compose import local_stack
 from connectors import setup as connector_setup
-from streamfold import config, names
+from streamfold import config, kinesis, names
 from streamfold.generate import ClickSpec, clicks
 from tests.support import pipeline as sp
 
@@ -47,10 +47,13 @@ WAITING = {
         ": Getting offsets from KafkaV2[Subscribe[clicks]] for ",
         ": Processing new data for ",
     ),
+    "kinesis": ("Kinesis unavailable (",),
 }
+# Where the clicks come from: the Kinesis outage is an outage of the job's source.
+SOURCE = {"postgres": "kafka", "kafka": "kafka", "kinesis": "kinesis"}
 
 
-@pytest.mark.parametrize("service", ["postgres", "kafka"])
+@pytest.mark.parametrize("service", ["postgres", "kafka", "kinesis"])
 def test_job_survives_an_outage_with_exact_totals(service, pg, streamfold_setup, tmp_path_factory):
     sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, f"outage_{service}", tmp_path_factory.mktemp("outage"))
     bootstrap = streamfold_setup.kafka_bootstrap
@@ -59,19 +62,32 @@ def test_job_survives_an_outage_with_exact_totals(service, pg, streamfold_setup,
         "INSERT INTO public.users (userid, regionid) VALUES (%s, %s) ON CONFLICT DO NOTHING",
         [(u, f"R{i % 3}") for i, u in enumerate(users)],
     )
+    source = SOURCE[service]
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    stream = kinesis.client()
     stop = threading.Event()
+    quiet = threading.Event()  # no Kinesis traffic (it has no client-side queue to wait in)
+
+    def send(records: list[tuple[str, bytes]]) -> None:
+        if source == "kinesis":
+            kinesis.put_records(stream, names.CLICKS_STREAM, records)
+            return
+        for key, value in records:
+            producer.produce(names.CLICKS_TOPIC, key=key, value=value)
+        producer.flush(30)
 
     def traffic() -> None:
         """~500 clicks/s until the outage is over (queued by the producer while the broker is down)."""
         sent = 0
         while not stop.is_set() and sent < 40_000:
+            if quiet.is_set():
+                time.sleep(0.1)
+                continue
+            records = []
             for c in clicks(ClickSpec(count=50, users=len(users), seed=10_000 + sent)):
                 user = users[int(c["userid"].split("_")[1]) - 1]
-                producer.produce(
-                    names.CLICKS_TOPIC, key=user, value=json.dumps({**c, "userid": user}).encode()
-                )
-            producer.flush(30)
+                records.append((user, json.dumps({**c, "userid": user}).encode()))
+            send(records)
             sent += 50
             time.sleep(0.1)
 
@@ -79,13 +95,17 @@ def test_job_survives_an_outage_with_exact_totals(service, pg, streamfold_setup,
     log = sandbox.home / "job.log"
     sender = threading.Thread(target=traffic)
     sender.start()
-    job = sandbox.start("kafka", log)
+    job = sandbox.start(source, log)
     try:
         sp.wait_until(lambda: committed_batches(sandbox) > 0, 240, "a first committed batch")
+        if service == "kinesis":
+            quiet.set()
+            time.sleep(3)  # kinesis-local persists its records every second
         local_stack.stop_service(home, service)
         time.sleep(OUTAGE_S)
         assert job.poll() is None, f"the job ended while {service} was down:\n" + log.read_text()[-3000:]
         local_stack.start_service(home, service)
+        quiet.clear()
         before = committed_batches(sandbox)
         sp.wait_until(lambda: committed_batches(sandbox) > before + 1, 180, "batches after the outage")
         assert job.poll() is None, "the job ended after the outage:\n" + log.read_text()[-3000:]
@@ -101,9 +121,8 @@ def test_job_survives_an_outage_with_exact_totals(service, pg, streamfold_setup,
     assert any(line in text for line in WAITING[service]), text[-3000:]
     assert "|FAIL|rdkafka" not in text  # one line per retry, not librdkafka's line per reconnect
 
-    sandbox.run_once("kafka")  # drain what the continuous job had not reached
-    want = sp.expected(
-        sp.kafka_inputs(bootstrap), sp.profile_history(bootstrap), sp.cdc_dead_letters(bootstrap)
-    )
+    sandbox.run_once(source)  # drain what the continuous job had not reached
+    inputs = sp.kinesis_inputs() if source == "kinesis" else sp.kafka_inputs(bootstrap)
+    want = sp.expected(inputs, sp.profile_history(bootstrap), sp.cdc_dead_letters(bootstrap))
     with sandbox.connect() as conn:
         sp.assert_matches(conn, want)
