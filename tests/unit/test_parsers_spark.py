@@ -14,6 +14,8 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -215,7 +217,13 @@ def test_whitespace_class_is_pythons_isspace():
 
 
 def test_click_parser_agrees_with_parse_click(spark: SparkSession):
-    payloads = click_payloads(random.Random(SEED))
+    kinds = check_clicks(spark, click_payloads(random.Random(SEED)))
+    # The generator reaches every outcome.
+    assert kinds.keys() >= {"valid", *CLICK_CATEGORIES}, kinds
+
+
+def check_clicks(spark: SparkSession, payloads: list[bytes | None]) -> dict[str, int]:
+    """Every payload through clicks.parse (one DataFrame) and parse_click must agree; returns the outcomes."""
     rows = [(f"e{i}", "kafka:clicks", p, NOW) for i, p in enumerate(payloads)]
     frame = spark.createDataFrame(rows, "event_id string, source string, payload binary, now_ms long")
     out = clicks.parse(frame)
@@ -246,8 +254,7 @@ def test_click_parser_agrees_with_parse_click(spark: SparkSession):
             None,
         )
         kinds["valid"] = kinds.get("valid", 0) + 1
-    # The generator reaches every outcome.
-    assert kinds.keys() >= {"valid", *CLICK_CATEGORIES}, kinds
+    return kinds
 
 
 def test_plain_click_fast_path_accepts_only_what_parse_click_accepts(spark: SparkSession):
@@ -380,7 +387,15 @@ def cdc_records(rng: random.Random) -> list[tuple[str, bytes | None, bytes | Non
 
 
 def test_cdc_fold_agrees_with_parse_envelope(spark: SparkSession):
-    records = cdc_records(random.Random(SEED))
+    kinds = check_envelopes(spark, cdc_records(random.Random(SEED)))
+    # The generator reaches every outcome.
+    assert kinds.keys() >= {"change", "progress", "skip", *CDC_CATEGORIES}, kinds
+
+
+def check_envelopes(
+    spark: SparkSession, records: list[tuple[str, bytes | None, bytes | None]]
+) -> dict[str, int]:
+    """Every record through cdc_fold.fold_records (one DataFrame) and parse_envelope must agree."""
     rows = [(topic, key, value, f"r{i}") for i, (topic, key, value) in enumerate(records)]
     frame = spark.createDataFrame(rows, "topic string, key binary, value binary, record_id string")
     folded = cdc_fold.fold_records(frame.withColumn("i", F.monotonically_increasing_id()))
@@ -423,4 +438,107 @@ def test_cdc_fold_agrees_with_parse_envelope(spark: SparkSession):
                 == want
             ), where
         kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
-    assert kinds.keys() >= {"change", "progress", "skip", *CDC_CATEGORIES}, kinds
+    return kinds
+
+
+# --- property-based: hypothesis draws the inputs ------------------------------------------------------
+# Each example is a list of records run as one DataFrame (a Spark job per record would be too slow).
+# derandomize: CI runs the same examples every time; a new disagreement shows up here first, not as a flake.
+
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+# Short strings that are often whitespace only, in Python's sense (str.isspace) or not.
+TEXTY = st.text(
+    st.sampled_from([" ", "\t", "\u3000", "\x85", "\u200b", "a", "é", "日", "😀", "\x00"]), max_size=5
+)
+
+
+def mostly(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Usually a valid value, sometimes any JSON value (one_of picks its branches about evenly)."""
+    return st.one_of(valid, valid, valid, JSON_VALUES)
+
+
+CLICK_LIKE = st.fixed_dictionaries(
+    {
+        "userid": mostly(TEXTY | st.text(max_size=12)),
+        "url": mostly(TEXTY | st.text(max_size=30)),
+        "device_id": mostly(TEXTY | st.sampled_from(["mobile", "desktop"])),
+        "ip": mostly(st.sampled_from(["10.0.0.1", "::1"])),
+        "event_time": mostly(st.integers(NOW - 10**9, NOW + 10**5)),
+    },
+    optional={"clicks": mostly(st.integers(-2, 1_000_002)), "extra": JSON_VALUES},
+)
+
+
+def json_bytes(value: st.SearchStrategy[Any]) -> st.SearchStrategy[bytes]:
+    """A value as JSON text, escaped or raw UTF-8 (the fast path takes only the raw form)."""
+    return st.tuples(value, st.booleans()).map(lambda v: json.dumps(v[0], ensure_ascii=v[1]).encode())
+
+
+CLICK_RECORDS = st.lists(
+    st.none() | st.binary(max_size=64) | json_bytes(JSON_VALUES) | json_bytes(CLICK_LIKE),
+    min_size=50,
+    max_size=120,
+)
+
+
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(payloads=CLICK_RECORDS)
+def test_click_parser_agrees_with_parse_click_on_any_input(spark: SparkSession, payloads: list[bytes | None]):
+    check_clicks(spark, payloads)
+
+
+ENVELOPE_LIKE = st.fixed_dictionaries(
+    {},
+    optional={
+        "op": st.sampled_from(["c", "u", "d", "r", "t", "x"]) | JSON_VALUES,
+        "before": st.none() | JSON_VALUES,
+        "after": st.fixed_dictionaries(
+            {"userid": st.text(max_size=8) | JSON_VALUES},
+            optional={
+                "regionid": st.text(max_size=8) | JSON_VALUES,
+                "gender": st.text(max_size=8) | JSON_VALUES,
+                "interests": st.lists(st.text(max_size=8) | st.none(), max_size=3) | JSON_VALUES,
+                "registertime": st.integers() | JSON_VALUES,
+            },
+        )
+        | JSON_VALUES,
+        "source": st.fixed_dictionaries(
+            {},
+            optional={
+                "schema": st.just("public") | JSON_VALUES,
+                "table": st.just("users") | JSON_VALUES,
+                "ts_ms": st.integers() | JSON_VALUES,
+                "lsn": st.integers() | JSON_VALUES,
+            },
+        )
+        | JSON_VALUES,
+    },
+)
+CDC_RECORDS = st.lists(
+    st.tuples(
+        st.sampled_from([names.CDC_USERS_TOPIC, names.HEARTBEAT_TOPIC]),
+        st.none() | st.binary(max_size=16) | json_bytes(st.fixed_dictionaries({"userid": JSON_VALUES})),
+        st.none() | st.binary(max_size=64) | json_bytes(JSON_VALUES) | json_bytes(ENVELOPE_LIKE),
+    ),
+    min_size=50,
+    max_size=120,
+)
+
+
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(records=CDC_RECORDS)
+def test_cdc_fold_agrees_with_parse_envelope_on_any_input(
+    spark: SparkSession, records: list[tuple[str, bytes | None, bytes | None]]
+):
+    check_envelopes(spark, records)
