@@ -42,7 +42,7 @@ WHITESPACE = (
 )
 TEXT_FIELDS = ("userid", "url", "device_id", "ip")
 PLAIN_CLICK_UDF = "streamfold_plain_click"
-# PlainClick.SCHEMA (jvm/src/main/java/io/streamfold/clicks/PlainClick.java)
+# The row PlainClick returns (jvm/src/main/java/io/streamfold/clicks/PlainClick.java), field by field.
 PLAIN_CLICK_TYPE = (
     "struct<userid:string,url:string,device_id:string,ip:string,event_time_ms:bigint,clicks:int>"
 )

@@ -11,8 +11,6 @@ import java.nio.charset.StandardCharsets;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF2;
-import org.apache.spark.sql.types.DataTypes;
-import org.apache.spark.sql.types.StructType;
 
 /**
  * The fast path of the click parser (pipeline/clicks.py): a Spark UDF that returns a click's fields when
@@ -25,18 +23,11 @@ import org.apache.spark.sql.types.StructType;
  * escapes to decode), nesting deeper than 32, a number longer than 100 characters, a field of an
  * unexpected JSON type. The differential fuzz test (tests/unit/test_parsers_spark.py) holds it to the spec.
  *
- * <p>Registered by pipeline.clicks as `streamfold_plain_click(payload, now_ms)`.
+ * <p>Registered by pipeline.clicks as `streamfold_plain_click(payload, now_ms)`, with its return type
+ * (clicks.PLAIN_CLICK_TYPE): the fields in the order `click` creates the row.
  */
 public final class PlainClick implements UDF2<byte[], Long, Row> {
   private static final long serialVersionUID = 1L;
-
-  public static final StructType SCHEMA = new StructType()
-      .add("userid", DataTypes.StringType, false)
-      .add("url", DataTypes.StringType, false)
-      .add("device_id", DataTypes.StringType, false)
-      .add("ip", DataTypes.StringType, false)
-      .add("event_time_ms", DataTypes.LongType, false)
-      .add("clicks", DataTypes.IntegerType, false);
 
   // The click contract's limits (pipeline/clicks.py).
   static final int MAX_RECORD_BYTES = 64 * 1024;
