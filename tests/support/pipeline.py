@@ -39,8 +39,8 @@ class Sandbox:
     admin_dsn: str
     home: Path
 
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "STREAMFOLD_PG_DSN": self.admin_dsn, "STREAMFOLD_HOME": str(self.home)}
+    def env(self, **extra: str) -> dict[str, str]:
+        return {**os.environ, "STREAMFOLD_PG_DSN": self.admin_dsn, "STREAMFOLD_HOME": str(self.home), **extra}
 
     def connect(self) -> psycopg.Connection:
         return psycopg.connect(self.admin_dsn, autocommit=True)
@@ -57,13 +57,13 @@ class Sandbox:
         assert result.returncode == 0, result.stderr[-4000:]
         return result
 
-    def start(self, source: str, log: Path) -> subprocess.Popen:
+    def start(self, source: str, log: Path, **env: str) -> subprocess.Popen:
         """The continuous job, in its own process group so a kill takes the JVM and workers too."""
         return subprocess.Popen(
             [sys.executable, "-m", "streamfold", "run", "--source", source],
             stdout=log.open("a"),
             stderr=subprocess.STDOUT,
-            env=self.env(),
+            env=self.env(**env),
             cwd=ROOT,
             start_new_session=True,
         )
