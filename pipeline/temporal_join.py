@@ -50,6 +50,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import (
     ArrayType,
+    BinaryType,
     BooleanType,
     IntegerType,
     LongType,
@@ -66,6 +67,7 @@ __all__ = [
     "CLICKS_SCHEMA",
     "OUTPUT_SCHEMA",
     "PROGRESS_SCHEMA",
+    "REJECT_FIELDS",
     "JoinConfig",
     "Pending",
     "pending_clicks",
@@ -99,6 +101,11 @@ CHANGES_SCHEMA = StructType(
     ]
 )
 PROGRESS_SCHEMA = StructType([StructField("progress_ms", _LONG)])
+REJECT_FIELDS = (
+    StructField("error", _STR),
+    StructField("source", _STR),
+    StructField("payload", BinaryType()),
+)
 OUTPUT_SCHEMA = StructType(
     [
         StructField("event_id", _STR),
@@ -115,12 +122,14 @@ OUTPUT_SCHEMA = StructType(
         StructField("profile_valid_from_ms", _LONG),
         # False when join.max_wait released the click before CDC progress reached it (CDC stalled).
         StructField("profile_complete", BooleanType()),
+        # Rejected records passed through the operator (see temporal_join): null on joined rows.
+        *REJECT_FIELDS,
     ]
 )
 
-# The operator's input: one row shape for clicks and changes (io.streamfold.join.TaggedRow). ts_ms is a
-# click's event time or a change's valid_from; the fields of the other kind are null.
-_CLICK, _CHANGE = "click", "change"
+# The operator's input: one row shape for clicks, changes and rejects (io.streamfold.join.TaggedRow). ts_ms
+# is a click's event time or a change's valid_from; the fields of the other kinds are null.
+_CLICK, _CHANGE, _REJECT = "click", "change", "reject"
 _CLICK_FIELDS = ("event_id", "url", "device_id", "ip", "clicks")
 _CHANGE_FIELDS = ("op", "regionid", "gender", "interests", "registertime")
 _TAGGED_SCHEMA = StructType(
@@ -132,6 +141,7 @@ _TAGGED_SCHEMA = StructType(
         StructField("lsn", _LONG),
         *[f for f in CLICKS_SCHEMA.fields if f.name in _CLICK_FIELDS],
         *[f for f in CHANGES_SCHEMA.fields if f.name in _CHANGE_FIELDS],
+        *REJECT_FIELDS,
     ]
 )
 
@@ -144,18 +154,29 @@ _BEFORE_ANY_PROGRESS = "0001-01-01 00:00:00"
 
 
 def temporal_join(
-    clicks: DataFrame, changes: DataFrame, progress: DataFrame, cfg: JoinConfig | None = None
+    clicks: DataFrame,
+    changes: DataFrame,
+    progress: DataFrame,
+    cfg: JoinConfig | None = None,
+    rejects: DataFrame | None = None,
 ) -> DataFrame:
     """Streaming clicks (CLICKS_SCHEMA), folded changes (CHANGES_SCHEMA), CDC progress (PROGRESS_SCHEMA)
     -> one OUTPUT_SCHEMA row per click. Inputs must carry no watermark of their own and have non-null
-    event_time_ms / valid_from_ms (the parsers send such records to the dead letters)."""
+    event_time_ms / valid_from_ms (the parsers send such records to the dead letters).
+
+    rejects (event_id + REJECT_FIELDS), when given, pass through the operator untouched, one output row
+    each with only event_id and the reject columns set. Why: clicks and rejects come from one parse of
+    the source, and a union of the two after the join would make Spark read and parse the source twice.
+    """
     cfg = cfg or JoinConfig()
     spark = clicks.sparkSession
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", _ROCKSDB)  # required by transformWithState
+    jvm: Any = spark._jvm
     tagged = _tag_clicks(clicks).unionByName(_tag_changes(changes))
+    if rejects is not None:
+        tagged = tagged.unionByName(_tag_rejects(rejects, jvm.io.streamfold.join.TemporalJoin.BUCKETS))
     if cfg.mode != LATEST:
         tagged = tagged.unionByName(_watermark_carrier(spark, progress, cfg.max_wait_ms))
-    jvm: Any = spark._jvm
     joined = jvm.io.streamfold.join.TemporalJoin.apply(
         tagged._jdf, progress.select("progress_ms")._jdf, cfg.mode, cfg.version_retention_ms
     )
@@ -192,6 +213,18 @@ def _tag_changes(changes: DataFrame) -> DataFrame:
             "ts_ms": F.col("valid_from_ms"),
             "lsn": F.coalesce(F.col("lsn"), F.lit(0)),
             **{name: F.col(name) for name in _CHANGE_FIELDS},
+        },
+    )
+
+
+def _tag_rejects(rejects: DataFrame, buckets: int) -> DataFrame:
+    """Any bucket will do (they only pass through): spread by event_id, so a flood of rejects is too."""
+    return _project(
+        rejects,
+        {
+            "kind": F.lit(_REJECT),
+            "bucket": F.pmod(F.hash("event_id"), F.lit(buckets)),
+            **{name: F.col(name) for name in ("event_id", *(f.name for f in REJECT_FIELDS))},
         },
     )
 

@@ -46,13 +46,14 @@ def flows(
     rejects = parsed.where("error IS NOT NULL").select("event_id", "error", "source", "payload")
 
     folded = cdc_fold.fold(sources.cdc(spark, settings.kafka_bootstrap))
-    enriched = temporal_join(valid, folded.changes, folded.progress, join)
+    # Rejects ride through the join operator, so the source is read and parsed once per batch.
+    enriched = temporal_join(valid, folded.changes, folded.progress, join, rejects=rejects)
 
     clicks_name = f"clicks-{source}"
     return (
         Flow(
             clicks_name,
-            enriched.unionByName(rejects, allowMissingColumns=True),
+            enriched,
             EnrichedClicksSink(clicks_name, settings.writer_dsn, settings.kafka_bootstrap),
         ),
         Flow("changelog", folded.records, ChangelogSink(settings.writer_dsn, settings.kafka_bootstrap)),

@@ -1,4 +1,5 @@
-"""A temporal join query on a real local Spark, fed from three file streams, run one batch at a time."""
+"""A temporal join query on a real local Spark, fed from four file streams (clicks, changes, CDC progress and
+rejects passed through), run one batch at a time."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from pipeline.temporal_join import CHANGES_SCHEMA, CLICKS_SCHEMA, PROGRESS_SCHEMA, JoinConfig, temporal_join
@@ -22,7 +24,7 @@ class Harness:
         self.output: list[Row] = []
         self.last_query: StreamingQuery | None = None
         self._files = 0
-        for name in ("clicks", "changes", "progress"):
+        for name in ("clicks", "changes", "progress", "rejects"):
             (root / name).mkdir()
 
     def write(self, stream: str, rows: list[dict[str, Any]]) -> None:
@@ -34,11 +36,15 @@ class Harness:
 
     def joined(self) -> DataFrame:
         read = self.spark.readStream.format("json")
+        rejects = read.schema("event_id string, error string, source string, payload string").load(
+            str(self.root / "rejects")
+        )
         return temporal_join(
             read.schema(CLICKS_SCHEMA).load(str(self.root / "clicks")),
             read.schema(CHANGES_SCHEMA).load(str(self.root / "changes")),
             read.schema(PROGRESS_SCHEMA).load(str(self.root / "progress")),
             self.cfg,
+            rejects=rejects.withColumn("payload", F.col("payload").cast("binary")),
         )
 
     def start(self) -> StreamingQuery:

@@ -6,8 +6,10 @@ first, then every user whose timer the watermark has passed). Every output row m
 come out in the same batch. The histories mix out-of-order and late clicks, inserts, updates, deletes
 and re-inserts, snapshot rows, replayed changes, equal timestamps (a click at a version's valid-from, two
 versions with one valid-from), progress that stalls and then jumps, releases by the wall clock
-(join.max_wait) rather than by CDC progress, and versions old enough to expire. Set JOIN_DIFF_SEED to try
-other seeds; a failure names its seed.
+(join.max_wait) rather than by CDC progress, and versions old enough to expire. Rejected records ride
+along (the pipeline passes them through the operator): each must come out unchanged in its own batch,
+including from buckets that hold nothing else. Set JOIN_DIFF_SEED to try other seeds; a failure names its
+seed.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class Step:
     clicks: list[dict[str, Any]] = field(default_factory=list)
     changes: list[dict[str, Any]] = field(default_factory=list)
     progress: list[dict[str, int]] = field(default_factory=list)
+    rejects: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Histories:
@@ -58,6 +61,8 @@ class Histories:
 
     def __init__(self, seed: int, t0: int) -> None:
         self.rng = random.Random(seed)
+        self.reject_rng = random.Random(seed + 1)  # its own stream: the histories stay the same
+        self.rejects = 0
         self.t0 = t0
         self.lsn = 0
         self.clicks = 0
@@ -77,6 +82,7 @@ class Histories:
             for h in range(HISTORIES):
                 for u in range(rng.randint(1, 2)):
                     self._events(step, f"h{h}u{u}", now)
+            step.rejects = [self._reject() for _ in range(self.reject_rng.choice([0, 1, 5, 40]))]
             steps.append(step)
         # Flush: progress far ahead releases every waiting click; the next batch runs the timers.
         steps.append(Step(progress=[{"progress_ms": now + 10 * RETENTION_MS}]))
@@ -110,6 +116,11 @@ class Histories:
             "ip": "10.0.0.1",
             "clicks": rng.choice([1, 1, 2, None]),
         }
+
+    def _reject(self) -> dict[str, Any]:
+        self.rejects += 1
+        payload = self.reject_rng.choice(["", "{", "[1]", '{"userid": 7}', "é\u2028", None])
+        return {"event_id": f"r{self.rejects}", "error": "not JSON", "source": "test", "payload": payload}
 
     def _change(self, user: str, now: int, op: str | None = None) -> dict[str, Any]:
         rng = self.rng
@@ -197,6 +208,12 @@ def _due(state: UserState, watermark_ms: int) -> bool:
     return state.wakeup_ms is not None and state.wakeup_ms <= watermark_ms
 
 
+def _as_reject(row: Row) -> tuple:
+    """A reject as it came in; payloads come out as bytes (the harness casts its text input)."""
+    payload = row.payload.encode() if isinstance(row.payload, str) else row.payload
+    return (row.event_id, row.error, row.source, None if payload is None else bytes(payload))
+
+
 def _as_tuple(row: Row) -> tuple:
     values = row.asDict()
     return tuple(values[name] for name in (*Enriched._fields, "profile_complete"))
@@ -212,9 +229,14 @@ def test_jvm_operator_matches_the_python_model(spark: SparkSession, tmp_path: Pa
     steps = Histories(seed, int(time.time() * 1000) - 5 * SECOND).steps()
     harness, model = Harness(spark, tmp_path, cfg), Model(cfg)
     for number, step in enumerate(steps):
-        for stream in ("clicks", "changes", "progress"):
+        for stream in ("clicks", "changes", "progress", "rejects"):
             harness.write(stream, getattr(step, stream))
-        got = {r.event_id: _as_tuple(r) for r in harness.run().values()}
+        emitted = harness.run().values()
+        passed = {r.event_id: _as_reject(r) for r in emitted if r.error is not None}
+        assert passed == {r["event_id"]: _as_reject(Row(**r)) for r in step.rejects}, (
+            f"seed {seed}, batch {number}: rejects not passed through as they came"
+        )
+        got = {r.event_id: _as_tuple(r) for r in emitted if r.error is None}
         want = {row[0]: row for row in model.batch(step, harness.watermark_ms())}
         assert got.keys() == want.keys(), (
             f"seed {seed}, batch {number}: emitted by Spark only {sorted(got.keys() - want.keys())[:5]}, "
@@ -224,8 +246,10 @@ def test_jvm_operator_matches_the_python_model(spark: SparkSession, tmp_path: Pa
         assert not differ, (
             f"seed {seed}, batch {number}: rows differ (spark, model): {list(differ.items())[:3]}"
         )
-    total_clicks = sum(len(s.clicks) for s in steps)
-    assert len(harness.output) == total_clicks, f"seed {seed}: every click exactly once"
-    assert len({r.user_regionid for r in harness.output}) >= 3  # the histories really exercise the join
+    total = sum(len(s.clicks) + len(s.rejects) for s in steps)
+    assert len(harness.output) == total, f"seed {seed}: every click and reject exactly once"
+    assert any(s.rejects for s in steps)
+    joined = [r for r in harness.output if r.error is None]
+    assert len({r.user_regionid for r in joined}) >= 3  # the histories really exercise the join
     if mode != LATEST:
-        assert {r.profile_complete for r in harness.output} == {True, False}  # both kinds of release
+        assert {r.profile_complete for r in joined} == {True, False}  # both kinds of release

@@ -55,7 +55,7 @@ def progress(ms: int) -> list[dict[str, int]]:
 
 
 def test_output_schema_is_the_pure_logic_row(spark: SparkSession, tmp_path: Path) -> None:
-    assert OUTPUT_SCHEMA.fieldNames() == [*Enriched._fields, "profile_complete"]
+    assert OUTPUT_SCHEMA.fieldNames() == [*Enriched._fields, "profile_complete", "error", "source", "payload"]
     assert Harness(spark, tmp_path, JoinConfig()).joined().schema == OUTPUT_SCHEMA
 
 
@@ -108,6 +108,9 @@ def test_clicks_wait_for_cdc_progress_and_join_the_version_valid_at_event_time(
         "user_registertime": 7,
         "profile_valid_from_ms": BEGINNING_OF_TIME_MS,
         "profile_complete": True,
+        "error": None,
+        "source": None,
+        "payload": None,
     }
     assert out["a2"].profile_valid_from_ms == T
     assert out["b1"].user_gender is None and out["b1"].profile_valid_from_ms is None

@@ -69,9 +69,14 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   public scala.collection.Iterator<Row> handleInputRows(
       Integer key, scala.collection.Iterator<Row> rows, TimerValues timerValues) {
     Map<String, Input> input = new LinkedHashMap<>();
+    List<Row> out = new ArrayList<>();
     Long progressMs = null;
     while (rows.hasNext()) {
       Row row = rows.next();
+      if (tagged.isReject(row)) {
+        out.add(tagged.passThrough(row));
+        continue;
+      }
       if (tagged.isProgress(row)) {
         progressMs = progressMs == null ? tagged.tsMs(row) : Math.max(progressMs, tagged.tsMs(row));
         continue;
@@ -80,9 +85,12 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
           tagged.userid(row), u -> new Input(new ArrayList<>(), new ArrayList<>()));
       tagged.decode(row, in.changes(), in.clicks());
     }
-    List<Row> out = latestMode
+    if (input.isEmpty() && progressMs == null) {
+      return CollectionConverters.asScala(out.iterator());  // rejects only: the bucket's timer decides
+    }
+    out.addAll(latestMode
         ? joinLatest(input)
-        : join(input, progressMs, timerValues.getCurrentWatermarkInMs());
+        : join(input, progressMs, timerValues.getCurrentWatermarkInMs()));
     return CollectionConverters.asScala(out.iterator());
   }
 
@@ -203,6 +211,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
         profile ? v.interests() : null,
         profile ? v.registertime() : null,
         profile ? v.validFromMs() : null,
-        complete);
+        complete,
+        null, null, null);
   }
 }

@@ -9,18 +9,20 @@ import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.types.StructType;
 
 /**
- * The operator's input row: clicks, profile changes and CDC progress in one shape, told apart by `kind`.
- * ts_ms is a click's event time, a change's valid-from, or the CDC progress; a progress row names its
- * bucket (every bucket gets one, see TemporalJoin.progressRows), the others are bucketed by userid.
+ * The operator's input row: clicks, profile changes, CDC progress and rejected records in one shape, told
+ * apart by `kind`. ts_ms is a click's event time, a change's valid-from, or the CDC progress; a progress row
+ * names its bucket (every bucket gets one, see TemporalJoin.progressRows), and so does a reject (any bucket:
+ * it only passes through, see TemporalJoin); clicks and changes are bucketed by userid.
  */
 final class TaggedRow implements Serializable {
   static final String CLICK = "click";
   static final String CHANGE = "change";
   static final String PROGRESS = "progress";
+  static final String REJECT = "reject";
 
   private final StructType schema;
   private final int kind, bucket, userid, ts, lsn, eventId, url, deviceId, ip, clicks, op, regionid, gender, interests,
-      registertime;
+      registertime, error, source, payload;
 
   TaggedRow(StructType schema) {
     this.schema = schema;
@@ -39,6 +41,9 @@ final class TaggedRow implements Serializable {
     gender = schema.fieldIndex("gender");
     interests = schema.fieldIndex("interests");
     registertime = schema.fieldIndex("registertime");
+    error = schema.fieldIndex("error");
+    source = schema.fieldIndex("source");
+    payload = schema.fieldIndex("payload");
   }
 
   String userid(Row r) {
@@ -57,6 +62,20 @@ final class TaggedRow implements Serializable {
 
   boolean isProgress(Row r) {
     return PROGRESS.equals(r.getString(kind));
+  }
+
+  boolean isReject(Row r) {
+    return REJECT.equals(r.getString(kind));
+  }
+
+  /** A reject as an output row: event_id and the reject columns, every joined column null. */
+  Row passThrough(Row r) {
+    Object[] values = new Object[TemporalJoin.OUTPUT_SCHEMA.size()];
+    values[TemporalJoin.EVENT_ID] = r.getString(eventId);
+    values[TemporalJoin.ERROR] = r.getString(error);
+    values[TemporalJoin.SOURCE] = r.getString(source);
+    values[TemporalJoin.PAYLOAD] = r.get(payload);
+    return RowFactory.create(values);
   }
 
   long tsMs(Row r) {

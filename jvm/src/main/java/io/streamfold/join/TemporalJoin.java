@@ -20,7 +20,8 @@ import org.apache.spark.sql.types.StructType;
  * `tagged` holds clicks and profile changes in one shape (see TaggedRow) and carries the query's
  * watermark (CDC progress) through a branch that yields no rows. Keyed by a hash bucket of userid, every
  * row goes through one transformWithState operator (BucketJoinProcessor); the result is one
- * OUTPUT_SCHEMA row per click.
+ * OUTPUT_SCHEMA row per click. Rejected records may ride along (kind "reject"): they come out unchanged
+ * in the last three columns, so the source is read once for the join and the dead letters alike.
  */
 public final class TemporalJoin {
   public static final StructType OUTPUT_SCHEMA = new StructType()
@@ -36,7 +37,15 @@ public final class TemporalJoin {
       .add("user_interests", DataTypes.createArrayType(DataTypes.StringType))
       .add("user_registertime", DataTypes.LongType)
       .add("profile_valid_from_ms", DataTypes.LongType)
-      .add("profile_complete", DataTypes.BooleanType);
+      .add("profile_complete", DataTypes.BooleanType)
+      // Set on rejects only (passed through): why, where from, and the original bytes.
+      .add("error", DataTypes.StringType)
+      .add("source", DataTypes.StringType)
+      .add("payload", DataTypes.BinaryType);
+  static final int EVENT_ID = OUTPUT_SCHEMA.fieldIndex("event_id");
+  static final int ERROR = OUTPUT_SCHEMA.fieldIndex("error");
+  static final int SOURCE = OUTPUT_SCHEMA.fieldIndex("source");
+  static final int PAYLOAD = OUTPUT_SCHEMA.fieldIndex("payload");
 
   /**
    * How many buckets users are hashed into. Fixed: a checkpoint's state is keyed by bucket. Enough to keep
