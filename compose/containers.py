@@ -23,9 +23,9 @@ from streamfold import config
 
 COMPOSE_DIR = Path(__file__).resolve().parent
 COMPOSE_FILE = "docker-compose.yml"
-INFRA_SERVICES = ["postgres", "kafka", "connect", "localstack"]
+INFRA_SERVICES = ["postgres", "kafka", "connect", "kinesis"]
 # The host ports docker-compose.yml publishes for those services (compose/.env names).
-PORT_VARS = ("POSTGRES_HOST_PORT", "KAFKA_HOST_PORT", "CONNECT_HOST_PORT", "LOCALSTACK_HOST_PORT")
+PORT_VARS = ("POSTGRES_HOST_PORT", "KAFKA_HOST_PORT", "CONNECT_HOST_PORT", "KINESIS_HOST_PORT")
 
 _stack: DockerCompose | None = None
 
@@ -68,7 +68,7 @@ def stack_env(settings: dict[str, str], workdir: Path) -> dict[str, str]:
         "STREAMFOLD_PG_DSN": pg_dsn,
         "STREAMFOLD_KAFKA_BOOTSTRAP": f"127.0.0.1:{settings['KAFKA_HOST_PORT']}",
         "STREAMFOLD_CONNECT_URL": f"http://127.0.0.1:{settings['CONNECT_HOST_PORT']}",
-        "STREAMFOLD_KINESIS_ENDPOINT": f"http://127.0.0.1:{settings['LOCALSTACK_HOST_PORT']}",
+        "STREAMFOLD_KINESIS_ENDPOINT": f"http://127.0.0.1:{settings['KINESIS_HOST_PORT']}",
         "STREAMFOLD_HOME": str(workdir),
         # Connect runs inside the compose network: it reaches the database by service name, not at the
         # port published on the host. connectors/setup.py must prefer these over the DSN's host/port.

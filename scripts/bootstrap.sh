@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs whatever is missing, idempotently: Debian packages (PostgreSQL server, docker-compose
-# for validating compose/), the Python venv with pinned dependencies, every JVM artifact from
+# Installs whatever is missing, idempotently: Debian packages (PostgreSQL server; Docker Engine,
+# docker-compose and debootstrap for the compose stack and its test), the Python venv with pinned dependencies, every JVM artifact from
 # pom.xml into lib/ (and the Java join operator it builds), and kinesis-local from npm. Nothing downloads at run time after this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +22,16 @@ missing=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v psql >/dev/null || missing+=(postgresql-client)
 command -v docker-compose >/dev/null || missing+=(docker-compose)
+# Docker Engine and debootstrap, for the compose stack (make test-compose starts dockerd itself when
+# none runs; scripts/images.sh makes the base image). Installed as root; otherwise only named.
+if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    command -v dockerd >/dev/null || missing+=(docker.io)
+    command -v debootstrap >/dev/null || missing+=(debootstrap)
+  else
+    say "no dockerd or debootstrap: make test-compose needs them (sudo apt-get install docker.io debootstrap)"
+  fi
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     say "apt-get install ${missing[*]}"
