@@ -1,0 +1,279 @@
+"""The README's compose story on real containers, checked against an independent computation.
+
+The tests run in file order on one stack (tests/compose/conftest.py): the stack comes up healthy, the
+images are what the pom, requirements.txt and package-lock.json say, PostgreSQL refuses physical
+replication, then the README's commands, exactly as written there (`docker compose` spelled as this
+machine's Compose): users and clicks through Kafka, a profile change, clicks through Kinesis, and
+finally `down -v`, after which nothing of the project may remain.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from tests.compose.conftest import IMAGES, PROJECT, REPO, Compose, assert_project_gone, phase
+from tests.support import pipeline as sp
+
+README = (REPO / "README.md").read_text()
+# The README's compose story, in its order. Each line must appear verbatim in README.md.
+GENERATE_USERS = "docker compose run --rm setup streamfold generate users --count 1000"
+GENERATE_CLICKS = "docker compose run --rm setup streamfold generate clicks --count 10000 --users 1000"
+QUERY = "docker compose run --rm setup streamfold query clicks_per_region"
+PSQL_READER = (
+    "docker compose exec -T postgres psql -U streamfold_reader -d streamfold \\\n"
+    "  -c 'SELECT region, clicks FROM streamfold.clicks_per_region ORDER BY clicks DESC'"
+)
+PROFILE_CHANGE = (
+    "docker compose exec -T postgres psql -U streamfold -d streamfold \\\n"
+    "  -c \"UPDATE public.users SET regionid = 'Region_9' WHERE userid = 'User_1'\""
+)
+CHANGELOG = "docker compose run --rm setup streamfold topic users_changelog"
+KINESIS_UP = "PIPELINE_SOURCE=kinesis docker compose up -d"
+KINESIS_CLICKS = "docker compose run --rm setup streamfold generate clicks --count 10000 --sink kinesis"
+STORY = (
+    GENERATE_USERS,
+    GENERATE_CLICKS,
+    QUERY,
+    PSQL_READER,
+    PROFILE_CHANGE,
+    CHANGELOG,
+    KINESIS_UP,
+    KINESIS_CLICKS,
+)
+# Clicks of User_1 sent after the profile change.
+AFTER_CHANGE = "docker compose run --rm setup streamfold generate clicks --count 50 --users 1 --seed 5"
+
+
+def output(result: subprocess.CompletedProcess[str]) -> str:
+    """What a command printed (the CLI's rich console writes some of it to stderr)."""
+    return result.stdout + result.stderr
+
+
+def test_the_story_is_the_readme_s() -> None:
+    missing = [line for line in STORY if line not in README]
+    assert not missing, f"README.md no longer says: {missing}"
+
+
+@pytest.fixture(scope="module")
+def host_env(stack: Compose, monkeypatch_module: pytest.MonkeyPatch) -> dict[str, str]:
+    """The stack's published ports, for reading its inputs and outputs from the host."""
+    s = stack.settings()
+    env = {
+        "STREAMFOLD_KAFKA_BOOTSTRAP": f"127.0.0.1:{s['KAFKA_HOST_PORT']}",
+        "STREAMFOLD_KINESIS_ENDPOINT": f"http://127.0.0.1:{s['KINESIS_HOST_PORT']}",
+        "AWS_ACCESS_KEY_ID": s["AWS_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": s["AWS_SECRET_ACCESS_KEY"],
+        "AWS_DEFAULT_REGION": s["AWS_DEFAULT_REGION"],
+    }
+    for key, value in env.items():
+        monkeypatch_module.setenv(key, value)
+    env["admin_dsn"] = (
+        f"postgresql://streamfold:{s['STREAMFOLD_PG_PASSWORD']}@127.0.0.1:{s['POSTGRES_HOST_PORT']}/streamfold"
+    )
+    return env
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def test_every_service_healthy_and_setup_exited_0(stack: Compose) -> None:
+    (setup,) = stack.containers("setup")
+    assert setup["State"]["Status"] == "exited" and setup["State"]["ExitCode"] == 0
+    for service in ("postgres", "kafka", "connect", "kinesis", "pipeline"):
+        (container,) = stack.containers(service)
+        assert container["State"]["Health"]["Status"] == "healthy", service
+
+
+def image_run(stack: Compose, image: str, script: str) -> str:
+    tag = stack.settings()["STREAMFOLD_IMAGE_TAG"]
+    result = subprocess.run(
+        ["docker", "run", "--rm", "--entrypoint", "sh", f"streamfold/{image}:{tag}", "-c", script],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_images_come_from_the_base_and_the_version_files(stack: Compose) -> None:
+    base_layers = json.loads(
+        subprocess.run(
+            ["docker", "image", "inspect", "-f", "{{json .RootFS.Layers}}", stack.env["BASE_IMAGE"]],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout  # fmt: skip
+    )
+    tag = stack.settings()["STREAMFOLD_IMAGE_TAG"]
+    for image in IMAGES:
+        layers = json.loads(
+            subprocess.run(
+                ["docker", "image", "inspect", "-f", "{{json .RootFS.Layers}}", f"streamfold/{image}:{tag}"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout  # fmt: skip
+        )
+        assert layers[: len(base_layers)] == base_layers, (
+            f"streamfold/{image} is not FROM {stack.env['BASE_IMAGE']}"
+        )
+        # The build stages' extra CAs (installed there as build-ca-*.crt) never reach a service image.
+        extra = image_run(stack, image, "find / -xdev -name 'build-ca-*' 2>/dev/null; true")
+        assert extra.strip() == "", f"streamfold/{image}: {extra}"
+
+    pom = ET.parse(REPO / "pom.xml").getroot()
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    props = {el.tag.split("}")[1]: el.text for el in pom.findall("m:properties/*", ns)}
+    jars = image_run(stack, "kafka", "ls /opt/kafka/libs /opt/kafka/plugins/debezium-connector-postgres")
+    assert f"kafka_2.13-{props['kafka.version']}.jar" in jars
+    assert f"connect-runtime-{props['kafka.version']}.jar" in jars
+    assert f"debezium-connector-postgres-{props['debezium.version']}.jar" in jars
+    spark_jars = image_run(stack, "pipeline", "ls /app/lib/spark")
+    assert f"spark-sql-kafka-0-10_2.13-{props['spark.version']}.jar" in spark_jars
+    assert f"postgresql-{props['postgresql.jdbc.version']}.jar" in spark_jars
+    assert "streamfold-join.jar" in spark_jars
+
+    wanted = {
+        line.split("==")[0].lower().replace("_", "-"): line.split("==")[1]
+        for line in (REPO / "requirements.txt").read_text().split()
+    }
+    frozen = image_run(stack, "pipeline", "pip freeze --all")
+    have = {
+        line.split("==")[0].lower().replace("_", "-"): line.split("==")[1]
+        for line in frozen.split()
+        if "==" in line
+    }
+    assert {name: have.get(name) for name in wanted} == wanted
+
+    lock = json.loads((REPO / "package-lock.json").read_text())
+    kinesis_version = lock["packages"]["node_modules/kinesis-local"]["version"]
+    shipped = json.loads(
+        image_run(stack, "kinesis", "cat /opt/kinesis/node_modules/kinesis-local/package.json")
+    )
+    assert shipped["version"] == kinesis_version
+    assert image_run(stack, "postgres", "postgres --version").startswith("postgres (PostgreSQL) 15.")
+
+
+def test_postgres_refuses_physical_replication(stack: Compose) -> None:
+    s = stack.settings()
+    backup = stack.run(
+        "exec", "-T", "-e", f"PGPASSWORD={s['STREAMFOLD_DEBEZIUM_PASSWORD']}", "postgres",
+        "pg_basebackup", "-h", "127.0.0.1", "-U", "streamfold_debezium", "-D", "/tmp/copy", check=False,
+    )  # fmt: skip
+    assert backup.returncode != 0
+    assert "no pg_hba.conf entry for replication connection" in backup.stderr, backup.stderr
+    # The Debezium role may connect to its own database only.
+    other_db = stack.run(
+        "exec", "-T", "-e", f"PGPASSWORD={s['STREAMFOLD_DEBEZIUM_PASSWORD']}", "postgres",
+        "psql", "-h", "127.0.0.1", "-U", "streamfold_debezium", "-d", "postgres", "-c", "select 1",
+        check=False,
+    )  # fmt: skip
+    assert other_db.returncode != 0 and "pg_hba.conf rejects connection" in other_db.stderr, other_db.stderr
+
+
+def wait_for_totals(dsn: str, want: sp.Expected, timeout_s: float) -> None:
+    total = sum(c for _, _, c in want.rows.values())
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while True:
+            got = sp.summary(conn)
+            if got["rows"] >= len(want.rows) and got["clicks"] >= total:
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"after {timeout_s:.0f} s the job wrote {got}, want {len(want.rows)} rows, {total} clicks"
+                )
+            time.sleep(3)
+        time.sleep(5)  # a batch in flight would show up as doubled rows below
+        sp.assert_matches(conn, want)
+
+
+def oracle(host_env: dict[str, str], kinesis: bool) -> sp.Expected:
+    bootstrap = host_env["STREAMFOLD_KAFKA_BOOTSTRAP"]
+    inputs = sp.kafka_inputs(bootstrap) + (sp.kinesis_inputs() if kinesis else [])
+    return sp.expected(inputs, sp.profile_history(bootstrap), sp.cdc_dead_letters(bootstrap))
+
+
+def test_kafka_story(stack: Compose, host_env: dict[str, str]) -> None:
+    started = time.monotonic()
+    out = output(stack.shell(GENERATE_USERS))
+    assert "1000 users inserted" in out, out
+    out = output(stack.shell(GENERATE_CLICKS))
+    assert "10000 clicks sent to kafka" in out, out
+    want = oracle(host_env, kinesis=False)
+    assert len(want.rows) == 10_000 and not want.dead
+    wait_for_totals(host_env["admin_dsn"], want, 300)
+    stack.timings["kafka story"] = time.monotonic() - started
+    phase(f"10,000 Kafka clicks joined and checked in {stack.timings['kafka story']:.0f} s")
+
+    per_region = want.per_region()
+    queried = output(stack.shell(QUERY))
+    psql = output(stack.shell(PSQL_READER))
+    for region, clicks in per_region.items():
+        assert re.search(rf"{region}\W+{clicks}\b", queried), (region, clicks, queried)
+        assert re.search(rf"{region}\s*\|\s*{clicks}\b", psql), (region, clicks, psql)
+
+
+def test_profile_change_reaches_the_join(stack: Compose, host_env: dict[str, str]) -> None:
+    with psycopg.connect(host_env["admin_dsn"]) as conn:
+        row = conn.execute("SELECT regionid FROM public.users WHERE userid = 'User_1'").fetchone()
+    assert row is not None and row[0] != "Region_9"
+    before = row[0]
+    changed_at = time.time()
+    assert "UPDATE 1" in output(stack.shell(PROFILE_CHANGE))
+    # The change goes through Debezium and the job's CDC fold into users_changelog.
+    deadline = time.monotonic() + 120
+    while "Region_9" not in (changelog := output(stack.shell(CHANGELOG))):
+        assert time.monotonic() < deadline, f"users_changelog never showed Region_9:\n{changelog}"
+        time.sleep(5)
+    assert "User_1" in changelog
+    stack.shell(AFTER_CHANGE)
+    want = oracle(host_env, kinesis=False)
+    wait_for_totals(host_env["admin_dsn"], want, 300)
+    with psycopg.connect(host_env["admin_dsn"]) as conn:
+        regions = conn.execute(
+            "SELECT click_time >= to_timestamp(%s), user_regionid, count(*) FROM streamfold.enriched_clicks "
+            "WHERE uid = 'User_1' GROUP BY 1, 2",
+            [changed_at],
+        ).fetchall()
+    by_side = {after: (region, n) for after, region, n in regions}
+    assert by_side[True] == ("Region_9", 50), regions
+    assert by_side.get(False, (before, 0))[0] == before, regions
+
+
+def test_kinesis_story(stack: Compose, host_env: dict[str, str]) -> None:
+    started = time.monotonic()
+    stack.shell(KINESIS_UP, timeout=900)
+    (pipeline,) = stack.containers("pipeline")
+    assert pipeline["Config"]["Cmd"][-2:] == ["--source", "kinesis"], pipeline["Config"]["Cmd"]
+    from tests.compose.conftest import wait_healthy
+
+    wait_healthy(stack, ("pipeline",), 300)
+    out = output(stack.shell(KINESIS_CLICKS))
+    assert "10000 clicks sent to kinesis" in out, out
+    want = oracle(host_env, kinesis=True)
+    assert len([e for e in want.rows if e.startswith("kinesis:")]) == 10_000
+    wait_for_totals(host_env["admin_dsn"], want, 300)
+    stack.timings["kinesis story"] = time.monotonic() - started
+    phase(f"10,000 Kinesis clicks joined and checked in {stack.timings['kinesis story']:.0f} s")
+
+
+def test_down_v_leaves_nothing(stack: Compose) -> None:
+    stack.run("down", "-v", timeout=300)
+    assert_project_gone(stack)
+    # By name too (Compose prefixes volumes with the project, with or without its dashes).
+    volumes = subprocess.run(
+        ["docker", "volume", "ls", "-q"], capture_output=True, text=True, check=True
+    ).stdout
+    prefixes = (PROJECT, PROJECT.replace("-", ""))
+    assert not [v for v in volumes.split() if v.startswith(prefixes)], volumes
