@@ -5,10 +5,13 @@ These tests run their own stacks in their own homes, independent of the session 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +20,7 @@ import pytest
 import requests
 
 from compose import local_stack
+from streamfold import kinesis
 
 pytestmark = pytest.mark.e2e
 
@@ -117,6 +121,70 @@ def test_connect_can_be_killed_and_restarted_alone(second_stack: tuple[Path, dic
     assert {k: v for k, v in after.items() if k != "connect"} == {
         k: v for k, v in before.items() if k != "connect"
     }
+
+
+def mid_rewrite(path: Path, timeout_s: float = 30) -> None:
+    """Returns once kinesis-local has started rewriting its data file (it truncates it first)."""
+    full = path.stat().st_size
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        size = path.stat().st_size
+        if size < full:
+            return
+        full = size
+        time.sleep(0.002)
+    raise AssertionError(f"{path} was not rewritten within {timeout_s} s")
+
+
+def test_kinesis_stopped_under_load_keeps_its_streams(second_stack: tuple[Path, dict[str, str]]) -> None:
+    """kinesis-local rewrites its data file every second; a stop must never catch it half-written."""
+    home, env = second_stack
+    client = kinesis.client(
+        endpoint_url=env["STREAMFOLD_KINESIS_ENDPOINT"],
+        region_name=env["AWS_DEFAULT_REGION"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+    )
+    client.create_stream(StreamName="survivor", ShardCount=1)
+    client.get_waiter("stream_exists").wait(StreamName="survivor", WaiterConfig={"Delay": 1})
+    # ~7 MB of data file, so that rewriting it takes a good part of every second.
+    records = [{"Data": os.urandom(500).hex().encode(), "PartitionKey": str(i)} for i in range(500)]
+    for _ in range(10):
+        client.put_records(StreamName="survivor", Records=records)
+    time.sleep(2)  # persisted
+    stop = threading.Event()
+
+    def write() -> None:  # keep it rewriting a changing file while it is stopped and started
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                client.put_records(StreamName="survivor", Records=records[:10])
+            time.sleep(0.2)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    data_file = local_stack.service(local_stack.open_stack(home), "kinesis").data_file
+    try:
+        for _ in range(3):
+            mid_rewrite(data_file)  # the worst moment to stop it
+            local_stack.stop_service(home, "kinesis")
+            assert json.loads(data_file.read_bytes())["streams"], "the data file was caught half-written"
+            local_stack.start_service(home, "kinesis")
+            assert client.describe_stream_summary(StreamName="survivor")["StreamDescriptionSummary"]
+    finally:
+        stop.set()
+        writer.join()
+    shard = client.list_shards(StreamName="survivor")["Shards"][0]["ShardId"]
+    iterator = client.get_shard_iterator(
+        StreamName="survivor", ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    read = 0
+    while iterator and read < 5_000:
+        page = client.get_records(ShardIterator=iterator, Limit=10_000)
+        if not page["Records"]:
+            break
+        read += len(page["Records"])
+        iterator = page.get("NextShardIterator")
+    assert read >= 5_000  # every record persisted before the stops is still there
 
 
 def test_down_leaves_no_stray_process(second_stack: tuple[Path, dict[str, str]]) -> None:
