@@ -32,7 +32,7 @@ import psycopg
 from confluent_kafka import Message, Producer
 
 from bench.load import ProfileUpdater
-from streamfold import generate, names
+from streamfold import generate, names, topics
 
 SAMPLES_PER_S = 100
 POLL_S = 0.1
@@ -221,7 +221,7 @@ def _offer(
     seed: int,
 ) -> Offered:
     """The paced producer: samples every k-th click through its delivery report."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    producer = topics.producer(bootstrap, {"linger.ms": 20, "enable.idempotence": True})
     updater = ProfileUpdater(dsn, users, seed=seed)
     every = max(1, round(rate / SAMPLES_PER_S))
     spec = generate.ClickSpec(count=int(rate * seconds), users=users, seed=seed)

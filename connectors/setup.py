@@ -28,6 +28,10 @@ from db import schema
 from streamfold import config, names
 
 CLICK_PARTITIONS = 3
+# The keyed topics streamfold writes have as many partitions as clicks, and every producer places keys by
+# murmur2 as Java clients do (streamfold.topics.producer): a Kafka Streams or ksqlDB application can join
+# them with each other and with clicks (co-partitioned: same key, same count, same partitioner).
+OUTPUT_PARTITIONS = CLICK_PARTITIONS
 # One partition: change events stay in commit order, and CDC progress never runs ahead of a change
 # still unread in another partition (the temporal join's completeness relies on it).
 CDC_PARTITIONS = 1
@@ -73,7 +77,7 @@ def ensure_topics(bootstrap: str) -> list[str]:
         *(
             NewTopic(
                 topic,
-                CLICK_PARTITIONS if topic == names.CLICKS_TOPIC else 1,
+                CLICK_PARTITIONS if topic == names.CLICKS_TOPIC else OUTPUT_PARTITIONS,
                 1,
                 config={"cleanup.policy": "compact"} if compacted else {},
             )

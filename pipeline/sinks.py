@@ -38,14 +38,14 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipeline import aggregates
 from pipeline.cdc_fold import changelog_records
 from pipeline.retry import one_line, retry_budget_s, retrying
-from streamfold import names
+from streamfold import names, topics
 
 log = logging.getLogger(__name__)
 
@@ -394,16 +394,16 @@ class EnrichedClicksSink:
         self.retry_s = retry_budget_s() if retry_s is None else retry_s
         self.pg = PostgresBatches(writer_dsn, self.retry_s)
         self.bootstrap = bootstrap
-        self.producer = Producer(
+        self.producer = topics.producer(
+            bootstrap,
             {
-                "bootstrap.servers": bootstrap,
                 "linger.ms": 20,
                 "enable.idempotence": True,
                 "queue.buffering.max.messages": 1_000_000,
                 # While the broker is down librdkafka logs every reconnect attempt (one line a second);
                 # the batch's retry says it once per attempt with the cause. Critical lines still show.
                 "log_level": 2,
-            }
+            },
         )
         self.last_path = ""
 

@@ -9,9 +9,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import psycopg
-from confluent_kafka import Producer
 
-from streamfold import names
+from streamfold import names, topics
 
 REGIONS = tuple(f"Region_{i}" for i in range(1, 10))
 GENDERS = ("FEMALE", "MALE", "OTHER")
@@ -116,8 +115,8 @@ class Pacer:
 
 
 def send_kafka(bootstrap: str, records: Iterator[tuple[str, bytes]], on_sent: Callable[[int], None]) -> int:
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20, "enable.idempotence": True}
+    producer = topics.producer(
+        bootstrap, {"linger.ms": 20, "batch.size": 1 << 20, "enable.idempotence": True}
     )
     sent = 0
     for key, value in records:

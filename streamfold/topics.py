@@ -1,11 +1,23 @@
-"""Reading the tail of a Kafka topic (for people and tests)."""
+"""Kafka clients: the one producer factory, and reading the tail of a topic (for people and tests)."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+# Java clients (Kafka Streams, ksqlDB, Flink, Connect, Spark's Kafka writer) put a keyed record in partition
+# murmur2(key) % partitions; librdkafka's default is CRC32. With murmur2 here too, every keyed record
+# streamfold writes sits where a Java application expects it, so it can join streamfold's topics
+# (co-partitioned by key) without re-partitioning. (Records without a key go to a random partition.)
+JAVA_PARTITIONER = "murmur2_random"
+
+
+def producer(bootstrap: str, settings: dict[str, Any] | None = None) -> Producer:
+    """A producer that places keys as Java clients do; `settings` are librdkafka's."""
+    return Producer({"bootstrap.servers": bootstrap, "partitioner": JAVA_PARTITIONER, **(settings or {})})
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Producer
 
-from streamfold import kinesis, names
+from streamfold import kinesis, names, topics
 from streamfold.generate import ClickSpec, clicks
 from tests.support import pipeline as sp
 
@@ -21,7 +20,7 @@ KILLS = 3
 
 
 def kafka_sender(bootstrap: str) -> Callable[[list[tuple[str, bytes]]], None]:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = topics.producer(bootstrap, {"linger.ms": 5})
 
     def send(records: list[tuple[str, bytes]]) -> None:
         for key, value in records:

@@ -6,9 +6,8 @@ import json
 import time
 
 import pytest
-from confluent_kafka import Producer
 
-from streamfold import kinesis, names
+from streamfold import kinesis, names, topics
 from streamfold.generate import ClickSpec, clicks
 from tests.support import pipeline as sp
 
@@ -47,7 +46,7 @@ def test_kinesis_and_kafka_give_the_same_postgres_totals(pg, streamfold_setup, t
             time.sleep(1)
             pg.execute("UPDATE public.users SET regionid = 'moved' WHERE userid = ANY(%s)", (users[::2],))
             time.sleep(1)
-    producer = Producer({"bootstrap.servers": streamfold_setup.kafka_bootstrap})
+    producer = topics.producer(streamfold_setup.kafka_bootstrap)
     for key, value in records:
         producer.produce(names.CLICKS_TOPIC, key=key, value=value)
     assert producer.flush(30) == 0

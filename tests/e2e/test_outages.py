@@ -25,11 +25,10 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
-from confluent_kafka import Producer
 
 from compose import local_stack
 from connectors import setup as connector_setup
-from streamfold import config, kinesis, names
+from streamfold import config, kinesis, names, topics
 from streamfold.generate import ClickSpec, clicks
 from tests.support import pipeline as sp
 from tests.support.relay import TcpRelay
@@ -98,7 +97,7 @@ def test_job_survives_an_outage_with_exact_totals(service, pg, streamfold_setup,
         [(u, f"R{i % 3}") for i, u in enumerate(users)],
     )
     source = SOURCE[service]
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = topics.producer(bootstrap, {"linger.ms": 5})
     stream = kinesis.client()
     stop = threading.Event()
 

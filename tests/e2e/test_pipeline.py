@@ -14,9 +14,8 @@ import uuid
 
 import psycopg
 import pytest
-from confluent_kafka import Producer
 
-from streamfold import names
+from streamfold import names, topics
 from tests.e2e.conftest import SNAPSHOT_USERS
 from tests.support import pipeline as sp
 from tests.support.kafka import read_all
@@ -31,7 +30,7 @@ def now_ms() -> int:
 
 
 def produce(bootstrap: str, records: list[tuple[str, bytes]]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10})
+    producer = topics.producer(bootstrap, {"linger.ms": 10})
     for key, value in records:
         producer.produce(names.CLICKS_TOPIC, key=key, value=value)
     assert producer.flush(30) == 0

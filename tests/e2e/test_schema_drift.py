@@ -10,11 +10,10 @@ import uuid
 
 import psycopg
 import pytest
-from confluent_kafka import Producer
 from psycopg import sql
 
 from db.schema import PUBLIC_USER_COLUMNS
-from streamfold import names
+from streamfold import names, topics
 from tests.support import pipeline as sp
 from tests.support.kafka import read_all
 
@@ -84,7 +83,7 @@ def test_added_dropped_and_retyped_columns_keep_the_job_joining(pg, streamfold_s
         pg.execute("UPDATE public.users SET regionid = 3 WHERE userid = %s", (user,))
         time.sleep(1.5)
         as_integer = now_ms()
-        producer = Producer({"bootstrap.servers": streamfold_setup.kafka_bootstrap})
+        producer = topics.producer(streamfold_setup.kafka_bootstrap)
         for url, t in (("/added", with_added_column), ("/integer", as_integer)):
             body = {"userid": user, "url": url, "device_id": "d", "ip": "i", "event_time": t}
             producer.produce(names.CLICKS_TOPIC, key=user, value=json.dumps(body).encode())

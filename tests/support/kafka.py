@@ -23,6 +23,33 @@ class Message:
     raw_key: bytes | None
 
 
+def murmur2(data: bytes) -> int:
+    """Kafka's Utils.murmur2 (the Java clients' key hash), as an unsigned 32-bit value."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    h = (0x9747B28C ^ len(data)) & mask
+    whole = len(data) & ~3
+    for i in range(0, whole, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        h = ((h * m) & mask) ^ ((k * m) & mask)
+    tail = data[whole:]
+    if len(tail) == 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h = ((h ^ tail[0]) * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    return h ^ (h >> 15)
+
+
+def java_partition(key: bytes, partitions: int) -> int:
+    """Where a Java producer puts a keyed record: toPositive(murmur2(key)) % partitions."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
 def _decode(raw: bytes | None) -> Any:
     if raw is None:
         return None
