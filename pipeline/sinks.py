@@ -9,9 +9,11 @@ back to a savepoint and takes the slow, deduplicating path (staging table, `ON C
 totals folded from the rows actually inserted). Either way the totals equal the sum over
 enriched_clicks.
 
-Kafka outputs are written after the Postgres commit, on every attempt (at least once; consumers drop
-duplicates by event_id): user_clicks by Spark's Kafka writer (executors), the aggregate topics with the
-new totals of the keys the batch touched, clicks_dlq with bounded records.
+The clicks sink writes its Kafka outputs after the Postgres commit, on every attempt (at least once;
+consumers drop duplicates by event_id): user_clicks by Spark's Kafka writer (executors), the aggregate
+topics with the new totals of the keys the batch touched, clicks_dlq with bounded records. The changelog
+sink writes users_changelog first (it has nothing in Postgres to follow), then its CDC dead letters to
+Postgres and clicks_dlq.
 
 Robustness (DESIGN notes, also in README):
 - Postgres text cannot hold U+0000 and COPY needs valid UTF-8: in the rows written to Postgres every
@@ -557,5 +559,10 @@ def copy_dead_letters(conn: psycopg.Connection, dead: pa.Table) -> None:
 
 
 def query_id(batch: DataFrame) -> str:
-    """The streaming query's id: stable across restarts from the same checkpoint, new for a new one."""
-    return batch.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId") or "unknown"
+    """The streaming query's id: stable across restarts from the same checkpoint, new for a new one.
+    Without one there is no safe ledger key (two checkpoints sharing a fallback would skip each other's
+    batches), so that is an error."""
+    found = batch.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    if not found:
+        raise RuntimeError("a sink batch outside a streaming query: no query id to key the batch ledger")
+    return found

@@ -345,3 +345,9 @@ def test_dead_letters_keep_the_full_payload_and_clean_text(dsn: str) -> None:
         reason, payload = conn.execute("SELECT reason, payload FROM streamfold.dead_letters").fetchone()
     assert reason == "bad \ufffd field"
     assert payload == b"\x00\xff" * 600_000
+
+
+def test_a_batch_without_a_streaming_query_id_is_refused(spark: SparkSession) -> None:
+    """No ledger key falls back to a shared constant: two checkpoints would skip each other's batches."""
+    with pytest.raises(RuntimeError, match="no query id"):
+        sinks.query_id(spark.range(1))
