@@ -215,12 +215,12 @@ def list_shards(client: Any, stream: str) -> tuple[list[Shard], int]:
         response = patiently(client.list_shards, StreamName=stream)
     except client.exceptions.ResourceNotFoundException as exc:
         raise ValueError(f"Kinesis stream {stream!r} does not exist ({client.meta.endpoint_url})") from exc
-    server_ms = int(parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"]).timestamp())
+    server_s = int(parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"]).timestamp())
     shards = [shard_from_api(s) for s in response["Shards"]]
     while token := response.get("NextToken"):
         response = patiently(client.list_shards, NextToken=token)
         shards += [shard_from_api(s) for s in response["Shards"]]
-    return shards, server_ms * 1000
+    return shards, server_s * 1000
 
 
 @dataclass
