@@ -154,27 +154,24 @@ _BEFORE_ANY_PROGRESS = "0001-01-01 00:00:00"
 
 
 def temporal_join(
-    clicks: DataFrame,
-    changes: DataFrame,
-    progress: DataFrame,
-    cfg: JoinConfig | None = None,
-    rejects: DataFrame | None = None,
+    clicks: DataFrame, changes: DataFrame, progress: DataFrame, cfg: JoinConfig | None = None
 ) -> DataFrame:
     """Streaming clicks (CLICKS_SCHEMA), folded changes (CHANGES_SCHEMA), CDC progress (PROGRESS_SCHEMA)
     -> one OUTPUT_SCHEMA row per click. Inputs must carry no watermark of their own and have non-null
     event_time_ms / valid_from_ms (the parsers send such records to the dead letters).
 
-    rejects (event_id + REJECT_FIELDS), when given, pass through the operator untouched, one output row
-    each with only event_id and the reject columns set. Why: clicks and rejects come from one parse of
-    the source, and a union of the two after the join would make Spark read and parse the source twice.
+    clicks may also carry REJECT_FIELDS: a row whose error is set is a rejected record, which passes
+    through the operator untouched (one output row with only event_id and the reject columns set). Why:
+    any split of the parsed source into clicks and rejects (a filter each, then a union, before or after
+    the join) makes Spark read and parse the source twice per batch; one tagging projection does not.
     """
     cfg = cfg or JoinConfig()
     spark = clicks.sparkSession
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", _ROCKSDB)  # required by transformWithState
     jvm: Any = spark._jvm
-    tagged = _tag_clicks(clicks).unionByName(_tag_changes(changes))
-    if rejects is not None:
-        tagged = tagged.unionByName(_tag_rejects(rejects, jvm.io.streamfold.join.TemporalJoin.BUCKETS))
+    tagged = _tag_clicks(clicks, jvm.io.streamfold.join.TemporalJoin.BUCKETS).unionByName(
+        _tag_changes(changes)
+    )
     if cfg.mode != LATEST:
         tagged = tagged.unionByName(_watermark_carrier(spark, progress, cfg.max_wait_ms))
     joined = jvm.io.streamfold.join.TemporalJoin.apply(
@@ -190,13 +187,23 @@ def _project(df: DataFrame, values: dict[str, Column]) -> DataFrame:
     )
 
 
-def _tag_clicks(clicks: DataFrame) -> DataFrame:
+def _tag_clicks(clicks: DataFrame, buckets: int) -> DataFrame:
+    """Clicks, and rejects (error set) if the frame has REJECT_FIELDS: a reject may go to any bucket
+    (it only passes through), so rejects are spread by event_id and a flood of them is too."""
     fields = {name: F.col(name) for name in ("userid", *_CLICK_FIELDS)}
+    rejects: dict[str, Column] = {}
+    kind = F.lit(_CLICK)
+    if "error" in clicks.columns:
+        is_reject = F.col("error").isNotNull()
+        kind = F.when(is_reject, F.lit(_REJECT)).otherwise(kind)
+        rejects = {f.name: F.col(f.name) for f in REJECT_FIELDS}
+        rejects["bucket"] = F.when(is_reject, F.pmod(F.hash("event_id"), F.lit(buckets)))
     return _project(
         clicks,
         {
             **fields,
-            "kind": F.lit(_CLICK),
+            **rejects,
+            "kind": kind,
             "ts_ms": F.col("event_time_ms"),
             "lsn": F.lit(0),
             "clicks": F.coalesce("clicks", F.lit(1)),  # the click contract's default
@@ -213,18 +220,6 @@ def _tag_changes(changes: DataFrame) -> DataFrame:
             "ts_ms": F.col("valid_from_ms"),
             "lsn": F.coalesce(F.col("lsn"), F.lit(0)),
             **{name: F.col(name) for name in _CHANGE_FIELDS},
-        },
-    )
-
-
-def _tag_rejects(rejects: DataFrame, buckets: int) -> DataFrame:
-    """Any bucket will do (they only pass through): spread by event_id, so a flood of rejects is too."""
-    return _project(
-        rejects,
-        {
-            "kind": F.lit(_REJECT),
-            "bucket": F.pmod(F.hash("event_id"), F.lit(buckets)),
-            **{name: F.col(name) for name in ("event_id", *(f.name for f in REJECT_FIELDS))},
         },
     )
 

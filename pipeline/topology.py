@@ -41,13 +41,11 @@ def flows(
 ) -> tuple[Flow, Flow]:
     """(the clicks flow, the changelog flow)."""
     raw_clicks = read_clicks(spark, settings, source, once)
-    parsed = clicks.parse(raw_clicks)
-    valid = parsed.where("error IS NULL")
-    rejects = parsed.where("error IS NOT NULL").select("event_id", "error", "source", "payload")
+    parsed = clicks.parse(raw_clicks)  # clicks, and rejects with their error
 
     folded = cdc_fold.fold(sources.cdc(spark, settings.kafka_bootstrap))
     # Rejects ride through the join operator, so the source is read and parsed once per batch.
-    enriched = temporal_join(valid, folded.changes, folded.progress, join, rejects=rejects)
+    enriched = temporal_join(parsed, folded.changes, folded.progress, join)
 
     clicks_name = f"clicks-{source}"
     return (

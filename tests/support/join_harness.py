@@ -39,12 +39,14 @@ class Harness:
         rejects = read.schema("event_id string, error string, source string, payload string").load(
             str(self.root / "rejects")
         )
+        clicks = read.schema(CLICKS_SCHEMA).load(str(self.root / "clicks"))
         return temporal_join(
-            read.schema(CLICKS_SCHEMA).load(str(self.root / "clicks")),
+            clicks.unionByName(
+                rejects.withColumn("payload", F.col("payload").cast("binary")), allowMissingColumns=True
+            ),
             read.schema(CHANGES_SCHEMA).load(str(self.root / "changes")),
             read.schema(PROGRESS_SCHEMA).load(str(self.root / "progress")),
             self.cfg,
-            rejects=rejects.withColumn("payload", F.col("payload").cast("binary")),
         )
 
     def start(self) -> StreamingQuery:
