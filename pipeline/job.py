@@ -19,7 +19,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from rich.markup import escape
 
 from pipeline import spark as spark_session
-from pipeline import topology
+from pipeline import status_files, topology
 from pipeline.temporal_join import JoinConfig, run_until_drained
 from pipeline.temporal_state import parse_duration_ms
 from streamfold.config import Settings
@@ -182,6 +182,8 @@ def run(
     with exclusive(settings.home / "run.lock"):
         spark = spark_session.session(f"streamfold-{source}", conf)
         spark.streams.addListener(ProgressPrinter(echo))
+        spark.streams.addListener(status_files.ProgressFiles(settings.home))
+        status_files.write_job(settings.home, source, spark)
         clicks, changelog = topology.flows(spark, settings, source, join, once)
         try:
             if once:
@@ -194,8 +196,15 @@ def run(
                     topology.start(gate.guarded(clicks), checkpoints, interval_ms),
                 ]
                 echo(f"running {', '.join(q.name for q in queries)}; Ctrl-C stops")
+                echo(f"Spark UI {spark.sparkContext.uiWebUrl}, Prometheus metrics under /metrics/prometheus")
                 stalls = StallReporter(echo)
-                stop.wait(spark, lambda: stalls.check(spark.streams.active))
+                waiting = status_files.WaitingClicks(settings.home, checkpoints / clicks.name, echo)
+
+                def on_poll() -> None:
+                    stalls.check(spark.streams.active)
+                    waiting.refresh(spark)
+
+                stop.wait(spark, on_poll)
                 if stop.signal is not None:
                     echo(f"stopping ({signal.Signals(stop.signal).name})")
         except StreamingQueryException as exc:

@@ -31,6 +31,13 @@ DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "2g",
     "spark.ui.showConsoleProgress": "false",
+    # Prometheus text format from the Spark UI (README "Status and metrics"): the driver's metrics, with each
+    # streaming query's rates, latency and state rows, at /metrics/prometheus; executors' at
+    # /metrics/executors/prometheus.
+    "spark.ui.prometheus.enabled": "true",
+    "spark.metrics.conf.*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
+    "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",
+    "spark.sql.streaming.metricsEnabled": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # -Xss: stopping a query mid-batch makes Spark match a regex against the Python traceback, which
     # overflows the default thread stack on long tracebacks (a StackOverflowError in the log, SPARK-48717).

@@ -1,4 +1,4 @@
-"""The `streamfold` command: stack, setup, run, generate, query."""
+"""The `streamfold` command: stack, setup, run, status, generate, query."""
 
 from __future__ import annotations
 
@@ -160,6 +160,26 @@ def generate_clicks(
         else:
             sent = generate.send_kinesis(records, lambda n: bar.advance(task, n))
     console.print(f"{sent} clicks sent to {sink.value}")
+
+
+@app.command()
+def status(
+    as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
+) -> None:
+    """How far behind the job is: source lag, CDC progress age, clicks waiting, batches, dead letters."""
+    import json
+
+    from streamfold import status as job_status
+    from streamfold.status_view import render
+
+    try:
+        figures = job_status.collect(config.load())
+    except config.ConfigError as exc:
+        fail(str(exc))
+    if as_json:
+        print(json.dumps(figures, indent=2))
+    else:
+        render(figures, Console())
 
 
 @app.command()

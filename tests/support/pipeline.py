@@ -57,10 +57,11 @@ class Sandbox:
         assert result.returncode == 0, result.stderr[-4000:]
         return result
 
-    def start(self, source: str, log: Path, **env: str) -> subprocess.Popen:
+    def start(self, source: str, log: Path, conf: tuple[str, ...] = (), **env: str) -> subprocess.Popen:
         """The continuous job, in its own process group so a kill takes the JVM and workers too."""
         return subprocess.Popen(
-            [sys.executable, "-m", "streamfold", "run", "--source", source],
+            [sys.executable, "-m", "streamfold", "run", "--source", source]
+            + [f"--conf={item}" for item in conf],
             stdout=log.open("a"),
             stderr=subprocess.STDOUT,
             env=self.env(**env),
@@ -85,10 +86,16 @@ def kill9(process: subprocess.Popen) -> None:
 
 
 def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 2.0) -> None:
+    wait_until_value(lambda: predicate() or None, timeout_s, what, poll_s)
+
+
+def wait_until_value(produce, timeout_s: float, what: str, poll_s: float = 2.0):
+    """The first value produce() returns that is not None."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if predicate():
-            return
+        value = produce()
+        if value is not None:
+            return value
         time.sleep(poll_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 

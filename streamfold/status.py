@@ -1,0 +1,310 @@
+"""`streamfold status`: how far behind the job is, gathered from where each fact lives.
+
+- source lag: the checkpoint's last committed offsets (what the job processed) against the Kafka end offsets,
+  or per Kinesis shard MillisBehindLatest and the records after the committed sequence number;
+- CDC progress age: the newest Debezium timestamp among the CDC records the clicks query has processed;
+- batches and clicks waiting in the join: the files the running job writes (pipeline/status_files.py);
+- dead letters of the last hour (Postgres), and the Debezium connector's state (Kafka Connect REST).
+
+Each section is gathered on its own: a service that is down turns its section into an error, not the screen.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import psycopg
+import requests
+from botocore.config import Config
+from confluent_kafka import Consumer, TopicPartition
+
+from pipeline.status_files import JOB_FILE, WAITING_FILE, status_dir
+from streamfold import config, names
+
+TIMEOUT_S = 5.0
+# Counting the records a Kinesis shard still holds stops here (MillisBehindLatest says the rest).
+KINESIS_COUNT_CAP = 100_000
+KINESIS_CONFIG = Config(retries={"max_attempts": 2}, connect_timeout=TIMEOUT_S, read_timeout=TIMEOUT_S)
+
+
+def collect(settings: config.Settings) -> dict[str, Any]:
+    """Everything `streamfold status` shows, as JSON-able data."""
+    home = settings.home
+    checkpoints = committed_offsets(home / "checkpoints")
+    return {
+        "generated_ms": now_ms(),
+        "job": section(lambda: job(home)),
+        "queries": section(lambda: queries(home, checkpoints)),
+        "kafka_lag": section(lambda: kafka_lag(settings.kafka_bootstrap, checkpoints)),
+        "kinesis_lag": section(lambda: kinesis_lag(checkpoints)),
+        "cdc_progress": section(lambda: cdc_progress(settings.kafka_bootstrap, checkpoints)),
+        "join_waiting": section(lambda: read_json(status_dir(home) / WAITING_FILE)),
+        "dead_letters_last_hour": section(lambda: dead_letters_last_hour(settings.reader_dsn)),
+        "connector": section(lambda: connector(settings.connect_url)),
+    }
+
+
+def section(gather: Callable[[], Any]) -> Any:
+    try:
+        return gather()
+    except Exception as exc:  # one unreachable service must not hide the others
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+# --- the job and its queries -----------------------------------------------------------------------------
+
+
+def job(home: Path) -> dict[str, Any] | None:
+    """The last job started in this home, and whether its process still runs."""
+    started = read_json(status_dir(home) / JOB_FILE)
+    if started is None:
+        return None
+    ui = started.get("spark_ui")
+    return {
+        **started,
+        "running": alive(int(started["pid"])),
+        "prometheus": f"{ui}/metrics/prometheus" if ui else None,
+    }
+
+
+def alive(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"streamfold" in cmdline
+
+
+def queries(home: Path, checkpoints: dict[str, Committed]) -> dict[str, dict[str, Any]]:
+    """Per query: the last committed batch (checkpoint) and the last progress the job reported."""
+    result: dict[str, dict[str, Any]] = {}
+    for name, committed in checkpoints.items():
+        row: dict[str, Any] = {"committed_batch": committed.batch_id}
+        report = read_json(status_dir(home) / f"{name}.json")
+        if report is not None:
+            progress = report["progress"]
+            row.update(
+                last_batch=progress["batchId"],
+                last_batch_ms=progress["batchDuration"],
+                input_rows=progress["numInputRows"],
+                rows_per_s=progress["processedRowsPerSecond"],
+                reported_ms=report["written_ms"],
+                state_rows=sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators", [])),
+            )
+        result[name] = row
+    return result
+
+
+# --- the checkpoint's committed offsets --------------------------------------------------------------------
+
+
+class Committed:
+    """A query's last committed batch and the end offsets it processed, one JSON value per source."""
+
+    def __init__(self, batch_id: int | None, sources: list[Any]) -> None:
+        self.batch_id = batch_id
+        self.sources = sources
+
+    def kafka(self) -> Iterator[tuple[str, dict[str, int]]]:
+        """(topic, {partition: next offset to process}) for each Kafka source."""
+        for offsets in self.sources:
+            if isinstance(offsets, dict) and "v" not in offsets:
+                for topic, partitions in offsets.items():
+                    if isinstance(partitions, dict) and all(isinstance(o, int) for o in partitions.values()):
+                        yield topic, {str(p): o for p, o in partitions.items()}
+
+    def kinesis(self) -> Iterator[dict[str, Any]]:
+        for offsets in self.sources:
+            if isinstance(offsets, dict) and "shards" in offsets:
+                yield offsets
+
+
+def committed_offsets(checkpoints: Path) -> dict[str, Committed]:
+    """Per query folder: Spark's offset log entry of the newest batch in its commit log."""
+    result = {}
+    for folder in sorted(p for p in checkpoints.glob("*") if (p / "offsets").is_dir()):
+        batches = [int(f.name) for f in (folder / "commits").glob("*") if f.name.isdigit()]
+        if not batches:
+            result[folder.name] = Committed(None, [])
+            continue
+        batch = max(batches)
+        # offsets/<batch>: "v1", the batch metadata, then one line per source ("-": none yet).
+        lines = (folder / "offsets" / str(batch)).read_text().splitlines()[2:]
+        result[folder.name] = Committed(batch, [json.loads(s) for s in lines if s.strip() not in ("", "-")])
+    return result
+
+
+# --- Kafka -----------------------------------------------------------------------------------------------
+
+
+def consumer(bootstrap: str) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "streamfold-status",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+
+
+def kafka_lag(bootstrap: str, checkpoints: dict[str, Committed]) -> list[dict[str, Any]]:
+    """Per query, topic and partition: processed (next offset), end offset, and the difference."""
+    rows = []
+    client = consumer(bootstrap)
+    try:
+        for query, committed in checkpoints.items():
+            for topic, processed in committed.kafka():
+                metadata = client.list_topics(topic, timeout=TIMEOUT_S).topics[topic]
+                for partition in sorted(metadata.partitions):
+                    low, high = client.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=TIMEOUT_S
+                    )
+                    done = processed.get(str(partition), low)
+                    rows.append(
+                        {
+                            "query": query,
+                            "topic": topic,
+                            "partition": partition,
+                            "processed": done,
+                            "end": high,
+                            "lag": max(0, high - done),
+                        }
+                    )
+    finally:
+        client.close()
+    return rows
+
+
+def cdc_progress(bootstrap: str, checkpoints: dict[str, Committed]) -> dict[str, Any] | None:
+    """The newest Debezium ts_ms (a change's commit, or a heartbeat) the clicks query has processed."""
+    client = consumer(bootstrap)
+    try:
+        found = [
+            newest_ts(client, topic, int(partition), offset)
+            for query, committed in checkpoints.items()
+            if query.startswith("clicks-")
+            for topic, processed in committed.kafka()
+            if topic == names.CDC_USERS_TOPIC
+            for partition, offset in processed.items()
+        ]
+    finally:
+        client.close()
+    newest = max((ts for ts in found if ts is not None), default=None)
+    if newest is None:
+        return None
+    return {"processed_ts_ms": newest, "age_s": round((now_ms() - newest) / 1000, 1)}
+
+
+def newest_ts(client: Consumer, topic: str, partition: int, end: int, back: int = 20) -> int | None:
+    """The largest envelope ts_ms among the `back` records before offset `end` (tombstones carry none)."""
+    start = max(0, end - back)
+    client.assign([TopicPartition(topic, partition, start)])
+    found: list[int] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    position = start
+    while position < end and time.monotonic() < deadline:
+        message = client.poll(0.5)
+        if message is None or message.error() is not None:
+            continue
+        position = (message.offset() or 0) + 1
+        value = message.value()
+        if position <= end and value and (ts := envelope_ts(value)) is not None:
+            found.append(ts)
+    return max(found, default=None)
+
+
+def envelope_ts(raw: bytes) -> int | None:
+    try:
+        envelope = json.loads(raw)
+        return int(envelope["source"]["ts_ms"])
+    except (ValueError, KeyError, TypeError):
+        return None  # not an envelope the fold accepts: it is in the dead letters, not progress
+
+
+# --- Kinesis ---------------------------------------------------------------------------------------------
+
+
+def kinesis_lag(checkpoints: dict[str, Committed]) -> list[dict[str, Any]]:
+    """Per shard: MillisBehindLatest at the committed position, and how many records follow it."""
+    from pipeline.kinesis_source import decode_offset
+
+    rows = []
+    for query, committed in checkpoints.items():
+        for offset in committed.kinesis():
+            states = decode_offset(offset)
+            client = boto3.client("kinesis", config=KINESIS_CONFIG, **config.aws_settings())
+            pages = client.get_paginator("list_shards").paginate(StreamName=names.CLICKS_STREAM)
+            for shard_id in sorted(shard["ShardId"] for page in pages for shard in page["Shards"]):
+                state = states.get(shard_id)
+                if state is not None and state.done:
+                    continue
+                behind_ms, records = shard_behind(client, shard_id, state)
+                rows.append(
+                    {
+                        "query": query,
+                        "shard": shard_id,
+                        "millis_behind_latest": behind_ms,
+                        "records_behind": records,
+                    }
+                )
+    return rows
+
+
+def shard_behind(client: Any, shard_id: str, state: Any) -> tuple[int | None, int]:
+    if state is not None and state.after:
+        start = {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": state.after}
+    elif state is not None and state.since_ms is not None:
+        start = {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": state.since_ms / 1000}
+    else:
+        start = {"ShardIteratorType": "TRIM_HORIZON"}
+    iterator = client.get_shard_iterator(StreamName=names.CLICKS_STREAM, ShardId=shard_id, **start)
+    iterator = iterator["ShardIterator"]
+    behind_ms, records = None, 0
+    while iterator and records < KINESIS_COUNT_CAP:
+        page = client.get_records(ShardIterator=iterator, Limit=10_000)
+        if behind_ms is None:
+            behind_ms = page.get("MillisBehindLatest")
+        records += len(page["Records"])
+        iterator = page.get("NextShardIterator")
+        if not page["Records"] and page.get("MillisBehindLatest") == 0:
+            break
+    return behind_ms, records
+
+
+# --- Postgres and Kafka Connect --------------------------------------------------------------------------
+
+
+def dead_letters_last_hour(reader_dsn: str) -> dict[str, int]:
+    with psycopg.connect(reader_dsn, connect_timeout=int(TIMEOUT_S)) as conn:
+        rows = conn.execute(
+            f"SELECT source, count(*) FROM {names.SINK_SCHEMA}.dead_letters "
+            "WHERE recorded_at > now() - interval '1 hour' GROUP BY source ORDER BY source"
+        ).fetchall()
+    return {source: count for source, count in rows}
+
+
+def connector(connect_url: str) -> dict[str, Any]:
+    response = requests.get(f"{connect_url}/connectors/{names.CONNECTOR_NAME}/status", timeout=TIMEOUT_S)
+    if response.status_code == 404:
+        return {"name": names.CONNECTOR_NAME, "state": "NOT REGISTERED (run `streamfold setup`)", "tasks": []}
+    response.raise_for_status()
+    body = response.json()
+    tasks = [task["state"] for task in body.get("tasks", [])]
+    return {"name": names.CONNECTOR_NAME, "state": body["connector"]["state"], "tasks": tasks}

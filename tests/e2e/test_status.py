@@ -1,0 +1,136 @@
+"""`streamfold status --json` against a real job with known lag: Kafka offsets behind, clicks waiting in the
+join while CDC progress stalls (Connect stopped), dead letters, the connector's state, Kinesis shards behind,
+and Spark's Prometheus servlet."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+import requests
+
+from compose import local_stack
+from connectors import setup as connector_setup
+from streamfold import config, kinesis, names, topics
+from streamfold.generate import ClickSpec, clicks
+from tests.support import pipeline as sp
+
+pytestmark = pytest.mark.e2e
+
+QUERY = "clicks-kafka"
+
+
+def status(sandbox: sp.Sandbox) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, "-m", "streamfold", "status", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=sandbox.env(),
+        cwd=sp.ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def clicks_lag(figures: dict[str, Any], query: str = QUERY) -> int:
+    rows = [r for r in figures["kafka_lag"] if r["query"] == query and r["topic"] == names.CLICKS_TOPIC]
+    assert rows, figures["kafka_lag"]
+    return sum(r["lag"] for r in rows)
+
+
+def send_clicks(bootstrap: str, count: int, seed: int, bad: int = 0) -> None:
+    producer = topics.producer(bootstrap)
+    for c in clicks(ClickSpec(count=count, users=5, seed=seed)):
+        producer.produce(names.CLICKS_TOPIC, key=c["userid"], value=json.dumps(c).encode())
+    for i in range(bad):
+        producer.produce(names.CLICKS_TOPIC, key=f"bad-{seed}-{i}", value=b"{not json")
+    assert producer.flush(30) == 0
+
+
+def waiting_after(sandbox: sp.Sandbox, since_ms: int) -> int | None:
+    """The join's waiting count, once the job has counted it after `since_ms` and the lag is 0."""
+    figures = status(sandbox)
+    waiting = figures["join_waiting"]
+    if clicks_lag(figures) or not waiting or waiting["as_of_ms"] < since_ms:
+        return None
+    return waiting["clicks"]
+
+
+def test_status_reports_lag_waiting_clicks_dead_letters_and_connector(pg, streamfold_setup, tmp_path):
+    sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, "status_kafka", tmp_path / "home")
+    bootstrap = streamfold_setup.kafka_bootstrap
+    home = config.home()
+    log = tmp_path / "job.log"
+    job = sandbox.start("kafka", log, conf=("join.max_wait=10m",))
+    try:
+        send_clicks(bootstrap, 20, seed=501, bad=3)
+        sp.wait_until(
+            lambda: status(sandbox)["queries"].get(QUERY, {}).get("committed_batch") is not None,
+            240,
+            "a committed batch",
+        )
+        sp.wait_until(lambda: clicks_lag(status(sandbox)) == 0, 180, "the job to catch up")
+        # Heartbeats every 200 ms: once the first (slow) batches are behind it, CDC progress stays fresh.
+        sp.wait_until(lambda: status(sandbox)["cdc_progress"]["age_s"] < 15, 180, "fresh CDC progress")
+        figures = status(sandbox)
+        assert figures["job"]["running"] and figures["job"]["source"] == "kafka"
+        assert figures["connector"]["state"] == "RUNNING", figures["connector"]
+        query = figures["queries"][QUERY]
+        assert query["last_batch_ms"] > 0 and query["rows_per_s"] >= 0, query
+        with sandbox.connect() as conn:
+            dead = conn.execute(
+                "SELECT count(*) FROM streamfold.dead_letters WHERE source = 'kafka:clicks'"
+            ).fetchone()[0]
+        assert dead >= 3 and figures["dead_letters_last_hour"]["kafka:clicks"] == dead
+        metrics = requests.get(figures["job"]["prometheus"], timeout=10)
+        assert metrics.status_code == 200 and "clicks_kafka" in metrics.text, metrics.text[:2000]
+
+        # CDC progress stalls while Connect is down: new clicks wait in the join (max_wait is 10 min).
+        local_stack.stop_service(home, "connect")
+        try:
+            time.sleep(3)  # the last heartbeats reach the job
+            before = sp.wait_until_value(lambda: waiting_after(sandbox, 0), 120, "a first waiting count")
+            sent_ms = int(time.time() * 1000)
+            send_clicks(bootstrap, 25, seed=502)
+            sp.wait_until(
+                lambda: waiting_after(sandbox, sent_ms) == before + 25, 120, "25 more clicks waiting"
+            )
+            figures = status(sandbox)
+            assert "error" in figures["connector"], figures["connector"]
+            assert figures["cdc_progress"]["age_s"] >= 3, figures["cdc_progress"]
+        finally:
+            local_stack.start_service(home, "connect")
+        connector_setup.wait_until_running(streamfold_setup.connect_url, names.CONNECTOR_NAME, timeout_s=180)
+        sp.wait_until(
+            lambda: waiting_after(sandbox, int(time.time() * 1000)) == 0, 120, "the clicks released"
+        )
+    finally:
+        if job.poll() is None:
+            job.send_signal(signal.SIGTERM)
+            job.wait(120)
+    assert job.returncode == 0, log.read_text()[-3000:]
+
+    # The job stopped: the lag is exactly what arrived since.
+    figures = status(sandbox)
+    assert not figures["job"]["running"]
+    assert clicks_lag(figures) == 0
+    send_clicks(bootstrap, 30, seed=503)
+    assert clicks_lag(status(sandbox)) == 30
+
+
+def test_status_counts_kinesis_records_behind(streamfold_setup, tmp_path):
+    sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, "status_kinesis", tmp_path / "home")
+    sandbox.run_once("kinesis")
+    stream = kinesis.client()
+    records = [(c["userid"], json.dumps(c).encode()) for c in clicks(ClickSpec(count=20, users=5, seed=504))]
+    kinesis.put_records(stream, names.CLICKS_STREAM, records)
+    rows = status(sandbox)["kinesis_lag"]
+    assert rows and all(r["query"] == "clicks-kinesis" for r in rows), rows
+    assert sum(r["records_behind"] for r in rows) == 20, rows
+    assert all(isinstance(r["millis_behind_latest"], int) for r in rows), rows

@@ -1,0 +1,79 @@
+"""`streamfold status`: reading Spark's offset log, envelope times, and a screen that survives errors.
+(The figures against a running job: tests/e2e/test_status.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from streamfold.status import committed_offsets, envelope_ts, section
+from streamfold.status_view import render
+
+KAFKA = {"clicks": {"2": 17, "0": 12, "1": 9}}
+CDC = {"cdc.public.users": {"0": 104}}
+KINESIS = {"v": 1, "shards": {"shardId-000": {"parents": [], "after": "49", "since_ms": None, "done": False}}}
+
+
+def offset_log(folder: Path, batch: int, sources: list[object], committed: bool) -> None:
+    """A batch entry as Spark writes it: version, metadata, one line per source ("-": none yet)."""
+    (folder / "offsets").mkdir(parents=True, exist_ok=True)
+    (folder / "commits").mkdir(exist_ok=True)
+    lines = ["v1", json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1})]
+    lines += ["-" if s is None else json.dumps(s) for s in sources]
+    (folder / "offsets" / str(batch)).write_text("\n".join(lines))
+    if committed:
+        (folder / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def test_the_newest_committed_batch_gives_the_processed_offsets(tmp_path):
+    query = tmp_path / "clicks-kafka"
+    offset_log(query, 6, [{"clicks": {"0": 1}}, CDC, 40], committed=True)
+    offset_log(query, 7, [KAFKA, CDC, 42], committed=True)
+    offset_log(query, 8, [{"clicks": {"0": 99}}, CDC, 43], committed=False)  # planned, not done
+    (query / "commits" / ".7.crc").write_text("")
+    offset_log(tmp_path / "clicks-kinesis", 0, [KINESIS, None, 1], committed=True)
+    (tmp_path / "changelog" / "offsets").mkdir(parents=True)  # started, nothing committed yet
+
+    found = committed_offsets(tmp_path)
+
+    assert found["clicks-kafka"].batch_id == 7
+    assert dict(found["clicks-kafka"].kafka()) == {"clicks": {"0": 12, "1": 9, "2": 17}, **CDC}
+    assert list(found["clicks-kinesis"].kinesis()) == [KINESIS]
+    assert list(found["clicks-kinesis"].kafka()) == []
+    assert found["changelog"].batch_id is None
+
+
+def test_envelope_time_is_the_source_commit_time_and_anything_else_is_none():
+    assert envelope_ts(b'{"op": "u", "source": {"ts_ms": 1763856000123}}') == 1763856000123
+    for raw in (b"{not json", b'{"source": {}}', b"[]", b'{"source": {"ts_ms": "x"}}', b"\xff"):
+        assert envelope_ts(raw) is None, raw
+
+
+def test_an_unreachable_service_becomes_its_sections_error():
+    def down() -> None:
+        raise ConnectionRefusedError("connection refused")
+
+    assert section(down) == {"error": "ConnectionRefusedError: connection refused"}
+
+
+def test_the_screen_renders_errors_and_empty_sections():
+    console = Console(record=True, width=160)
+    failing = {"error": "KafkaException: broker down"}
+    render(
+        {
+            "job": None,
+            "queries": {"clicks-kafka": {"committed_batch": None}},
+            "kafka_lag": failing,
+            "kinesis_lag": [],
+            "cdc_progress": None,
+            "join_waiting": None,
+            "dead_letters_last_hour": {},
+            "connector": {"error": "ConnectionError: refused"},
+        },
+        console,
+    )
+    text = console.export_text()
+    assert "never started" in text and "broker down" in text and "Kinesis lag: none" in text
+    assert "ConnectionError: refused" in text
