@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from streamfold import config
+from tests.support import engine as docker_engine
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = REPO / "compose"
@@ -64,40 +65,11 @@ def phase(message: str) -> None:
         reporter.flush()
 
 
-def docker_ok() -> bool:
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """A running Docker Engine; one started here is stopped here, and only that one."""
-    if docker_ok():
+    with docker_engine.running(tmp_path_factory.getbasetemp() / "dockerd.log", phase):
         yield
-        return
-    if os.geteuid() != 0 or not shutil.which("dockerd"):
-        pytest.fail("no Docker Engine answers `docker info`, and this is not root with dockerd to start one")
-    log_path = tmp_path_factory.getbasetemp() / "dockerd.log"
-    phase(f"starting dockerd (log: {log_path})")
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(["dockerd"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not docker_ok():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"dockerd did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(1)
-        yield
-    finally:
-        phase("stopping the dockerd this run started")
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @dataclass
@@ -177,21 +149,9 @@ def compose(engine: None) -> Iterator[Compose]:
 def images(compose: Compose) -> Iterator[Compose]:
     """The base image (made once per machine unless BASE_IMAGE is given) and the service images."""
     started = time.monotonic()
-    if not compose.env.get("BASE_IMAGE"):
-        made = subprocess.run(["bash", "scripts/images.sh"], cwd=REPO, capture_output=True, text=True)
-        if made.returncode != 0:
-            pytest.fail(f"scripts/images.sh failed:\n{made.stderr}")
-        compose.env["BASE_IMAGE"] = made.stdout.strip().splitlines()[-1]
+    compose.env["BASE_IMAGE"] = docker_engine.base_image(compose.env)
     compose.timings["base image"] = time.monotonic() - started
     phase(f"base image {compose.env['BASE_IMAGE']} ready in {compose.timings['base image']:.0f} s")
-
-    # Left in place (git ignores it): every later build, this run's `up --build` or a developer's, then
-    # sees the same build context and reuses the cached layers.
-    if compose.env.get("STREAMFOLD_BUILD_CA"):
-        bundle = Path(compose.env["STREAMFOLD_BUILD_CA"]).read_bytes()
-        ca_copy = COMPOSE_DIR / "build-ca" / "streamfold-build-ca.crt"
-        if not ca_copy.exists() or ca_copy.read_bytes() != bundle:
-            ca_copy.write_bytes(bundle)
     started = time.monotonic()
     phase("building the images (docker compose build)")
     compose.run("build", "--force-rm", timeout=1800)
