@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs whatever is missing, idempotently: Debian packages (PostgreSQL server; Docker Engine,
-# docker-compose and debootstrap for the compose stack and its test), the Python venv with pinned dependencies, every JVM artifact from
+# docker-compose, Compose v2 and debootstrap for the compose stack and its tests), the Python venv with pinned dependencies, every JVM artifact from
 # pom.xml into lib/ (and the Java join operator it builds), and kinesis-local from npm. Nothing downloads at run time after this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +39,40 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
     die "missing Debian packages: ${missing[*]} (run: sudo apt-get install ${missing[*]})"
+  fi
+fi
+
+# --- Compose v2 (`docker compose`), which testcontainers drives (`pytest --stack=containers`) --------
+# Debian 12 ships only Compose v1 (docker-compose 1.29, kept for `make images`). Debian 13's
+# docker-compose package is Compose v2: one static binary (Depends: libc6 >= 2.34). As root, install
+# that binary alone as a Docker CLI plugin, checked along the archive's chain of trust: InRelease
+# (signed, this host's Debian keyring) -> Packages.xz -> the .deb.
+install_compose_v2() (
+  mirror=http://deb.debian.org/debian arch=$(dpkg --print-architecture) tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  get() { curl -fsS --retry 3 -o "$tmp/$1" "$mirror/$2"; }
+  get InRelease dists/trixie/InRelease
+  gpgv -q --keyring /usr/share/keyrings/debian-archive-keyring.gpg --output "$tmp/Release" \
+    "$tmp/InRelease" 2>/dev/null || die "trixie InRelease: bad signature"
+  index=main/binary-$arch/Packages.xz
+  sum=$(awk -v f="$index" '/^SHA256:/ {s=1; next} /^[^ ]/ {s=0} s && $3 == f {print $1}' "$tmp/Release")
+  get Packages.xz "dists/trixie/$index"
+  echo "$sum  $tmp/Packages.xz" | sha256sum -c --quiet || die "trixie $index: checksum mismatch"
+  read -r file sum < <(xz -dc "$tmp/Packages.xz" | awk '/^Package:/ {p = $2 == "docker-compose"}
+    p && /^Filename:/ {f = $2} p && /^SHA256:/ {s = $2} END {print f, s}')
+  get compose.deb "$file"
+  echo "$sum  $tmp/compose.deb" | sha256sum -c --quiet || die "$file: checksum mismatch"
+  dpkg-deb --fsys-tarfile "$tmp/compose.deb" | tar -xO ./usr/libexec/docker/cli-plugins/docker-compose \
+    >"$tmp/docker-compose"
+  install -D -m 0755 "$tmp/docker-compose" /usr/local/lib/docker/cli-plugins/docker-compose
+  say "installed $(docker compose version) from $file"
+)
+if command -v docker >/dev/null && ! docker compose version >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    say "Compose v2: Debian 13's docker-compose binary -> /usr/local/lib/docker/cli-plugins"
+    install_compose_v2
+  else
+    say "no Compose v2 (docker compose): pytest --stack=containers needs it (scripts/bootstrap.sh as root)"
   fi
 fi
 
