@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export STREAMFOLD_HOME ?= $(CURDIR)/.streamfold
 
-.PHONY: setup demo test unit e2e lint bench stack-down clean images test-compose
+.PHONY: setup demo test unit e2e lint bench stack-down clean images test-compose test-containers
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -17,11 +17,12 @@ lint: setup
 	$(VENV)/mypy streamfold pipeline connectors db compose
 
 # Unit tests first (seconds), then the end-to-end suite on one shared local stack, then the compose
-# stack on a real Docker Engine (started by the test when none runs).
+# stack and the containers-backed tests on a real Docker Engine (started by the tests when none runs).
 test: setup lint
 	$(VENV)/pytest tests/unit -q
 	$(VENV)/pytest tests/e2e -q
 	$(MAKE) --no-print-directory test-compose
+	$(MAKE) --no-print-directory test-containers
 
 unit: setup
 	$(VENV)/pytest tests/unit -q
@@ -45,6 +46,12 @@ images:
 # it may run while another pytest session holds the default one.
 test-compose: setup
 	$(VENV)/pytest tests/compose -q -p no:cacheprovider --basetemp=/tmp/streamfold-compose-pytest
+
+# The CDC and pipeline tests on the compose stack's containers instead of local processes
+# (compose/containers.py: testcontainers, `docker compose up --build --wait`, Compose v2). Own temp dir.
+test-containers: setup
+	$(VENV)/pytest tests/e2e/test_cdc.py tests/e2e/test_pipeline.py --stack=containers -q -p no:cacheprovider \
+	  --basetemp=/tmp/streamfold-containers-pytest
 
 bench: setup
 	$(VENV)/python -m bench.run $(BENCH_ARGS)

@@ -1,12 +1,17 @@
 """The compose stack's services under testcontainers, for `pytest --stack=containers`.
 
 `start()` brings up the infrastructure of compose/docker-compose.yml with testcontainers'
-DockerCompose: the same images (pinned in compose/.env), configuration and healthchecks as
-`docker compose up`, so nothing is described twice. It returns the variables the local stack's
-`streamfold stack env` exports, pointing at the loopback-published ports. Like the local stack it
-starts neither `setup` nor `pipeline`: the tests run those from the host.
+DockerCompose (`docker compose up --build --wait`): the same images, configuration and healthchecks as
+`docker compose up`, so nothing is described twice. The images build from compose/Dockerfile FROM
+BASE_IMAGE, with the versions of pom.xml, package-lock.json and Debian bookworm; compose/.env (or the
+environment) sets BASE_IMAGE, the image tag and the secrets. The host ports are free ones (unless the
+environment sets them) and the project is this process's own. It returns the variables the local
+stack's `streamfold stack env` exports, pointing at those loopback ports. Like the local stack it starts
+neither `setup` nor `pipeline`: the tests run those from the host.
 
-Needs a Docker engine with the compose plugin (v2.20+); nothing here runs without one.
+Needs a running Docker Engine and Compose v2 (`docker compose`; on Debian 12, scripts/bootstrap.sh
+installs it as a CLI plugin). tests/conftest.py starts dockerd when none runs and sets BASE_IMAGE
+(tests/support/engine.py); `make test-containers` runs the CDC and pipeline tests this way.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import subprocess
 from pathlib import Path
 
 from psycopg.conninfo import make_conninfo
@@ -100,6 +106,27 @@ def start(workdir: Path) -> dict[str, str]:
         stop()
         raise
     return stack_env(settings, workdir)
+
+
+def _compose(*args: str) -> None:
+    """One `docker compose` command on the started stack (its files, env file and project)."""
+    if _stack is None:
+        raise RuntimeError("the containers stack is not started: call start() first")
+    done = subprocess.run(
+        [*_stack.docker_compose_command(), *args], cwd=COMPOSE_DIR, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"docker compose {' '.join(args)} exited {done.returncode}:\n{done.stderr}")
+
+
+def stop_service(name: str) -> None:
+    """Stop one service's container; its volumes stay (local_stack.stop_service's counterpart)."""
+    _compose("stop", name)
+
+
+def start_service(name: str) -> None:
+    """Start one stopped service again and wait until its healthcheck passes."""
+    _compose("up", "--wait", "--no-deps", name)
 
 
 def stop() -> None:

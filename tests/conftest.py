@@ -5,11 +5,13 @@ Only tests that request `stack` start it; unit tests never do.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
 import stat
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -61,21 +63,47 @@ def stack(
     tmp_path_factory: pytest.TempPathFactory,
     new_stack_home: Callable[[str], Path],
 ) -> Iterator[dict[str, str]]:
-    """Start one stack for the session, export its variables, yield them, stop it at the end."""
+    """Start one stack for the session, export its variables, yield them, stop it at the end.
+
+    Containers need a Docker Engine (one is started as root when none runs, and stopped at the end) and
+    the images' base (BASE_IMAGE, else scripts/images.sh): tests/support/engine.py, as in tests/compose."""
+    with contextlib.ExitStack() as cleanup:
+        patch = cleanup.enter_context(pytest.MonkeyPatch.context())
+        if request.config.getoption("--stack") == "containers":
+            from tests.support import engine
+
+            containers = _containers_module()
+            cleanup.enter_context(engine.running(tmp_path_factory.getbasetemp() / "dockerd.log"))
+            patch.setenv("BASE_IMAGE", engine.base_image(os.environ))
+            env = containers.start(tmp_path_factory.mktemp("containers"))
+            cleanup.callback(containers.stop)
+        else:
+            from compose import local_stack
+
+            home = new_stack_home("stack")
+            env = local_stack.up(home)
+            cleanup.callback(local_stack.down, home)
+        for key, value in env.items():
+            patch.setenv(key, value)
+        yield env
+
+
+@dataclass(frozen=True)
+class Services:
+    """Stop and start one service of the session's stack by name, local processes or containers alike."""
+
+    stop: Callable[[str], None]
+    start: Callable[[str], None]
+
+
+@pytest.fixture(scope="session")
+def services(request: pytest.FixtureRequest, stack: dict[str, str]) -> Services:
     if request.config.getoption("--stack") == "containers":
         containers = _containers_module()
-        env = containers.start(tmp_path_factory.mktemp("containers"))
-        stop: Callable[[], None] = containers.stop
-    else:
-        from compose import local_stack
+        return Services(containers.stop_service, containers.start_service)
+    from compose import local_stack
 
-        home = new_stack_home("stack")
-        env = local_stack.up(home)
-        stop = functools.partial(local_stack.down, home)
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            for key, value in env.items():
-                patch.setenv(key, value)
-            yield env
-    finally:
-        stop()
+    home = Path(stack["STREAMFOLD_HOME"])
+    return Services(
+        functools.partial(local_stack.stop_service, home), functools.partial(local_stack.start_service, home)
+    )

@@ -11,9 +11,8 @@ import uuid
 import pytest
 import requests
 
-from compose import local_stack
 from connectors import setup as connector_setup
-from streamfold import config, names
+from streamfold import names
 from tests.e2e.conftest import SNAPSHOT_USERS
 from tests.support.kafka import Message, wait_for
 
@@ -132,14 +131,13 @@ def test_setup_twice_is_a_no_op(streamfold_setup):
     assert "unchanged" in result.stderr and "all present" in result.stderr
 
 
-def test_connector_resumes_after_connect_restart_without_missing_changes(pg, streamfold_setup, stack):
-    home = config.home()
-    local_stack.stop_service(home, "connect")
+def test_connector_resumes_after_connect_restart_without_missing_changes(pg, streamfold_setup, services):
+    services.stop("connect")
     userid = f"down-{uuid.uuid4().hex[:8]}"
     # Changes made while Kafka Connect is down stay in the replication slot.
     pg.execute("INSERT INTO public.users (userid, regionid) VALUES (%s, 'asia')", (userid,))
     pg.execute("UPDATE public.users SET regionid = 'africa' WHERE userid = %s", (userid,))
-    local_stack.start_service(home, "connect")
+    services.start("connect")
     connector_setup.wait_until_running(streamfold_setup.connect_url, names.CONNECTOR_NAME, timeout_s=180)
 
     messages = wait_for(
