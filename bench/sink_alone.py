@@ -5,9 +5,9 @@ synthetic enriched batches in Spark (spark.range: N rows in batches of B, 100,00
 URLs x 5 regions, constant profile columns per user), caches each batch, and calls a sink's __call__
 per batch the way foreachBatch does (the `sql.streaming.queryId` local property set). Measures, in the
 same run and on the same batches:
-  before  the sink as committed in git HEAD (staging table + INSERT..SELECT, driver-side totals loop),
-          on the HEAD schema
-  after   pipeline.sinks.EnrichedClicksSink on the current schema
+  before  the sink as committed in git HEAD (staging table + INSERT..SELECT, driver-side totals loop)
+  after   pipeline.sinks.EnrichedClicksSink
+both on the schema of the current migrations (db/migrations), each on emptied tables.
 After each, checks that enriched_clicks holds N rows and that both aggregate tables equal the sums over
 it. Prints one JSON line per sink: rows, seconds, rows/s, per-batch seconds.
 """
@@ -92,10 +92,10 @@ def batch_frame(spark: SparkSession, start: int, rows: int) -> DataFrame:
     )
 
 
-def reset_schema(admin_dsn: str, schema_sql: str) -> None:
+def reset_schema(admin_dsn: str) -> None:
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute("DROP SCHEMA IF EXISTS streamfold CASCADE")
-        conn.execute(schema_sql)
+    schema.upgrade(admin_dsn)
 
 
 def check(admin_dsn: str, rows: int) -> dict[str, Any]:
@@ -175,18 +175,15 @@ def main() -> None:
 
         spark = session("bench-sink-alone", {"spark.master": "local[2]"})
         spark.sparkContext.setLogLevel("WARN")
-        head_schema = subprocess.run(
-            ["git", "show", "HEAD:db/schema.sql"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout
         dsn = settings.pg_dsn
         if args.only in (None, "before"):
-            reset_schema(dsn, head_schema)
+            reset_schema(dsn)
             before = head_sink_class()("bench", dsn, settings.kafka_bootstrap)
             print(json.dumps(measure("before", before, spark, args.rows, args.batch, dsn)), flush=True)
         if args.only in (None, "after"):
             from pipeline.sinks import EnrichedClicksSink  # noqa: PLC0415
 
-            reset_schema(dsn, schema.schema_sql())
+            reset_schema(dsn)
             after = EnrichedClicksSink("bench", dsn, settings.kafka_bootstrap)
             print(json.dumps(measure("after", after, spark, args.rows, args.batch, dsn)), flush=True)
         spark.stop()

@@ -179,8 +179,9 @@ def _error_text(response: requests.Response) -> str:
 
 def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[[str], None] = print) -> None:
     """Every step of `streamfold setup`, in order; each is a no-op when already done."""
-    schema.apply(settings.pg_dsn)
-    echo("schema, roles and publication applied")
+    before, after = schema.apply(settings.pg_dsn)
+    moved = "" if before == after else f", upgraded from {before or 'no revision'}"
+    echo(f"schema at revision {after} (head{moved}); roles and publication applied")
     created = ensure_topics(settings.kafka_bootstrap)
     echo(f"topics: created {', '.join(created)}" if created else "topics: all present")
     if settings.kinesis_endpoint or config.aws_settings()["region_name"]:

@@ -1,12 +1,22 @@
-"""Schema, least-privilege roles and the filtered publication, applied idempotently."""
+"""Schema (Alembic migrations in db/migrations/), least-privilege roles and the filtered publication,
+applied idempotently."""
 
 from __future__ import annotations
 
-from importlib import resources
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import Any
 
 import psycopg
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from psycopg import sql
 
+from db import tables
 from streamfold import config, names
 
 # The columns that may leave the database. name, email and contactinfo are PII and stay behind.
@@ -18,21 +28,90 @@ _ROLES = (
     (config.READER_ROLE, "STREAMFOLD_READER_PASSWORD", "LOGIN"),
 )
 
-
-def schema_sql() -> str:
-    return resources.files("db").joinpath("schema.sql").read_text()
+VERSION_TABLE = "alembic_version"
 
 
-def apply(admin_dsn: str) -> None:
-    """Create or update tables, roles, grants and the publication. Safe to run any number of times."""
-    with psycopg.connect(admin_dsn, autocommit=False) as conn:
-        # Serialise concurrent set-ups (the compose `setup` service and a developer, say).
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamfold.setup'))")
-        conn.execute(schema_sql())
+def _ours(name: str | None, type_: str, parent_names: dict[str, Any]) -> bool:
+    """Autogenerate looks at streamfold's objects only: the public schema may hold other applications'."""
+    if type_ == "schema":
+        return name in (None, tables.SCHEMA)
+    if type_ == "table" and parent_names.get("schema_name") is None:
+        return f"public.{name}" in tables.metadata.tables
+    return True
+
+
+# Shared by db/migrations/env.py and the tests that compare the database with db/tables.py.
+MIGRATION_OPTIONS: dict[str, Any] = {
+    "target_metadata": tables.metadata,
+    "version_table": VERSION_TABLE,
+    "version_table_schema": tables.SCHEMA,
+    "include_schemas": True,
+    "include_name": _ours,
+    "compare_server_default": True,
+}
+
+
+def engine(dsn: str) -> sa.Engine:
+    """An engine for any libpq DSN (URL or key=value), connecting as psycopg does. The search path is
+    public alone: with the default "$user", public, a role named streamfold (the compose and local
+    superuser) would resolve unqualified names, and Alembic's default schema, to the streamfold schema."""
+    connect = partial(psycopg.connect, dsn, options="-c search_path=public")
+    return sa.create_engine("postgresql+psycopg://", creator=connect, poolclass=sa.NullPool)
+
+
+def alembic_config(connection: sa.Connection | None = None) -> Config:
+    """Alembic's configuration, in code: an installed package needs no alembic.ini."""
+    cfg = Config()
+    cfg.set_main_option("script_location", "db:migrations")
+    cfg.attributes["connection"] = connection  # db/migrations/env.py migrates on it
+    return cfg
+
+
+def head() -> str:
+    revision = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert revision is not None
+    return revision
+
+
+def current(connection: sa.Connection) -> str | None:
+    """The revision the database is at; None before the first migration (or a pre-Alembic install)."""
+    return MigrationContext.configure(connection, opts=MIGRATION_OPTIONS).get_current_revision()
+
+
+def upgrade(dsn: str) -> tuple[str | None, str]:
+    """Tables only, to the newest revision. Returns the revisions before and after."""
+    with _locked(dsn) as connection:
+        return _upgrade(connection)
+
+
+def apply(admin_dsn: str) -> tuple[str | None, str]:
+    """Upgrade the tables, then roles, grants and the publication, in one transaction. Safe to run any
+    number of times. Returns the revisions before and after."""
+    with _locked(admin_dsn) as connection:
+        revisions = _upgrade(connection)
+        conn = connection.connection.driver_connection
+        assert isinstance(conn, psycopg.Connection)
         for role, password_var, attributes in _ROLES:
             _ensure_role(conn, role, config.lookup(password_var), attributes)
         _grant(conn)
         _ensure_publication(conn)
+    return revisions
+
+
+@contextmanager
+def _locked(dsn: str) -> Iterator[sa.Connection]:
+    with engine(dsn).begin() as connection:
+        # Serialise concurrent set-ups (the compose `setup` service and a developer, say).
+        connection.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('streamfold.setup'))")
+        yield connection
+
+
+def _upgrade(connection: sa.Connection) -> tuple[str | None, str]:
+    before = current(connection)
+    command.upgrade(alembic_config(connection), "head")
+    after = current(connection)
+    assert after is not None
+    return before, after
 
 
 def _ensure_role(conn: psycopg.Connection, role: str, password: str, attributes: str) -> None:
@@ -69,6 +148,10 @@ def _grant(conn: psycopg.Connection) -> None:
             writer
         ),
         sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA streamfold TO {}").format(reader),
+        # The migration history is setup's alone.
+        sql.SQL("REVOKE INSERT, UPDATE, DELETE ON streamfold.{} FROM {}").format(
+            sql.Identifier(VERSION_TABLE), writer
+        ),
         sql.SQL("GRANT USAGE ON ALL SEQUENCES IN SCHEMA streamfold TO {}").format(writer),
     ]
     for statement in statements:

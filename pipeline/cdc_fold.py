@@ -40,7 +40,7 @@ from pipeline.temporal_state import BEGINNING_OF_TIME_MS
 from streamfold import names
 
 PROFILE_FIELDS = ("regionid", "gender", "interests", "registertime")
-# The heartbeat table (db/schema.sql) whose change events Debezium routes into the CDC users topic.
+# The heartbeat table (db/tables.py) whose change events Debezium routes into the CDC users topic.
 HEARTBEAT_SCHEMA = "streamfold"
 HEARTBEAT_TABLE = "cdc_heartbeat"
 # A Debezium heartbeat-topic record is stamped when Debezium sends it, and a change committed just before

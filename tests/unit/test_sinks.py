@@ -109,8 +109,8 @@ def dsn(pg_home: Path) -> str:
     env = local_stack.open_stack(pg_home).env()
     dsn = env["STREAMFOLD_PG_DSN"]
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA IF EXISTS streamfold CASCADE")
-        conn.execute(schema.schema_sql())
+        conn.execute("DROP SCHEMA IF EXISTS streamfold CASCADE")  # the version table with it
+    schema.upgrade(dsn)
     return dsn
 
 
@@ -234,14 +234,16 @@ def test_a_url_longer_than_a_btree_key_is_counted(dsn: str) -> None:
 
 def test_old_url_region_table_is_migrated_to_the_md5_key(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("DROP TABLE streamfold.url_region_click_count")
+        # An install from before Alembic (no version table) and before the md5 key.
+        conn.execute("DROP SCHEMA streamfold CASCADE")
+        conn.execute("CREATE SCHEMA streamfold")
         conn.execute(
             "CREATE TABLE streamfold.url_region_click_count (url text NOT NULL, region text NOT NULL, "
             "click_count bigint NOT NULL, PRIMARY KEY (url, region))"
         )
         conn.execute("INSERT INTO streamfold.url_region_click_count VALUES ('u', 'r', 3)")
-        conn.execute(schema.schema_sql())
-        conn.execute(schema.schema_sql())  # idempotent
+        schema.upgrade(dsn)
+        schema.upgrade(dsn)  # idempotent
         assert conn.execute(
             "SELECT url, region, click_count, url_md5 = md5('u')::uuid FROM streamfold.url_region_click_count"
         ).fetchall() == [("u", "r", 3, True)]
