@@ -22,6 +22,8 @@ def render(figures: dict[str, Any], console: Console) -> None:
             rows_table(figures["kinesis_lag"], ("query", "shard", "millis_behind_latest", "records_behind")),
         ),
     ):
+        if isinstance(table, Table):
+            table.title = title
         console.print(table if isinstance(table, Table) else f"{title}: {table}")
     console.print(f"CDC progress: {cdc_line(figures['cdc_progress'])}")
     console.print(f"clicks waiting in the join: {waiting_line(figures['join_waiting'])}")
