@@ -110,7 +110,7 @@ def register_connector(connect_url: str, name: str, cfg: dict[str, str]) -> bool
     """PUT the config (create or update). Returns True when Connect reports a change."""
     try:
         current = requests.get(f"{connect_url}/connectors/{name}/config", timeout=30)
-        if current.status_code == 200 and _same_config(current.json(), cfg, name):
+        if current.status_code == 200 and _same_config(current.json(), cfg):
             return False
         response = requests.put(f"{connect_url}/connectors/{name}/config", json=cfg, timeout=120)
     except requests.ConnectionError as exc:
@@ -156,7 +156,7 @@ def _failure(status: dict[str, Any]) -> str | None:
     return None
 
 
-def _same_config(current: dict[str, str], wanted: dict[str, str], name: str) -> bool:
+def _same_config(current: dict[str, str], wanted: dict[str, str]) -> bool:
     return {k: v for k, v in current.items() if k != "name"} == {
         k: v for k, v in wanted.items() if k != "name"
     }

@@ -46,8 +46,8 @@ DEFAULTS = {
 }
 
 
-def jars(jars_dir: Path | None = None) -> list[str]:
-    folder = Path(os.environ.get("STREAMFOLD_JARS", jars_dir or DEFAULT_JARS_DIR))
+def jars() -> list[str]:
+    folder = Path(os.environ.get("STREAMFOLD_JARS", DEFAULT_JARS_DIR))
     found = sorted(str(p) for p in folder.glob("*.jar"))
     if not found:
         raise FileNotFoundError(f"no Spark connector jars in {folder}: run `make setup`")

@@ -77,25 +77,22 @@ class ClickSpec:
     users: int
     seed: int = 11
     rate: float | None = None  # clicks per second; None = as fast as possible
-    event_time_ms: int | None = None  # fixed start of event time; None = the wall clock at send time
-    step_ms: int = 1  # event-time step between clicks when event_time_ms is fixed
     user_offset: int = 0  # User_{offset+1}..: users that do not exist yet, say
 
 
 def clicks(spec: ClickSpec) -> Iterator[dict]:
     """Clicks with a skewed user popularity (a few users click a lot), like real traffic."""
     rng = random.Random(spec.seed)
-    for n in range(spec.count):
+    for _ in range(spec.count):
         # P(rank) ~ 1/rank (Zipf-like), then a bijective scramble so popular users are spread out.
         rank = int((spec.users + 1) ** rng.random())
         i = (rank * 2_654_435_761) % spec.users + 1
-        event_time = spec.event_time_ms + n * spec.step_ms if spec.event_time_ms else int(time.time() * 1000)
         yield {
             "userid": userid(i + spec.user_offset),
             "url": rng.choice(URLS),
             "device_id": rng.choice(DEVICES),
             "ip": f"10.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}",
-            "event_time": event_time,
+            "event_time": int(time.time() * 1000),
             "clicks": 1 if rng.random() < 0.9 else rng.randint(2, 5),
         }
 
