@@ -23,8 +23,9 @@ parents are closed and read to their end. When a parent finishes and its child s
 both are read by the same Spark task, parent first; otherwise one task reads one shard. So for every
 partition key, records of a parent come before those of its children.
 
-The only project dependency is `streamfold.config.aws_settings()` (boto3 client arguments: default
-endpoint, region, credentials); make it return `{}` to use the connector elsewhere.
+The only project dependencies are `streamfold.config.aws_settings()` (boto3 client arguments: default
+endpoint, region, credentials; make it return `{}` to use the connector elsewhere) and the one Kinesis client
+factory, `streamfold.kinesis.client`.
 """
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import (
     ConnectionClosedError,
     ConnectTimeoutError,
@@ -50,6 +49,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.types import StructType
 
 from pipeline.retry import retry_budget_s, retrying
+from streamfold import kinesis
 from streamfold.config import aws_settings
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,6 @@ FIRST_READ_LIMIT = 500  # executors grow it page by page, so a short range does 
 EXPIRED_ITERATOR_ATTEMPTS = 6
 EXPIRED_BACKOFF_S = 0.2
 # botocore's standard mode retries ProvisionedThroughputExceeded and LimitExceeded with exponential backoff.
-RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 10}, connect_timeout=10, read_timeout=30)
 
 
 # --- offsets ---------------------------------------------------------------------------------------------
@@ -205,8 +204,7 @@ def patiently(call: Callable[..., R], **kwargs: Any) -> R:
 
 
 def make_client(endpoint: str | None, region: str | None) -> Any:
-    settings = {**aws_settings(), "endpoint_url": endpoint, "region_name": region}
-    return boto3.client("kinesis", config=RETRY_CONFIG, **settings)
+    return kinesis.client(endpoint_url=endpoint, region_name=region)
 
 
 def list_shards(client: Any, stream: str) -> tuple[list[Shard], int]:
