@@ -74,10 +74,19 @@ class Observations:
 
 def percentile(values: list[float], pct: float) -> float | None:
     """Nearest-rank percentile; None if it falls on an unseen (censored) item or there are no values."""
-    if not values:
-        return None
+    return _nearest_rank(sorted(values), pct) if values else None
+
+
+def quantiles(values: list[float]) -> list[float | None]:
+    """The distribution at 1% steps for the CDF chart: nearest-rank percentiles 0 (the minimum) to 100
+    (the maximum), None where they fall on censored items; [] without values."""
     ordered = sorted(values)
-    value = ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
+    return [_nearest_rank(ordered, pct) for pct in range(101)] if ordered else []
+
+
+def _nearest_rank(ordered: list[float], pct: float) -> float | None:
+    rank = math.ceil(round(pct * len(ordered) / 100, 9))  # 7 / 100 * 100 is 7.000000000000001
+    value = ordered[max(0, rank - 1)]
     return None if math.isinf(value) else round(value, 3)
 
 
@@ -90,6 +99,7 @@ def summary(observed: Observations) -> dict[str, Any]:
         "censored_examples": observed.outstanding()[:5],
         **{f"p{p}_s": percentile(values, p) for p in PERCENTILES},
         "max_s": round(max(seen), 3) if seen else None,
+        "quantiles_s": quantiles(values),
     }
 
 
