@@ -53,16 +53,31 @@ def seconds(value: float | None) -> str:
     return f"> {GRACE_S:.0f} s" if value is None else f"{value:.2f} s"
 
 
+# Everything measured on the main run's input: a label, and where its figures are in the results.
+CONTENDERS = (
+    ("streamfold (temporal join, Spark + RocksDB state)", ("streamfold",)),
+    ("naive: PostgreSQL lookup per click", ("naive",)),
+    ("limit: Spark Kafka read + click parser -> noop", ("spark", "parse")),
+    ("limit: Spark Kafka read -> noop", ("spark", "read")),
+    ("limit: confluent-kafka consumer, no processing", ("raw",)),
+)
+
+
+def contenders(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, figures) of every contender the run measured, streamfold first."""
+    found = []
+    for label, keys in CONTENDERS:
+        entry: Any = results
+        for key in keys:
+            entry = entry.get(key) if isinstance(entry, dict) else None
+        if entry:
+            found.append((label, entry))
+    return found
+
+
 def throughput_rows(results: dict[str, Any]) -> list[list[str]]:
     """One row per contender on the same input: clicks, seconds, clicks/s, and streamfold's ratio to it."""
     sf = results.get("streamfold", {}).get("clicks_per_s")
-    contenders = [
-        ("streamfold (temporal join, Spark + RocksDB state)", results.get("streamfold")),
-        ("naive: PostgreSQL lookup per click", results.get("naive")),
-        ("limit: Spark Kafka read + click parser -> noop", results.get("spark", {}).get("parse")),
-        ("limit: Spark Kafka read -> noop", results.get("spark", {}).get("read")),
-        ("limit: confluent-kafka consumer, no processing", results.get("raw")),
-    ]
     return [
         [
             name,
@@ -71,8 +86,7 @@ def throughput_rows(results: dict[str, Any]) -> list[list[str]]:
             rate(r["clicks_per_s"]),
             ratio(sf, r["clicks_per_s"]),
         ]
-        for name, r in contenders
-        if r
+        for name, r in contenders(results)
     ]
 
 
@@ -253,12 +267,25 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def write(results: dict[str, Any], stamp: str) -> Path:
-    RESULTS_DIR.mkdir(exist_ok=True)
-    path = RESULTS_DIR / f"{stamp}.json"
+def write(results: dict[str, Any], stamp: str, directory: Path = RESULTS_DIR) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{stamp}.json"
     path.write_text(json.dumps(results, indent=2, default=str) + "\n")
     path.with_suffix(".md").write_text(markdown(results))
     return path
+
+
+CHARTS_HEADING = "**Charts**"
+
+
+def link_charts(md_path: Path, charts: list[Path]) -> None:
+    """(Re)write the report's last section: an image link per chart, relative (the charts sit beside it)."""
+    text = md_path.read_text() if md_path.exists() else ""
+    text = text.split(f"\n{CHARTS_HEADING}\n", 1)[0].rstrip("\n") + "\n"
+    if charts:
+        links = "\n".join(f"![{chart.stem}]({chart.name})" for chart in charts)
+        text += f"\n{CHARTS_HEADING}\n\n{links}\n"
+    md_path.write_text(text)
 
 
 if __name__ == "__main__":

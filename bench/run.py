@@ -9,7 +9,7 @@ On its own local stack (a fresh STREAMFOLD_HOME, stopped at the end), in one run
   4. the limit: a raw confluent-kafka consumer, and Spark reading the topic into a noop sink
   5. peak memory of every process tree, and the join's state size per 1,000,000 users
   6. cost growth: throughput at `--scaling-users` users (fresh checkpoint, `--scaling-clicks` each)
-Results: tables on the console, bench/results/<date>.json (+ .md).
+Results: tables on the console, bench/results/<date>.json (+ .md, and charts: <date>-*.png, bench/plots.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from bench import job, latency, load, measured, profile, report, stack
+from bench import job, latency, load, measured, plots, profile, report, stack
 from bench.stack import Bench
 from streamfold import generate, names
 
@@ -292,6 +292,19 @@ def measure(p: Params, results: dict[str, Any]) -> None:
         }
 
 
+def draw_charts(results: dict[str, Any], path: Path) -> bool:
+    """The charts beside the results, linked from the .md; a failure here leaves the results written."""
+    try:
+        charts = plots.write_charts(results, path)
+    except Exception:  # noqa: BLE001 - reported; `python -m bench.plots <json>` can draw them again
+        console.print_exception()
+        return False
+    report.link_charts(path.with_suffix(".md"), charts)
+    for chart in charts:
+        echo(f"chart: {chart}")
+    return True
+
+
 def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
     if not a or not b:
         return None
@@ -327,6 +340,9 @@ def main(
         Path, typer.Option(help="the bench stack's STREAMFOLD_HOME (wiped first)")
     ] = DEFAULT_HOME,
     keep_stack: Annotated[bool, typer.Option(help="leave the stack running afterwards (to inspect)")] = False,
+    results_dir: Annotated[
+        Path, typer.Option(help="where the results (.json, .md, charts) are written")
+    ] = report.RESULTS_DIR,
 ) -> None:
     """Throughput, latency and memory of streamfold, a naive baseline, and the machine's limit."""
     p = Params(
@@ -362,9 +378,10 @@ def main(
         results["error"] = traceback.format_exc()
         console.print_exception()
     results["total_minutes"] = round((datetime.now(UTC) - started).total_seconds() / 60, 1)
-    path = report.write(results, started.strftime("%Y-%m-%dT%H%M%SZ"))
+    path = report.write(results, started.strftime("%Y-%m-%dT%H%M%SZ"), results_dir)
     report.print_tables(results, Console(width=None if sys.stdout.isatty() else 200))
     echo(f"results: {path}")
+    failed |= not draw_charts(results, path)
     if failed:
         raise typer.Exit(1)
 
