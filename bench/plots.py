@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,14 @@ SIZE_IN = (8.0, 5.0)
 PERCENTILE_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_s$")
 COLORS = ("tab:blue", "tab:orange", "tab:red", "tab:purple", "tab:brown", "tab:olive")
 BASELINE_MARKERS = ("s", "D", "v", "P")
+LEGEND_BELOW: dict[str, Any] = {
+    "fontsize": 7,
+    "loc": "upper center",
+    "bbox_to_anchor": (0.5, -0.13),
+    "ncol": 2,
+    "frameon": False,
+}
+TALL_IN = (SIZE_IN[0], SIZE_IN[1] + 1)  # room for a legend below the axes
 
 
 class ResultsError(ValueError):
@@ -91,8 +100,6 @@ def title(results: dict[str, Any], what: str) -> str:
     run = f"run {results.get('date', '(no date)')}"
     if command := results.get("command"):
         run += f": {command}"
-    if len(run) > 95:
-        run = run[:92] + "..."
     machine = results.get("machine") or {}
     facts = [
         f"{machine['cores']} cores" if machine.get("cores") else "",
@@ -101,7 +108,11 @@ def title(results: dict[str, Any], what: str) -> str:
         f"Python {machine['python']}" if machine.get("python") else "",
         str(machine.get("java") or "").replace("openjdk version", "OpenJDK").replace('"', ""),
     ]
-    lines = [what, run, ", ".join(f for f in facts if f)]
+    lines = [
+        what,
+        *textwrap.wrap(run, 100, max_lines=2, placeholder=" ...", break_on_hyphens=False),
+        ", ".join(f for f in facts if f),
+    ]
     return "\n".join(line for line in lines if line)
 
 
@@ -169,7 +180,7 @@ def throughput_figure(results: dict[str, Any]) -> Figure | None:
     contenders = contender_points(results)
     if not scaling and not contenders:
         return None
-    fig = Figure(figsize=(SIZE_IN[0], SIZE_IN[1] + 1))
+    fig = Figure(figsize=TALL_IN)
     ax = fig.add_subplot()
     if scaling:
         xs = [p.users for p, _ in scaling]
@@ -213,11 +224,13 @@ def throughput_figure(results: dict[str, Any]) -> Figure | None:
     all_points = [p for p, _ in scaling] + [p for _, p in contenders]
     log_scale_if_wide(ax, [p.users for p in all_points], [p.clicks_per_s for p in all_points])
     ax.margins(x=0.12, y=0.12)
+    if ax.get_yscale() == "linear":
+        ax.set_ylim(0, max(p.clicks_per_s for p in all_points) * 1.15)  # a linear axis starts at zero
     ax.set_xlabel("users (profiles in the input)")
     ax.set_ylabel("throughput (clicks/s)")
     ax.set_title(title(results, "Throughput against users"), fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
+    ax.legend(**LEGEND_BELOW)
     return fig
 
 
@@ -291,7 +304,7 @@ def latency_figure(results: dict[str, Any]) -> Figure | None:
     limit = capacity(results)
     reasons = [unsustained(w, at, limit) for w, at in zip(windows, where, strict=True)]
     ok = [reason is None for reason in reasons]
-    fig = Figure(figsize=SIZE_IN)
+    fig = Figure(figsize=TALL_IN)
     ax = fig.add_subplot()
     censored = plot_percentiles(ax, rates, windows, "click", ok)
     if all(isinstance(w.get("profile_latency"), dict) for w in windows):
@@ -317,7 +330,7 @@ def latency_figure(results: dict[str, Any]) -> Figure | None:
         fontsize=9,
     )
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(handles, labels, fontsize=7, loc="upper left")
+    ax.legend(handles, labels, **LEGEND_BELOW)
     return fig
 
 

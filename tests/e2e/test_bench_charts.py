@@ -1,0 +1,76 @@
+"""A really short `bench.run` end to end: its charts appear beside its JSON and its report links them.
+
+bench.run starts (and stops) a stack of its own in a fresh STREAMFOLD_HOME, so this test gives it one under
+pytest's temp dir, and a results dir there too: bench/results is left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from compose import local_stack
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SHORT_RUN = [
+    "--clicks", "20000",
+    "--users", "1000",
+    "--skip-scaling",
+    "--skip-naive",
+    "--skip-limits",
+    "--low-rates", "200",
+    "--rate", "500",
+    "--latency-seconds", "5",
+]  # fmt: skip
+
+
+def test_a_short_bench_run_writes_its_charts_beside_its_json(
+    tmp_path: Path, new_stack_home: Callable[[str], Path]
+) -> None:
+    home, results_dir = new_stack_home("bench-stack"), tmp_path / "results"
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.run",
+                *SHORT_RUN,
+                "--home",
+                str(home),
+                "--results-dir",
+                str(results_dir),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=420,
+        )
+    finally:
+        local_stack.down(home)  # bench.run stops it itself, unless it was killed
+    assert done.returncode == 0, done.stderr[-3000:]
+    (json_path,) = results_dir.glob("*.json")
+    results = json.loads(json_path.read_text())
+    assert "error" not in results
+    assert [w["target_rate"] for w in results["latency"]] == [200.0, 500.0]
+    assert all(len(w["click_latency"]["quantiles_s"]) == 101 for w in results["latency"])
+
+    charts = [
+        json_path.with_name(f"{json_path.stem}-{name}.png")
+        for name in ("throughput", "latency", "latency-cdf")
+    ]
+    assert sorted(p.name for p in results_dir.iterdir()) == sorted(
+        [json_path.name, json_path.with_suffix(".md").name, *(c.name for c in charts)]
+    )
+    for chart in charts:
+        assert chart.read_bytes()[:8] == PNG_MAGIC
+        assert chart.stat().st_size > 10_000
+        assert f"]({chart.name})" in json_path.with_suffix(".md").read_text()
+    assert done.stderr.count(" chart: ") == len(charts)  # bench.run says where they are (lines may wrap)
