@@ -8,7 +8,8 @@ Compose, and the stack itself under a project of its own with host ports 31000+ 
 Environment: BASE_IMAGE (skip scripts/images.sh and build FROM it, e.g. debian:bookworm-slim where a
 registry is reachable); STREAMFOLD_BUILD_CA (a PEM bundle the builds must trust, copied into
 compose/build-ca/ and left there: a TLS-intercepting proxy's); STREAMFOLD_COMPOSE_KEEP_IMAGES=0 removes
-the service images at the end (the base image always stays).
+the service images at the end (the base image always stays); STREAMFOLD_COMPOSE=docker-compose runs the
+test with Debian's Compose 1.29 although the v2 plugin is installed (the default prefers v2).
 """
 
 from __future__ import annotations
@@ -125,6 +126,8 @@ class Compose:
 
 
 def compose_command() -> list[str]:
+    if chosen := os.environ.get("STREAMFOLD_COMPOSE"):
+        return chosen.split()  # e.g. docker-compose: Debian's 1.29 where the v2 plugin is installed too
     v2 = subprocess.run(["docker", "compose", "version"], capture_output=True)
     if v2.returncode == 0:
         return ["docker", "compose"]
