@@ -70,6 +70,7 @@ __all__ = [
     "REJECT_FIELDS",
     "JoinConfig",
     "Pending",
+    "committed_batches",
     "pending_clicks",
     "run_until_drained",
     "temporal_join",
@@ -277,9 +278,14 @@ def pending_clicks(spark: SparkSession, checkpoint: str) -> Pending:
     return Pending(int(total or 0), earliest, latest)
 
 
+def committed_batches(checkpoint: Path) -> list[int]:
+    """The batch ids in a query checkpoint's commit log (Spark writes commits/<id> once a batch is done)."""
+    return [int(f.name) for f in (checkpoint / "commits").glob("*") if f.name.isdigit()]
+
+
 def _join_operator_id(spark: SparkSession, checkpoint: str) -> int | None:
-    if not (Path(checkpoint) / "state").exists():
-        return None  # no batch has committed state yet
+    if not (Path(checkpoint) / "state").exists() or not committed_batches(Path(checkpoint)):
+        return None  # no batch has committed state yet (Spark's state readers would fail)
     operators = (
         spark.read.format("state-metadata").load(checkpoint).where(F.col("operatorName") == _OPERATOR_NAME)
     )

@@ -23,7 +23,8 @@ import requests
 from botocore.config import Config
 from confluent_kafka import Consumer, TopicPartition
 
-from pipeline.status_files import JOB_FILE, WAITING_FILE, status_dir
+from pipeline.status_files import JOB_FILE, WAITING_FILE, now_ms, status_dir
+from pipeline.temporal_join import committed_batches
 from streamfold import config, names
 
 TIMEOUT_S = 5.0
@@ -54,10 +55,6 @@ def section(gather: Callable[[], Any]) -> Any:
         return gather()
     except Exception as exc:  # one unreachable service must not hide the others
         return {"error": f"{type(exc).__name__}: {exc}"}
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def read_json(path: Path) -> Any:
@@ -139,7 +136,7 @@ def committed_offsets(checkpoints: Path) -> dict[str, Committed]:
     """Per query folder: Spark's offset log entry of the newest batch in its commit log."""
     result = {}
     for folder in sorted(p for p in checkpoints.glob("*") if (p / "offsets").is_dir()):
-        batches = [int(f.name) for f in (folder / "commits").glob("*") if f.name.isdigit()]
+        batches = committed_batches(folder)
         if not batches:
             result[folder.name] = Committed(None, [])
             continue
