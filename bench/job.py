@@ -124,11 +124,12 @@ class JobRun:
         return [e for e in events if e.get("name") == query]
 
     def commits(self) -> list[tuple[int, int, datetime]]:
-        """(batch_id, rows, committed_at) of the clicks query's Postgres commits."""
+        """(batch_id, rows, committed_at) of the clicks query's Postgres commits: the batch's rows over
+        its partitions, and when its last partition started its transaction."""
         with psycopg.connect(self.bench.admin_dsn) as conn:
             return conn.execute(
-                "SELECT batch_id, rows, committed_at FROM streamfold.sink_batches "
-                "WHERE query LIKE %s ORDER BY batch_id",
+                "SELECT batch_id, sum(rows)::bigint, max(committed_at) FROM streamfold.sink_batches "
+                "WHERE query LIKE %s GROUP BY batch_id ORDER BY batch_id",
                 (f"{CLICKS_QUERY}:%",),
             ).fetchall()
 

@@ -83,7 +83,8 @@ def write(sink: EnrichedClicksSink, batch_id: int, rows: list[dict[str, Any]]) -
     for row in rows:
         sink.producer.produce(names.USER_CLICKS_TOPIC, key=row["uid"], value=user_click(row))
         sink.producer.poll(0)
-    sink.publish_totals(table)  # flushes the producer: user_clicks are acknowledged too
+    keys = table.select(["click_url", "user_regionid"]).rename_columns(["url", "region"])
+    sink.publish_totals(keys)  # flushes the producer: user_clicks are acknowledged too
 
 
 def run(bootstrap: str, offsets: Offsets) -> dict[str, Any]:

@@ -107,12 +107,14 @@ dead_letters = sa.Table(
     schema=SCHEMA,
 )
 
-# Exactly once: a micro-batch's rows and its id commit in one transaction; a replay is a no-op.
+# Exactly once: each partition of a micro-batch commits its rows and its claim in one transaction; a
+# replayed partition is a no-op.
 sink_batches = sa.Table(
     "sink_batches",
     metadata,
     sa.Column("query", sa.Text, primary_key=True),
     sa.Column("batch_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("partition_id", sa.Integer, primary_key=True, autoincrement=False, server_default="0"),
     sa.Column("rows", sa.Integer, nullable=False),
     sa.Column("committed_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
     schema=SCHEMA,

@@ -1,11 +1,13 @@
 """The aggregates: total clicks per region and per URL x region.
 
-A batch's totals are computed once, from the same Arrow table that is COPYed into
+A partition's totals are computed once, from the same Arrow table that is COPYed into
 streamfold.enriched_clicks (`batch_totals`), and upserted in the same transaction (`upsert_totals`),
-so Postgres folds a few thousand totals instead of every row. When a batch holds clicks that are
-already in enriched_clicks (a topic reprocessed under a new checkpoint), `insert_and_aggregate` inserts
-only the new rows and folds the totals from the rows that insert actually added (`RETURNING`). Either
-way the totals equal the sum over `streamfold.enriched_clicks`.
+so Postgres folds a few thousand totals instead of every row. The partitions of a batch commit
+concurrently, so every upsert touches its keys in sorted order (no deadlock between them). When a
+partition holds clicks that are already in enriched_clicks (a topic reprocessed under a new
+checkpoint), `insert_and_aggregate` inserts only the new rows and folds the totals from the rows
+that insert actually added (`RETURNING`). Either way the totals equal the sum over
+`streamfold.enriched_clicks`.
 
 url_region_click_count is keyed by (md5(url), region) (`url_md5`, a generated column), so a URL of any
 length fits the btree; `url` holds the full URL.
@@ -25,7 +27,7 @@ from streamfold import names
 
 @dataclass(frozen=True)
 class Totals:
-    """(region, clicks) and (url, region, clicks): a batch's sums, or the new totals after an upsert."""
+    """(region, clicks) and (url, region, clicks): a batch's sums, or the current totals of some keys."""
 
     regions: list[tuple[str, int]]
     url_regions: list[tuple[str, str, int]]
@@ -66,46 +68,32 @@ def batch_totals(rows: pa.Table) -> Totals:
 
 REGION_UPSERT = f"""
 INSERT INTO {names.CLICKS_PER_REGION_TABLE} AS t (region, clicks)
-SELECT * FROM unnest(%s::text[], %s::bigint[])
+SELECT * FROM unnest(%s::text[], %s::bigint[]) ORDER BY 1
 ON CONFLICT (region) DO UPDATE SET clicks = t.clicks + excluded.clicks
-RETURNING region, clicks
 """
 URL_REGION_STAGE = """
 CREATE TEMP TABLE IF NOT EXISTS batch_url_region (url text, region text, clicks bigint) ON COMMIT DELETE ROWS
 """
 URL_REGION_UPSERT = f"""
 INSERT INTO {names.URL_REGION_TABLE} AS t (url, region, click_count)
-SELECT url, region, clicks FROM pg_temp.batch_url_region
+SELECT url, region, clicks FROM pg_temp.batch_url_region ORDER BY url, region
 ON CONFLICT (url_md5, region) DO UPDATE SET click_count = t.click_count + excluded.click_count
-RETURNING url, region, click_count
 """
 
 
-def upsert_totals(conn: psycopg.Connection, totals: Totals) -> Totals:
-    """Add a batch's sums to the totals; returns the new totals of the keys it touched."""
+def upsert_totals(conn: psycopg.Connection, totals: Totals) -> None:
+    """Add a batch's sums to the totals."""
     if not totals.regions:
-        return Totals.empty()
-    regions = conn.execute(
-        REGION_UPSERT, ([r for r, _ in totals.regions], [c for _, c in totals.regions])
-    ).fetchall()
+        return
+    conn.execute(REGION_UPSERT, ([r for r, _ in totals.regions], [c for _, c in totals.regions]))
     conn.execute(URL_REGION_STAGE)
-    table = totals.url_region_table
-    if table is None:
-        table = pa.table(
-            {
-                "url": [u for u, _, _ in totals.url_regions],
-                "region": [r for _, r, _ in totals.url_regions],
-                "clicks": pa.array([c for _, _, c in totals.url_regions], pa.int64()),
-            }
-        )
     buffer = io.BytesIO()
-    pacsv.write_csv(table, buffer, pacsv.WriteOptions(include_header=False))
+    pacsv.write_csv(totals.url_region_table, buffer, pacsv.WriteOptions(include_header=False))
     with conn.cursor().copy(
         "COPY pg_temp.batch_url_region (url, region, clicks) FROM STDIN (FORMAT csv)"
     ) as copy:
         copy.write(buffer.getvalue())
-    url_regions = conn.execute(URL_REGION_UPSERT).fetchall()
-    return Totals(regions, url_regions)
+    conn.execute(URL_REGION_UPSERT)
 
 
 # pg_temp.batch_clicks holds the micro-batch (see sinks.STAGING_COLUMNS).
@@ -125,31 +113,25 @@ WITH inserted AS (
     RETURNING click_url, user_regionid, clicks
 ), per_region AS (
     INSERT INTO {names.CLICKS_PER_REGION_TABLE} AS t (region, clicks)
-    SELECT user_regionid, sum(clicks) FROM inserted GROUP BY user_regionid
+    SELECT user_regionid, sum(clicks) FROM inserted GROUP BY user_regionid ORDER BY 1
     ON CONFLICT (region) DO UPDATE SET clicks = t.clicks + excluded.clicks
-    RETURNING region, clicks
+    RETURNING 1
 ), per_url_region AS (
     INSERT INTO {names.URL_REGION_TABLE} AS t (url, region, click_count)
-    SELECT click_url, user_regionid, sum(clicks) FROM inserted GROUP BY click_url, user_regionid
+    SELECT click_url, user_regionid, sum(clicks) FROM inserted
+    GROUP BY click_url, user_regionid ORDER BY 1, 2
     ON CONFLICT (url_md5, region) DO UPDATE SET click_count = t.click_count + excluded.click_count
-    RETURNING url, region, click_count
+    RETURNING 1
 )
-SELECT 'region', region, NULL, clicks FROM per_region
-UNION ALL
-SELECT 'url_region', url, region, click_count FROM per_url_region
+SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM per_region),
+       (SELECT count(*) FROM per_url_region)
 """
 
 
-def insert_and_aggregate(conn: psycopg.Connection) -> Totals:
-    """Insert pg_temp.batch_clicks' new rows; fold the totals from them; return the new totals."""
-    regions: list[tuple[str, int]] = []
-    url_regions: list[tuple[str, str, int]] = []
-    for kind, key, region, total in conn.execute(INSERT_AND_AGGREGATE).fetchall():
-        if kind == "region":
-            regions.append((key, total))
-        else:
-            url_regions.append((key, region, total))
-    return Totals(regions, url_regions)
+def insert_and_aggregate(conn: psycopg.Connection) -> int:
+    """Insert pg_temp.batch_clicks' new rows and fold the totals from them; returns the rows inserted."""
+    row = conn.execute(INSERT_AND_AGGREGATE).fetchone()
+    return row[0] if row else 0
 
 
 def current_totals(conn: psycopg.Connection, keys: Totals) -> Totals:

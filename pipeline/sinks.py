@@ -1,24 +1,29 @@
 """Sinks: Postgres exactly once, Kafka at least once.
 
-Each micro-batch (foreachBatch) is written to Postgres in ONE transaction that first claims
-(query, batch_id) in streamfold.sink_batches: a batch Spark replays after a crash finds its id taken
-and writes nothing. Inside that transaction the batch's clicks are COPYed straight into
-streamfold.enriched_clicks and the batch's totals (aggregated once, from the same rows) are upserted;
-if any event_id is already there (a topic reprocessed under a new checkpoint), the transaction goes
-back to a savepoint and takes the slow, deduplicating path (staging table, `ON CONFLICT DO NOTHING`,
-totals folded from the rows actually inserted). Either way the totals equal the sum over
-enriched_clicks.
+The executors write each micro-batch (foreachBatch) to Postgres, partition by partition (`Landing`,
+through mapInArrow): a partition lands in ONE transaction that first claims
+(query, batch_id, partition_id) in streamfold.sink_batches, so a partition Spark replays after a crash
+finds its claim taken and writes nothing. A replayed partition holds the same rows: it is a partition
+of the join's output, whose state partitions the checkpoint fixes. Inside that transaction the
+partition's clicks are COPYed straight into streamfold.enriched_clicks and its totals (aggregated once,
+from the same rows) are upserted; if any event_id is already there (a topic reprocessed under a new
+checkpoint), the transaction goes back to a savepoint and takes the slow, deduplicating path (staging
+table, `ON CONFLICT DO NOTHING`, totals folded from the rows actually inserted). Either way the totals
+equal the sum over enriched_clicks, in every committed state. The driver never holds the batch's rows:
+it gets one summary row per partition and the (url, region) keys the batch touched.
 
-The clicks sink writes its Kafka outputs after the Postgres commit, on every attempt (at least once;
-consumers drop duplicates by event_id): user_clicks by Spark's Kafka writer (executors), the aggregate
-topics with the new totals of the keys the batch touched, clicks_dlq with bounded records. The changelog
-sink writes users_changelog first (it has nothing in Postgres to follow), then its CDC dead letters to
-Postgres and clicks_dlq.
+The clicks sink writes its Kafka outputs after the Postgres commits, on every attempt (at least once;
+consumers drop duplicates by event_id): each partition produces its user_clicks and clicks_dlq records
+(bounded) right after its commit, from the same task, so the batch is computed once and never cached;
+then the driver publishes the aggregate topics with the current totals of the keys the batch touched
+(read after every partition committed, so the last value per key is the newest). The changelog sink writes
+users_changelog first (it has nothing in Postgres to follow), then its CDC dead letters to Postgres
+and clicks_dlq.
 
-Robustness (DESIGN notes, also in README):
+Robustness (also in README):
 - Postgres text cannot hold U+0000 and COPY needs valid UTF-8: in the rows written to Postgres every
   text field is made valid UTF-8 (invalid bytes -> U+FFFD) and NUL becomes U+FFFD (`postgres_text`,
-  vectorised on the driver's Arrow table). user_clicks keeps the click as parsed (JSON escapes NUL as
+  vectorised on each partition's Arrow table). user_clicks keeps the click as parsed (JSON escapes NUL as
   \\u0000). The original bytes of a rejected record are kept in dead_letters.payload (bytea).
 - clicks_dlq records carry at most DLQ_PAYLOAD_BYTES of the payload (as text and base64) plus its full
   length and sha256; the full bytes stay in streamfold.dead_letters.
@@ -33,14 +38,16 @@ import io
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TypeVar
 
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
+from pyspark import TaskContext
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -153,32 +160,34 @@ class PostgresBatches:
         if self._conn is not None:
             self._conn.close()
 
-    def attempt(
-        self, query: str, batch_id: int, rows: int, write: Callable[[psycopg.Connection], None]
-    ) -> bool:
-        """One try: claim (query, batch_id) and run `write` in one transaction. False if already claimed."""
-        try:
-            conn = self.conn
-            with conn.transaction():
-                claimed = conn.execute(
-                    "INSERT INTO streamfold.sink_batches (query, batch_id, rows) VALUES (%s, %s, %s) "
-                    "ON CONFLICT DO NOTHING RETURNING 1",
-                    (query, batch_id, rows),
-                ).fetchone()
-                if claimed:
-                    write(conn)
-            return bool(claimed)
-        except PG_TRANSIENT:
-            self.close()  # reconnect on the next attempt
-            raise
-
     def commit(
-        self, query: str, batch_id: int, rows: int, write: Callable[[psycopg.Connection], None]
+        self,
+        query: str,
+        batch_id: int,
+        rows: int,
+        write: Callable[[psycopg.Connection], None],
+        partition: int = 0,
     ) -> bool:
-        """`attempt`, retried through a Postgres outage (the ledger makes a retry safe)."""
-        return retrying(
-            "Postgres", lambda: self.attempt(query, batch_id, rows, write), PG_TRANSIENT, self.retry_s
-        )
+        """Claim (query, batch_id, partition) and run `write` in one transaction; False if already claimed.
+        Retried through a Postgres outage (the ledger makes a retry safe)."""
+
+        def attempt() -> bool:
+            try:
+                conn = self.conn
+                with conn.transaction():
+                    claimed = conn.execute(
+                        "INSERT INTO streamfold.sink_batches (query, batch_id, partition_id, rows) "
+                        "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+                        (query, batch_id, partition, rows),
+                    ).fetchone()
+                    if claimed:
+                        write(conn)
+                return bool(claimed)
+            except PG_TRANSIENT:
+                self.close()  # reconnect on the next attempt
+                raise
+
+        return retrying("Postgres", attempt, PG_TRANSIENT, self.retry_s)
 
     def read(self, fetch: Callable[[psycopg.Connection], R]) -> R:
         def once() -> R:
@@ -213,16 +222,16 @@ def dead_letter_table(dead_letters: DataFrame) -> pa.Table:
     return dead_letters.select(*DEAD_LETTER_COLUMNS[:-1], payload.alias("payload")).toArrow()
 
 
-def dlq_records(dead_letters: DataFrame) -> DataFrame:
-    """clicks_dlq: the reason, the payload's first DLQ_PAYLOAD_BYTES as text (lossy: invalid UTF-8 and
-    NUL become U+FFFD) and exactly (base64), its full length and sha256, and whether it was truncated."""
-    payload = F.col("payload")
+def dlq_value(dead_letter_id: Column, source: Column, reason: Column, payload: Column) -> Column:
+    """A clicks_dlq record: the reason, the payload's first DLQ_PAYLOAD_BYTES as text (lossy: invalid
+    UTF-8 and NUL become U+FFFD) and exactly (base64), its full length and sha256, and whether it was
+    truncated."""
     head = F.substring(payload, 1, DLQ_PAYLOAD_BYTES)
-    value = F.to_json(
+    return F.to_json(
         F.struct(
-            "dead_letter_id",
-            "source",
-            F.substring("reason", 1, DLQ_REASON_CHARS).alias("reason"),
+            dead_letter_id.alias("dead_letter_id"),
+            source.alias("source"),
+            F.substring(reason, 1, DLQ_REASON_CHARS).alias("reason"),
             clean_text(head.cast("string")).alias("payload"),
             F.base64(head).alias("payload_base64"),
             F.length(payload).alias("payload_bytes"),
@@ -230,6 +239,11 @@ def dlq_records(dead_letters: DataFrame) -> DataFrame:
             (F.length(payload) > DLQ_PAYLOAD_BYTES).alias("payload_truncated"),
         )
     )
+
+
+def dlq_records(dead_letters: DataFrame) -> DataFrame:
+    """clicks_dlq records (key, value) of dead_letter_rows."""
+    value = dlq_value(F.col("dead_letter_id"), F.col("source"), F.col("reason"), F.col("payload"))
     return dead_letters.select(F.col("dead_letter_id").alias("key"), value.alias("value"))
 
 
@@ -306,8 +320,9 @@ class Stopwatch:
 # --- the clicks sink ----------------------------------------------------------------------------------
 
 
-def enriched_records(clicks: DataFrame) -> DataFrame:
-    """user_clicks: the row as JSON, times in epoch ms (profile_valid_from null for snapshot versions)."""
+def enriched_value() -> Column:
+    """A user_clicks record: the row as JSON, times in epoch ms (profile_valid_from null for snapshot
+    versions)."""
 
     def field(name: str) -> Column:
         col = F.col(name)
@@ -315,11 +330,20 @@ def enriched_records(clicks: DataFrame) -> DataFrame:
             col = F.when(col < 0, F.lit(None)).otherwise(col)
         return col.alias(name.removesuffix("_ms"))
 
-    value = F.to_json(F.struct(*[field(name) for name in STAGING_COLUMNS]))
-    return clicks.select(F.col("uid").alias("key"), value.alias("value"))
+    return F.to_json(F.struct(*[field(name) for name in STAGING_COLUMNS]))
 
 
-def table_rows(clicks: DataFrame, extra: tuple[str, ...] = ()) -> DataFrame:
+def kafka_record() -> tuple[Column, Column]:
+    """(kafka_key, kafka_value) of a batch row as bytes: user_clicks for a click, clicks_dlq for a reject."""
+    is_click = F.col("error").isNull()
+    dead_letter_id = clean_text(F.col("event_id"))
+    key = F.when(is_click, F.col("uid")).otherwise(dead_letter_id)
+    dlq = dlq_value(dead_letter_id, clean_text(F.col("source")), clean_text(F.col("error")), F.col("payload"))
+    value = F.when(is_click, enriched_value()).otherwise(dlq)
+    return key.cast("binary").alias("kafka_key"), value.cast("binary").alias("kafka_value")
+
+
+def table_rows(clicks: DataFrame, extra: tuple[str | Column, ...] = ()) -> DataFrame:
     """The batch's STAGING_COLUMNS (+ extra), user_interests as a text[] literal, for `to_table`."""
     return clicks.select(
         *[pg_array_literal(F.col(c)).alias(c) if c == "user_interests" else c for c in STAGING_COLUMNS],
@@ -388,12 +412,162 @@ def clean_staged(staged: pa.Table) -> pa.Table:
     )
 
 
+# What each partition reports to the driver: one summary row (url and region null), then one row per
+# (url, region) it holds, whose totals the driver publishes once every partition has landed.
+LANDED_SCHEMA = (
+    "partition_id int, landed boolean, path string, clicks long, released long, dead long, url string, "
+    "region string"
+)
+_WORKER_PG: dict[tuple[str, float], PostgresBatches] = {}
+_WORKER_PRODUCERS: dict[str, Producer] = {}
+
+
+def worker_pg(dsn: str, retry_s: float) -> PostgresBatches:
+    """One writer connection per Python worker process (Spark reuses workers across tasks and batches)."""
+    return _WORKER_PG.setdefault((dsn, retry_s), PostgresBatches(dsn, retry_s))
+
+
+def worker_producer(bootstrap: str) -> Producer:
+    """One producer per Python worker process, for user_clicks and clicks_dlq."""
+    if bootstrap not in _WORKER_PRODUCERS:
+        _WORKER_PRODUCERS[bootstrap] = topics.producer(
+            bootstrap,
+            {
+                "linger.ms": 20,
+                "enable.idempotence": True,
+                "compression.type": "lz4",
+                "message.max.bytes": KAFKA_MAX_REQUEST_BYTES,
+                "queue.buffering.max.messages": 1_000_000,
+                "log_level": 2,  # the retry line says it once per attempt (see EnrichedClicksSink)
+            },
+        )
+    return _WORKER_PRODUCERS[bootstrap]
+
+
+def produce_all(producer: Producer, records: Iterable[tuple[str, bytes, bytes]]) -> None:
+    """Produce (topic, key, value) records and wait until Kafka acknowledged every one of them;
+    KafkaUnavailable otherwise (the caller produces them all again: at least once)."""
+    failures: list[object] = []
+
+    def delivered(error: object, _message: object) -> None:
+        if error is not None:
+            failures.append(error)
+
+    for topic, key, value in records:
+        while True:
+            try:
+                producer.produce(topic, value, key, on_delivery=delivered)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.1)
+    left = producer.flush(60)
+    if left or failures:
+        cause = failures[0] if failures else f"{left} records unacknowledged after 60 s"
+        raise KafkaUnavailable(f"Kafka did not acknowledge every record ({cause})")
+
+
+def write_rows(conn: psycopg.Connection, table: pa.Table, arrow: pa.Table, totals: aggregates.Totals) -> str:
+    """COPY straight into enriched_clicks and upsert the rows' totals; if an event_id is already there,
+    back to the savepoint and insert only the new rows (totals from the rows inserted). Returns the path."""
+    if table.num_rows == 0:
+        return "empty"
+    try:
+        with conn.transaction():  # a savepoint inside the partition's transaction
+            copy_rows(conn, names.ENRICHED_CLICKS_TABLE, TABLE_COLUMNS, table)
+            aggregates.upsert_totals(conn, totals)
+            return "COPY"
+    except psycopg.errors.UniqueViolation:
+        log.warning("batch holds clicks already in %s: deduplicating", names.ENRICHED_CLICKS_TABLE)
+    copy_rows(conn, "pg_temp.batch_clicks", STAGING_COLUMNS, clean_staged(arrow))
+    aggregates.insert_and_aggregate(conn)
+    return "deduplicated"
+
+
+@dataclass(frozen=True)
+class Landing:
+    """mapInArrow on the executors: a partition of a batch lands in Postgres in one transaction that
+    claims (ledger, batch_id, partition_id), then goes to Kafka. A partition is the same set of rows
+    when Spark replays the batch (the join's state partitions are fixed by the checkpoint), so a
+    replayed partition is a no-op in Postgres, and a batch that failed half-way lands only the
+    partitions still missing. Its Kafka records are produced on every attempt (at least once)."""
+
+    dsn: str
+    bootstrap: str
+    ledger: str
+    batch_id: int
+    retry_s: float
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        partition = TaskContext.get().partitionId()  # type: ignore[union-attr]  # always set in a task
+        received = list(batches)
+        if not received:
+            yield self.report(partition, False, "empty", pa.table({}), 0, [])
+            return
+        both = pa.Table.from_batches(received)
+        is_reject = pc.is_valid(both.column("error"))
+        arrow = both.filter(pc.invert(is_reject)).select(list(STAGING_COLUMNS))
+        dead = dead_letter_arrow(both.filter(is_reject))
+        table = to_table(arrow)
+        totals = aggregates.batch_totals(table)
+        path = ["replay"]
+
+        def write(conn: psycopg.Connection) -> None:
+            path[0] = write_rows(conn, table, arrow, totals)
+            copy_dead_letters(conn, dead)
+
+        pg = worker_pg(self.dsn, self.retry_s)
+        landed = pg.commit(self.ledger, self.batch_id, table.num_rows + dead.num_rows, write, partition)
+        records = zip(
+            (names.DLQ_TOPIC if reject else names.USER_CLICKS_TOPIC for reject in is_reject.to_pylist()),
+            both.column("kafka_key").to_pylist(),
+            both.column("kafka_value").to_pylist(),
+            strict=True,
+        )
+        rows = list(records)
+        retrying(
+            "Kafka (user_clicks, clicks_dlq)",
+            lambda: produce_all(worker_producer(self.bootstrap), rows),
+            (KafkaUnavailable, KafkaException),
+            self.retry_s,
+        )
+        yield self.report(partition, landed, path[0], table, dead.num_rows, totals.url_regions)
+
+    @staticmethod
+    def report(
+        partition: int,
+        landed: bool,
+        path: str,
+        table: pa.Table,
+        dead: int,
+        keys: list[tuple[str, str, int]],
+    ) -> pa.RecordBatch:
+        released = pc.sum(pc.invert(table.column("profile_complete"))).as_py() if table.num_rows else 0
+        n = 1 + len(keys)
+        return pa.RecordBatch.from_pydict(
+            {
+                "partition_id": pa.array([partition] * n, pa.int32()),
+                "landed": [landed] + [None] * len(keys),
+                "path": [path] + [None] * len(keys),
+                "clicks": pa.array([table.num_rows] + [None] * len(keys), pa.int64()),
+                "released": pa.array([released or 0] + [None] * len(keys), pa.int64()),
+                "dead": pa.array([dead] + [None] * len(keys), pa.int64()),
+                "url": [None] + [url for url, _, _ in keys],
+                "region": [None] + [region for _, region, _ in keys],
+            }
+        )
+
+
 class EnrichedClicksSink:
-    """foreachBatch for the join query: enriched clicks, aggregates and click dead letters."""
+    """foreachBatch for the join query: enriched clicks, aggregates and click dead letters.
+
+    The executors land the batch's partitions in Postgres and produce their user_clicks and clicks_dlq
+    records (`Landing`); the driver only sees a summary per partition and the (url, region) keys, and
+    publishes the totals of those keys."""
 
     def __init__(self, query: str, writer_dsn: str, bootstrap: str, retry_s: float | None = None) -> None:
         self.query = query
         self.retry_s = retry_budget_s() if retry_s is None else retry_s
+        self.dsn = writer_dsn
         self.pg = PostgresBatches(writer_dsn, self.retry_s)
         self.bootstrap = bootstrap
         self.producer = topics.producer(
@@ -407,91 +581,49 @@ class EnrichedClicksSink:
                 "log_level": 2,
             },
         )
-        self.last_path = ""
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        batch = batch.persist()
-        try:
-            self.write_batch(batch, batch_id)
-        finally:
-            batch.unpersist()
-
-    def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         clock = Stopwatch()
-        clicks = batch.where("error IS NULL")
-        rejects = dead_letter_rows(batch.where("error IS NOT NULL"), "event_id", F.col("source"), "error")
-        # The only pass of the batch to the driver: clicks and dead letters together, split in Arrow.
-        # Computing it reads the batch's records from Kafka, so a broker outage here is waited out too.
-        rows = table_rows(batch, extra=("error", "source", "payload"))
-        both = through_kafka_outages("reading the batch", rows.toArrow, self.retry_s)
-        clock.lap("collect")
-        is_reject = pc.is_valid(both.column("error"))
-        arrow = both.filter(pc.invert(is_reject)).select(list(STAGING_COLUMNS))
-        dead = dead_letter_arrow(both.filter(is_reject))
-        table = to_table(arrow)
-        clock.lap("encode")
-        totals = aggregates.batch_totals(table)
-        clock.lap("aggregate")
-        published: dict[str, aggregates.Totals] = {}
-
-        def write(conn: psycopg.Connection) -> None:
-            published["totals"] = self.write_rows(conn, table, arrow, totals)
-            copy_dead_letters(conn, dead)
-
-        committed = self.pg.commit(
-            f"{self.query}:{query_id(batch)}", batch_id, table.num_rows + dead.num_rows, write
+        landing = Landing(self.dsn, self.bootstrap, f"{self.query}:{query_id(batch)}", batch_id, self.retry_s)
+        # The payload travels only for rejects: dead_letters keeps their bytes.
+        payload = F.when(F.col("error").isNotNull(), F.col("payload")).alias("payload")
+        rows = table_rows(batch, extra=("error", "source", payload, *kafka_record()))
+        # One pass over the batch, so it need not be cached. Computing it reads its records from Kafka,
+        # so a broker outage here is waited out too (partitions that landed are not written again).
+        report = through_kafka_outages(
+            "reading the batch", lambda: rows.mapInArrow(landing, LANDED_SCHEMA).toArrow(), self.retry_s
         )
-        if not committed:
-            published["totals"] = self.pg.read(lambda conn: aggregates.current_totals(conn, totals))
-        clock.lap("postgres")
-        if table.num_rows:
-            write_kafka_retrying(
-                enriched_records(clicks), self.bootstrap, names.USER_CLICKS_TOPIC, self.retry_s
-            )
-        if dead.num_rows:
-            write_kafka_retrying(dlq_records(rejects), self.bootstrap, names.DLQ_TOPIC, self.retry_s)
-        clock.lap("kafka_rows")
+        clock.lap("land")
+        summary = report.filter(pc.is_null(report.column("url"))).to_pylist()
+        keys = report.filter(pc.is_valid(report.column("url")))
         retrying(
             "Kafka (aggregate topics)",
-            lambda: self.publish_totals(published["totals"]),
+            lambda: self.publish_totals(keys),
             (KafkaUnavailable, KafkaException, BufferError),
             self.retry_s,
         )
-        clock.lap("kafka_totals")
+        clock.lap("totals")
         log.info(
-            "batch %s: %s clicks (%s released by join.max_wait), %s dead letters%s; %s",
+            "batch %s: %s clicks (%s released by join.max_wait), %s dead letters (%s); %s",
             batch_id,
-            table.num_rows,
-            pc.sum(pc.invert(table.column("profile_complete"))).as_py() or 0,
-            dead.num_rows,
-            f" ({self.last_path})" if committed else " (replay: already in Postgres)",
+            sum(s["clicks"] for s in summary),
+            sum(s["released"] for s in summary),
+            sum(s["dead"] for s in summary),
+            landed_paths(summary),
             clock,
         )
 
-    def write_rows(
-        self, conn: psycopg.Connection, table: pa.Table, arrow: pa.Table, totals: aggregates.Totals
-    ) -> aggregates.Totals:
-        """COPY straight into enriched_clicks and upsert the batch's totals; if an event_id is already
-        there, back to the savepoint and insert only the new rows (totals from the rows inserted)."""
-        if table.num_rows == 0:
-            return aggregates.Totals.empty()
-        try:
-            with conn.transaction():  # a savepoint inside the batch transaction
-                copy_rows(conn, names.ENRICHED_CLICKS_TABLE, TABLE_COLUMNS, table)
-                self.last_path = "COPY"
-                return aggregates.upsert_totals(conn, totals)
-        except psycopg.errors.UniqueViolation:
-            log.warning("batch holds clicks already in %s: deduplicating", names.ENRICHED_CLICKS_TABLE)
-        copy_rows(conn, "pg_temp.batch_clicks", STAGING_COLUMNS, clean_staged(arrow))
-        self.last_path = "deduplicated"
-        return aggregates.insert_and_aggregate(conn)
-
-    def publish_totals(self, totals: aggregates.Totals | pa.Table) -> None:
-        """Send the new totals of every key the batch touched to the compacted aggregate topics.
-        Given a batch's rows (a table with click_url, user_regionid, clicks), reads their keys' totals."""
-        if isinstance(totals, pa.Table):
-            keys = aggregates.batch_totals(totals)
-            totals = self.pg.read(lambda conn: aggregates.current_totals(conn, keys))
+    def publish_totals(self, keys: pa.Table) -> None:
+        """Send the current totals of the (url, region) keys a batch touched (and of their regions) to the
+        compacted aggregate topics. Read after every partition landed, so the last value per key is the
+        newest total even though partitions commit in any order."""
+        if keys.num_rows == 0:
+            return
+        urls, regions = keys.column("url").to_pylist(), keys.column("region").to_pylist()
+        wanted = aggregates.Totals(
+            [(region, 0) for region in set(regions)], [(u, r, 0) for u, r in zip(urls, regions, strict=True)]
+        )
+        totals = self.pg.read(lambda conn: aggregates.current_totals(conn, wanted))
         produce = self.producer.produce
         for region, total in totals.regions:
             produce(
@@ -509,6 +641,12 @@ class EnrichedClicksSink:
                 self.producer.poll(0)
         if self.producer.flush(60) > 0:
             raise KafkaUnavailable("Kafka did not acknowledge every aggregate update within 60 s")
+
+
+def landed_paths(summary: list[dict]) -> str:
+    """e.g. 'COPY x3, replay x1': how each partition of the batch was written."""
+    paths = sorted(s["path"] for s in summary if s["path"] != "empty")
+    return ", ".join(f"{p} x{paths.count(p)}" for p in dict.fromkeys(paths)) or "nothing to write"
 
 
 class ChangelogSink:

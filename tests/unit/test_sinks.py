@@ -1,6 +1,7 @@
 """The sink's retry loop, its ledger and its two write paths on a real PostgreSQL (the local stack's
-postgres service alone, in a temporary home: ~2 s), plus the text and dead-letter rules on local Spark.
-No mocks: outages are a real stopped server, errors real psycopg exceptions."""
+postgres service alone, in a temporary home: ~2 s), partitions landing on local Spark with the stack's
+Kafka broker, plus the text and dead-letter rules. No mocks: outages are a real stopped server, errors
+real psycopg exceptions."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from pathlib import Path
 
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
-from pyspark.sql import SparkSession
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from compose import local_stack
@@ -114,8 +118,43 @@ def dsn(pg_home: Path) -> str:
     return dsn
 
 
+@pytest.fixture(scope="module")
+def bootstrap(pg_home: Path) -> str:
+    """The stack's Kafka broker in the same home (started once, for the tests that produce)."""
+    local_stack.start_service(pg_home, "kafka")
+    return local_stack.open_stack(pg_home).env()["STREAMFOLD_KAFKA_BOOTSTRAP"]
+
+
+def topic_counts(bootstrap: str) -> dict[str, int]:
+    """Records in user_clicks and clicks_dlq (end offsets: the topics are created empty per test)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unit"})
+    try:
+        return {
+            topic: sum(
+                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            )
+            for topic in (names.USER_CLICKS_TOPIC, names.DLQ_TOPIC)
+        }
+    finally:
+        consumer.close()
+
+
+def fresh_topics(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = (names.USER_CLICKS_TOPIC, names.DLQ_TOPIC)
+    existing = [t for t in wanted if t in admin.list_topics(timeout=10).topics]
+    for future in admin.delete_topics(existing).values() if existing else []:
+        future.result()
+    deadline = time.monotonic() + 30
+    while set(wanted) & set(admin.list_topics(timeout=10).topics) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for future in admin.create_topics([NewTopic(t, 2, 1) for t in wanted]).values():
+        future.result()
+
+
 def rows(n: int, start: int = 0, url: str = "https://e.com/") -> pa.Table:
-    """A batch as sinks.table_rows brings it to the driver (STAGING_COLUMNS)."""
+    """A partition of a batch as sinks.table_rows hands it to Landing (STAGING_COLUMNS)."""
     ids = range(start, start + n)
     return pa.table(
         {
@@ -136,12 +175,16 @@ def rows(n: int, start: int = 0, url: str = "https://e.com/") -> pa.Table:
     )
 
 
-def write_batch(sink: sinks.EnrichedClicksSink, batch_id: int, arrow: pa.Table) -> bool:
+def write_batch(sink: sinks.EnrichedClicksSink, batch_id: int, arrow: pa.Table) -> str | None:
+    """What a partition's Landing does with its rows, here on the driver: the write path taken, or None
+    when the ledger already had the batch."""
     table = sinks.to_table(arrow)
     totals = aggregates.batch_totals(table)
-    return sink.pg.commit(
-        "q", batch_id, table.num_rows, lambda conn: sink.write_rows(conn, table, arrow, totals) and None
+    path: list[str] = []
+    claimed = sink.pg.commit(
+        "q", batch_id, table.num_rows, lambda conn: path.append(sinks.write_rows(conn, table, arrow, totals))
     )
+    return path[0] if claimed else None
 
 
 def assert_totals_exact(dsn: str) -> tuple[int, int]:
@@ -171,14 +214,13 @@ def sink_for(dsn: str, retry_s: float = 30) -> sinks.EnrichedClicksSink:
 
 def test_ledger_makes_a_replayed_batch_a_no_op(dsn: str) -> None:
     sink = sink_for(dsn)
-    assert write_batch(sink, 0, rows(100)) is True
-    assert sink.last_path == "COPY"
-    assert write_batch(sink, 0, rows(100)) is False  # the replay finds its id taken
+    assert write_batch(sink, 0, rows(100)) == "COPY"
+    assert write_batch(sink, 0, rows(100)) is None  # the replay finds its id taken
     assert assert_totals_exact(dsn) == (100, 150)
     with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT query, batch_id, rows FROM streamfold.sink_batches").fetchall() == [
-            ("q", 0, 100)
-        ]
+        assert conn.execute(
+            "SELECT query, batch_id, partition_id, rows FROM streamfold.sink_batches"
+        ).fetchall() == [("q", 0, 0, 100)]
         assert conn.execute(
             "SELECT DISTINCT profile_valid_from = '-infinity', user_interests, device_type, "
             "click_time = '2026-01-01 00:00:00.123+00' FROM streamfold.enriched_clicks"
@@ -197,27 +239,81 @@ def test_clicks_already_there_take_the_deduplicating_path(dsn: str) -> None:
     sink = sink_for(dsn)
     write_batch(sink, 0, rows(100))
     # A topic reprocessed under a new checkpoint: a new batch id, half its clicks already there.
-    assert write_batch(sink, 1, rows(100, start=50)) is True
-    assert sink.last_path == "deduplicated"
+    assert write_batch(sink, 1, rows(100, start=50)) == "deduplicated"
     count, _ = assert_totals_exact(dsn)
     assert count == 150
     assert incomplete_event_ids(dsn) == {f"kafka:clicks:0:{i}" for i in range(0, 150, 5)}
 
 
-def test_upsert_returns_the_new_totals(dsn: str) -> None:
-    sink = sink_for(dsn)
-    write_batch(sink, 0, rows(10))
-    arrow = rows(10, start=10)
-    table = sinks.to_table(arrow)
-    with psycopg.connect(dsn) as conn, conn.transaction():
-        new = sink.write_rows(conn, table, arrow, aggregates.batch_totals(table))
+def batch_frame(spark: SparkSession, clicks: pa.Table, rejects: int, partitions: int) -> DataFrame:
+    """A batch as EnrichedClicksSink hands it to Landing (STAGING_COLUMNS, error, source, payload), with
+    `rejects` dead letters, in `partitions` partitions by uid."""
+    schema = clicks.schema.set(
+        clicks.schema.get_field_index("click_location"), pa.field("click_location", pa.string())
+    )
+    schema = schema.append(pa.field("error", pa.string())).append(pa.field("source", pa.string()))
+    schema = schema.append(pa.field("payload", pa.binary()))
+    valid = {name: clicks.column(name).to_pylist() for name in clicks.column_names}
+    valid |= {"error": [None] * clicks.num_rows, "source": ["kafka:clicks"] * clicks.num_rows}
+    bad = {name: [None] * rejects for name in schema.names}
+    bad |= {
+        "event_id": [f"kafka:clicks:1:{i}" for i in range(rejects)],
+        "uid": [f"User_{i % 7}" for i in range(rejects)],
+        "error": ["not JSON"] * rejects,
+        "source": ["kafka:clicks"] * rejects,
+        "payload": [b"\x00\xff%d" % i for i in range(rejects)],
+    }
+    table = pa.concat_tables(
+        [
+            pa.Table.from_pydict(valid | {"payload": [None] * clicks.num_rows}, schema),
+            pa.Table.from_pydict(bad, schema),
+        ]
+    )
+    frame = spark.createDataFrame(table).repartition(partitions, "uid")
+    return frame.select("*", *sinks.kafka_record())
+
+
+def land(frame: DataFrame, landing: sinks.Landing) -> dict[int, tuple[bool, str]]:
+    """Run Landing on every partition: {partition: (landed, path)} of the non-empty ones."""
+    report = frame.mapInArrow(landing, sinks.LANDED_SCHEMA).toArrow()
+    return {
+        r["partition_id"]: (r["landed"], r["path"])
+        for r in report.filter(pc.is_null(report.column("url"))).to_pylist()
+        if r["path"] != "empty"
+    }
+
+
+def test_partitions_of_a_batch_land_once_each(spark: SparkSession, dsn: str, bootstrap: str) -> None:
+    """A batch that failed after some partitions landed: its replay lands only the missing ones, a second
+    replay nothing; another query's batch 0 is its own; totals stay exact throughout. Kafka gets every
+    partition's records on every attempt (at least once)."""
+    fresh_topics(bootstrap)
+    frame = batch_frame(spark, rows(300), rejects=6, partitions=3)
+    landing = sinks.Landing(dsn, bootstrap, "q:1", batch_id=0, retry_s=30)
+    assert land(frame.where(F.spark_partition_id() != 2), landing) == {0: (True, "COPY"), 1: (True, "COPY")}
+    assert_totals_exact(dsn)
+    assert land(frame, landing) == {0: (False, "replay"), 1: (False, "replay"), 2: (True, "COPY")}
+    assert land(frame, landing) == {p: (False, "replay") for p in range(3)}
+    assert assert_totals_exact(dsn) == (300, 450)
+    other = sinks.Landing(dsn, bootstrap, "r:2", batch_id=0, retry_s=30)
+    assert set(land(batch_frame(spark, rows(30, start=1000), 0, 3), other).values()) == {(True, "COPY")}
+    assert assert_totals_exact(dsn)[0] == 330
     with psycopg.connect(dsn) as conn:
-        assert (
-            sorted(new.regions)
-            == conn.execute("SELECT region, clicks FROM streamfold.clicks_per_region ORDER BY 1").fetchall()
-        )
-        current = aggregates.current_totals(conn, new)
-    assert sorted(new.url_regions) == sorted(current.url_regions)
+        ledger = conn.execute(
+            "SELECT query, batch_id, partition_id, rows FROM streamfold.sink_batches ORDER BY 1, 3"
+        ).fetchall()
+        dead = conn.execute("SELECT count(*) FROM streamfold.dead_letters").fetchone()
+    assert [(q, b, p) for q, b, p, _ in ledger] == [("q:1", 0, p) for p in range(3)] + [
+        ("r:2", 0, p) for p in range(3)
+    ]
+    assert sum(r for q, _, _, r in ledger if q == "q:1") == 306 and dead == (6,)
+    first = frame.where(F.spark_partition_id() != 2)
+    clicks, rejects = first.where("error IS NULL").count(), first.where("error IS NOT NULL").count()
+    assert 0 < clicks < 300 and 0 < rejects < 6
+    assert topic_counts(bootstrap) == {
+        names.USER_CLICKS_TOPIC: clicks + 300 + 300 + 30,
+        names.DLQ_TOPIC: rejects + 6 + 6,
+    }
 
 
 def test_a_url_longer_than_a_btree_key_is_counted(dsn: str) -> None:
@@ -262,7 +358,7 @@ def test_a_batch_survives_a_postgres_outage(dsn: str, pg_home: Path, caplog) -> 
     restarter.start()
     began = time.monotonic()
     with caplog.at_level(logging.WARNING, logger=retry.__name__):
-        assert write_batch(sink, 1, rows(10, start=10)) is True
+        assert write_batch(sink, 1, rows(10, start=10)) == "COPY"
     restarter.join()
     assert time.monotonic() - began >= 3
     assert any(r.getMessage().startswith("Postgres unavailable (") for r in caplog.records)
