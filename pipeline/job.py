@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming import StreamingQuery
 from rich.markup import escape
 
 from pipeline import spark as spark_session
@@ -39,33 +39,6 @@ def exclusive(lock_file: Path) -> Iterator[None]:
         except BlockingIOError:
             raise JobError(f"another `streamfold run` holds {lock_file}; stop it first") from None
         yield
-
-
-class ProgressPrinter(StreamingQueryListener):
-    """One line per micro-batch that read or wrote something: rows, rate, watermark, duration."""
-
-    def __init__(self, echo: Callable[[str], None]) -> None:
-        self.echo = echo
-
-    def onQueryStarted(self, event) -> None:  # noqa: N802 (Spark's API)
-        self.echo(f"[green]started[/] {event.name} ({event.id})")
-
-    def onQueryProgress(self, event) -> None:  # noqa: N802
-        p = event.progress
-        if p.numInputRows == 0:
-            return
-        watermark = p.eventTime.get("watermark", "-")
-        self.echo(
-            f"{p.name} batch {p.batchId}: {p.numInputRows} rows in {p.batchDuration} ms "
-            f"({p.processedRowsPerSecond:,.0f} rows/s), watermark {watermark}"
-        )
-
-    def onQueryIdle(self, event) -> None:  # noqa: N802
-        pass
-
-    def onQueryTerminated(self, event) -> None:  # noqa: N802
-        if event.exception:
-            self.echo(f"[red]{event.id} failed:[/] {root_cause(event.exception)}")
 
 
 def _log_sink_batches() -> None:
@@ -180,9 +153,9 @@ def run(
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
     with exclusive(settings.home / "run.lock"):
-        spark = spark_session.session(f"streamfold-{source}", conf)
-        spark.streams.addListener(ProgressPrinter(echo))
-        spark.streams.addListener(status_files.ProgressFiles(settings.home))
+        # The JVM listener (pipeline/spark.py) prints a line per batch and writes status/<query>.json.
+        status = {spark_session.STATUS_DIR_CONF: str(status_files.status_dir(settings.home))}
+        spark = spark_session.session(f"streamfold-{source}", {**conf, **status})
         status_files.write_job(settings.home, source, spark)
         clicks, changelog = topology.flows(spark, settings, source, join, once)
         try:
@@ -195,6 +168,8 @@ def run(
                     ),
                     topology.start(gate.guarded(clicks), checkpoints, interval_ms),
                 ]
+                for query in queries:
+                    echo(f"[green]started[/] {query.name} ({query.id})")
                 echo(f"running {', '.join(q.name for q in queries)}; Ctrl-C stops")
                 echo(f"Spark UI {spark.sparkContext.uiWebUrl}, Prometheus metrics under /metrics/prometheus")
                 stalls = StallReporter(echo)

@@ -13,6 +13,11 @@ DEFAULT_JARS_DIR = Path(__file__).resolve().parents[1] / "lib" / "spark"
 
 LOG_CONFIG = Path(__file__).resolve().parent / "log4j2.properties"
 
+# Where ProgressListener writes each query's last progress (status/<query>.json), and where it appends
+# every progress as a JSON line (the benchmark's record); each unset means not written.
+STATUS_DIR_CONF = "spark.streamfold.status.dir"
+PROGRESS_LOG_CONF = "spark.streamfold.progress.log"
+
 # The click parser's whole-stage generated code is one method above HotSpot's 8,000-byte JIT limit, so by
 # default it runs interpreted: compiling it makes the parse 2.5x faster. Spark generates and compiles new
 # classes every micro-batch (the batch's time is a literal in the code), so the optimising C2 compiler
@@ -41,6 +46,9 @@ DEFAULTS = {
     "spark.metrics.conf.*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
     "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",
     "spark.sql.streaming.metricsEnabled": "true",
+    # Progress lines, status/<query>.json and the bench's progress log, written in the JVM
+    # (jvm/src/main/java/io/streamfold/status/ProgressListener.java): Python listeners cost ~10% of the CPU.
+    "spark.sql.streaming.streamingQueryListeners": "io.streamfold.status.ProgressListener",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # -Xss: stopping a query mid-batch makes Spark match a regex against the Python traceback, which
     # overflows the default thread stack on long tracebacks (a StackOverflowError in the log, SPARK-48717).

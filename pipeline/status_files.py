@@ -2,7 +2,8 @@
 
 $STREAMFOLD_HOME/status/
   job.json         pid, source, start time, Spark UI URL (Prometheus metrics under it)
-  <query>.json     the query's last StreamingQueryProgress (batch duration, rows/s, state rows, ...)
+  <query>.json     the query's last StreamingQueryProgress (batch duration, rows/s, state rows, ...),
+                   written by the JVM listener io.streamfold.status.ProgressListener
   join.json        clicks waiting in the join's committed state, read every WAITING_EVERY_S
 
 Offsets are not here: status reads them from the checkpoint (the job's own record of what it processed),
@@ -19,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQueryListener
 
 from pipeline.temporal_join import pending_clicks
 
@@ -52,26 +52,6 @@ def write_job(home: Path, source: str, spark: SparkSession) -> None:
         status_dir(home) / JOB_FILE,
         {"pid": os.getpid(), "source": source, "started_ms": now_ms(), "spark_ui": ui},
     )
-
-
-class ProgressFiles(StreamingQueryListener):
-    """Writes each query's last progress to status/<query>.json."""
-
-    def __init__(self, home: Path) -> None:
-        self.folder = status_dir(home)
-
-    def onQueryStarted(self, event) -> None:  # noqa: N802 (Spark's API)
-        pass
-
-    def onQueryProgress(self, event) -> None:  # noqa: N802
-        progress = json.loads(event.progress.json)
-        write_json(self.folder / f"{progress['name']}.json", {"written_ms": now_ms(), "progress": progress})
-
-    def onQueryIdle(self, event) -> None:  # noqa: N802
-        pass
-
-    def onQueryTerminated(self, event) -> None:  # noqa: N802
-        pass
 
 
 class WaitingClicks:

@@ -1,0 +1,92 @@
+package io.streamfold.status;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+import java.nio.file.StandardOpenOption;
+import java.util.Locale;
+import org.apache.spark.SparkConf;
+import org.apache.spark.sql.streaming.StreamingQueryListener;
+import org.apache.spark.sql.streaming.StreamingQueryProgress;
+
+/**
+ * The job's progress, from the JVM: a line per micro-batch that read something (on stdout, the job's
+ * log), each query's last StreamingQueryProgress in {@code <status dir>/<query>.json} (read by
+ * {@code streamfold status}), and optionally every progress as a JSON line (the benchmark's record).
+ *
+ * <p>Why in the JVM: a Python listener gets every event converted field by field over Py4J, whose
+ * reflection misses scan the jars; in {@code make bench} the job's Python listeners took about a tenth of
+ * its CPU. Registered by pipeline/spark.py through {@code spark.sql.streaming.streamingQueryListeners},
+ * configured by {@code spark.streamfold.status.dir} and {@code spark.streamfold.progress.log}.
+ */
+public final class ProgressListener extends StreamingQueryListener {
+  public static final String STATUS_DIR = "spark.streamfold.status.dir";
+  public static final String PROGRESS_LOG = "spark.streamfold.progress.log";
+
+  private final Path statusDir;
+  private final Path progressLog;
+
+  public ProgressListener(SparkConf conf) {
+    statusDir = conf.contains(STATUS_DIR) ? Path.of(conf.get(STATUS_DIR)) : null;
+    progressLog = conf.contains(PROGRESS_LOG) ? Path.of(conf.get(PROGRESS_LOG)) : null;
+  }
+
+  @Override
+  public void onQueryStarted(QueryStartedEvent event) {}
+
+  @Override
+  public void onQueryProgress(QueryProgressEvent event) {
+    StreamingQueryProgress progress = event.progress();
+    String json = progress.json();
+    if (progress.numInputRows() > 0) {
+      System.out.println(summary(progress));
+    }
+    if (statusDir != null) {
+      String record = "{\"written_ms\": " + System.currentTimeMillis() + ", \"progress\": " + json + "}";
+      writeAtomically(statusDir.resolve(progress.name() + ".json"), record);
+    }
+    if (progressLog != null) {
+      append(progressLog, json.replace('\n', ' ') + "\n");
+    }
+  }
+
+  @Override
+  public void onQueryTerminated(QueryTerminatedEvent event) {}
+
+  static String summary(StreamingQueryProgress p) {
+    String watermark = p.eventTime().getOrDefault("watermark", "-");
+    return String.format(
+        Locale.ROOT,
+        "%s batch %d: %d rows in %d ms (%,.0f rows/s), watermark %s",
+        p.name(),
+        p.batchId(),
+        p.numInputRows(),
+        p.batchDuration(),
+        p.processedRowsPerSecond(),
+        watermark);
+  }
+
+  /** Write then rename, so a reader never sees half a file. */
+  private static void writeAtomically(Path path, String text) {
+    try {
+      Files.createDirectories(path.getParent());
+      Path partial = path.resolveSibling("." + path.getFileName() + ".jvm");
+      Files.writeString(partial, text, StandardCharsets.UTF_8);
+      Files.move(partial, path, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  private static void append(Path path, String text) {
+    try {
+      Files.writeString(
+          path, text, StandardCharsets.UTF_8, StandardOpenOption.CREATE, StandardOpenOption.APPEND);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+}
