@@ -2,6 +2,11 @@
 
 RSS double-counts pages that forked python workers share with their daemon, so the total is also
 sampled as PSS (proportional set size, /proc/<pid>/smaps_rollup), which splits shared pages fairly.
+
+Processes the JVM is spawning are left out. Hadoop's local filesystem runs `chmod` for every checkpoint
+file it writes, several times a second. Until the child execs, it shares the JVM's memory and carries the
+name of the spawning thread ("Executor task l", "stream executio"). Counting it added the whole JVM a
+second time: the full runs of 2026-11-24 reported 2 GiB of "python workers" that were never there.
 """
 
 from __future__ import annotations
@@ -50,10 +55,13 @@ def _kib(pid: int, path: str, key: str) -> int:
     return 0
 
 
-def role(pid: int, comm: str, root: int) -> str:
+def role(pid: int, comm: str, root: int) -> str | None:
+    """driver, jvm or workers; None for anything else (a process being spawned, see the module doc)."""
     if pid == root:
         return "driver"
-    return "jvm" if comm == "java" else "workers"
+    if comm == "java":
+        return "jvm"
+    return "workers" if comm.startswith("python") else None
 
 
 @dataclass
@@ -85,8 +93,9 @@ def sample(root: int, peaks: Peaks) -> None:
     rss: dict[str, int] = defaultdict(int)
     pss = 0
     for pid, comm in descendants(root).items():
-        rss[role(pid, comm, root)] += _kib(pid, "status", "VmRSS:")
-        pss += _kib(pid, "smaps_rollup", "Pss:")
+        if (name := role(pid, comm, root)) is not None:
+            rss[name] += _kib(pid, "status", "VmRSS:")
+            pss += _kib(pid, "smaps_rollup", "Pss:")
     if rss:
         peaks.add(dict(rss), pss)
 

@@ -71,6 +71,8 @@ def test_descendants_include_children_with_their_roles():
         assert child.pid in tree
         assert procmem.role(child.pid, tree[child.pid], root=1) == "workers"
         assert procmem.role(child.pid, "java", root=1) == "jvm"
+        # A child the JVM is spawning shares its memory until exec, named after the spawning thread.
+        assert procmem.role(child.pid, "Executor task l", root=1) is None
     finally:
         child.kill()
         child.wait()
