@@ -107,9 +107,10 @@ def test_status_reports_lag_waiting_clicks_dead_letters_and_connector(pg, stream
         finally:
             local_stack.start_service(home, "connect")
         connector_setup.wait_until_running(streamfold_setup.connect_url, names.CONNECTOR_NAME, timeout_s=180)
-        sp.wait_until(
-            lambda: waiting_after(sandbox, int(time.time() * 1000)) == 0, 120, "the clicks released"
-        )
+        # A count taken once Connect runs again (the time is fixed here: the job counts every 10 s, so asking
+        # for a count newer than each poll's own start would only pass when a count lands mid-poll).
+        running_ms = int(time.time() * 1000)
+        sp.wait_until(lambda: waiting_after(sandbox, running_ms) == 0, 120, "the clicks released")
     finally:
         if job.poll() is None:
             job.send_signal(signal.SIGTERM)
