@@ -100,7 +100,7 @@ R = TypeVar("R")
 
 def clean_text(col: Column) -> Column:
     """Valid UTF-8 (invalid bytes -> U+FFFD) without NUL (-> U+FFFD): what a Postgres text can hold."""
-    return F.regexp_replace(F.make_valid_utf8(col), "\u0000", REPLACEMENT)
+    return F.replace(F.make_valid_utf8(col), F.lit("\u0000"), F.lit(REPLACEMENT))
 
 
 PG_TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, psycopg.InterfaceError)
@@ -111,12 +111,11 @@ PG_TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, psyco
 
 def pg_array_literal(col: Column) -> Column:
     """text[] literal ({"a","b"}) so the batch can travel as CSV through COPY."""
-    quoted = F.transform(
-        col,
-        lambda x: F.concat(
-            F.lit('"'), F.regexp_replace(F.regexp_replace(x, r"\\", r"\\\\"), '"', r'\\"'), F.lit('"')
-        ),
-    )
+
+    def escaped(x: Column) -> Column:  # plain replace: a regex here took 4% of the executors' CPU
+        return F.replace(F.replace(x, F.lit("\\"), F.lit("\\\\")), F.lit('"'), F.lit('\\"'))
+
+    quoted = F.transform(col, lambda x: F.concat(F.lit('"'), escaped(x), F.lit('"')))
     return F.when(col.isNull(), F.lit(None)).otherwise(
         F.concat(F.lit("{"), F.array_join(quoted, ","), F.lit("}"))
     )

@@ -392,6 +392,25 @@ def test_clean_text_in_spark(spark: SparkSession) -> None:
     assert (row.s, row.b) == ("a\ufffdb", "a\ufffdb")
 
 
+def test_pg_array_literal_round_trips_through_postgres(spark: SparkSession, dsn: str) -> None:
+    interests = [
+        ["News", "Movies"],
+        ['say "hi"', "back\\slash", "\\", '"', "a,b", "{braces}", " spaced ", "NULL", "", "ünï"],
+        [],
+        None,
+    ]
+    frame = spark.createDataFrame([(i, v) for i, v in enumerate(interests)], "i int, interests array<string>")
+    literals = [
+        r.lit
+        for r in frame.select("i", sinks.pg_array_literal(F.col("interests")).alias("lit"))
+        .sort("i")
+        .collect()
+    ]
+    with psycopg.connect(dsn) as conn:
+        parsed = [conn.execute("SELECT %s::text[]", (lit,)).fetchone()[0] for lit in literals]
+    assert parsed == interests
+
+
 def test_dlq_records_are_bounded_and_state_the_full_payload(spark: SparkSession) -> None:
     import base64  # noqa: PLC0415
     import hashlib  # noqa: PLC0415
