@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 from bench import job, procmem, profile, report
 from bench.latency import Observations, percentile, summary
@@ -76,6 +77,16 @@ def test_descendants_include_children_with_their_roles():
     finally:
         child.kill()
         child.wait()
+
+
+def test_sampler_reads_rss_every_sample_and_pss_less_often():
+    with procmem.Sampler(os.getpid(), interval_s=0.05, pss_every_s=0.2) as sampler:
+        time.sleep(0.5)
+    peaks = sampler.peaks
+    assert sampler.pss_every == 4 and peaks.samples >= 5
+    assert peaks.rss_mib["driver"] > 0 and 0 < peaks.total_pss_mib <= peaks.total_rss_mib
+    peaks.add({"driver": 10 * 1024 * 1024}, None)  # a sample without PSS leaves the PSS peak alone
+    assert peaks.total_rss_mib == 10 * 1024 and peaks.total_pss_mib < 10 * 1024
 
 
 def progress_event(batch: int, clicks: int, cdc: int, **durations: int) -> dict:
