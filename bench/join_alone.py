@@ -27,7 +27,6 @@ from pipeline.temporal_join import (
     BEGINNING_OF_TIME_MS,
     CHANGES_SCHEMA,
     CLICKS_SCHEMA,
-    PROGRESS_SCHEMA,
     JoinConfig,
     temporal_join,
 )
@@ -61,7 +60,7 @@ def write_inputs(spark: SparkSession, root: Path, clicks: int, users: int, files
             F.lit("10.0.0.1").alias("ip"),
             F.lit(1).alias("clicks"),
         ).write.parquet(str(root / "clicks" / f"{f:04d}"))
-        progress = spark.createDataFrame([(T0 + (f + 1) * per_file - 1,)], PROGRESS_SCHEMA)
+        progress = spark.createDataFrame([(T0 + (f + 1) * per_file - 1,)], "progress_ms long")
         progress.write.parquet(str(root / "progress" / f"{f:04d}"))
     spark.range(users).select(
         F.format_string("User_%d", "id").alias("userid"),
@@ -91,8 +90,12 @@ def main(
         write_inputs(spark, root, clicks, users, files)
         joined = temporal_join(
             stream(spark, root, CLICKS_SCHEMA, "clicks"),
-            stream(spark, root, CHANGES_SCHEMA, "changes"),
-            stream(spark, root, PROGRESS_SCHEMA, "progress"),
+            stream(spark, root, CHANGES_SCHEMA, "changes")
+            .withColumn("kind", F.lit("change"))
+            .unionByName(
+                stream(spark, root, "progress_ms long", "progress").withColumn("kind", F.lit("progress")),
+                allowMissingColumns=True,
+            ),
             JoinConfig(),
         )
         emitted = [0]

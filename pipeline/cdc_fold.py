@@ -35,7 +35,15 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from pipeline.strict_json import INT64_MIN, barrier, is_int, json_type, loads_strict, shown, with_json
+from pipeline.strict_json import (
+    INT64_MIN,
+    barrier,
+    is_int,
+    json_type,
+    loads_strict,
+    shown,
+    with_json,
+)
 from pipeline.temporal_state import BEGINNING_OF_TIME_MS
 from streamfold import names
 
@@ -194,16 +202,17 @@ def _profile_int(row: dict[str, Any], field: str) -> int | None:
 @dataclass(frozen=True)
 class Folded:
     records: DataFrame  # every record, tagged by `kind`
-    changes: DataFrame  # userid, op, valid_from_ms, lsn, profile fields
-    progress: DataFrame  # progress_ms
+    cdc: DataFrame  # the join's input: changes and progress (CDC_COLUMNS), from one read of the source
+
+
+# kind (change | progress), the change's fields (NULL on progress), progress_ms (set on both kinds).
+CDC_COLUMNS = ("kind", "userid", "op", "valid_from_ms", "lsn", *PROFILE_FIELDS, "progress_ms")
 
 
 def fold(cdc_raw: DataFrame) -> Folded:
-    """Raw CDC records (topic, key, value, record_id) -> tagged records, changes and progress."""
+    """Raw CDC records (topic, key, value, record_id) -> tagged records, and the join's changes + progress."""
     folded = fold_records(cdc_raw)
-    changes = folded.where("kind = 'change'").select("userid", "op", "valid_from_ms", "lsn", *PROFILE_FIELDS)
-    progress = folded.where("kind IN ('change', 'progress')").select("progress_ms")
-    return Folded(folded, changes, progress)
+    return Folded(folded, folded.where("kind IN ('change', 'progress')").select(*CDC_COLUMNS))
 
 
 def fold_records(cdc_raw: DataFrame) -> DataFrame:

@@ -20,15 +20,16 @@ Python operator costs a socket round trip per state call and an Arrow->pandas co
 does a key in a few RocksDB operations, see bench/README.md.)
 
 The watermark trick: event time *is* Spark's watermark, so a replay after a crash makes the same decisions
-(the watermark is in the offset log). A third branch, progress_ms UNION ticks of Spark's `rate` source
-(progress_ms = tick time - max_wait), carries the only withWatermark of the query:
+(the watermark is in the offset log). The CDC rows, UNION ticks of Spark's `rate` source (progress_ms = tick
+time - max_wait), carry the only withWatermark of the query, on progress_ms:
     watermark = max(CDC progress, wall clock - max_wait)
-That branch is filtered to nothing after its watermark node, and no column of the operator's input carries
-watermark metadata, so Spark drops no late click or change. Spark computes a batch's watermark from the
-batches before it, so the CDC progress also reaches the operator as input, in the same batch: each input
-partition's largest progress_ms, fanned out to every bucket. A bucket releases a click once
-max(watermark, CDC progress read so far) passes it; a newer one waits under the bucket's event-time timer.
-A click released by max_wait rather than by CDC progress has profile_complete = false.
+The watermark column is dropped right after, so no column of the operator's input carries watermark metadata
+and Spark drops no late click or change. Spark computes a batch's watermark from the batches before it, so
+the CDC progress also reaches the operator as input, in the same batch: each input partition's largest
+progress_ms, fanned out to every bucket by the JVM (TemporalJoin.cdcRows), which passes the changes on and
+drops the ticks. A bucket releases a click once max(watermark, CDC progress read so far) passes it; a newer
+one waits under the bucket's event-time timer. A click released by max_wait rather than by CDC progress has
+profile_complete = false. The CDC source is read and parsed once per batch for all of this.
 
 Under Trigger.AvailableNow the `rate` source makes Spark 4.0 run a single batch per
 run (no trailing no-data batch, SPARK-45178): see run_until_drained for `--once`.
@@ -64,9 +65,9 @@ from pipeline.temporal_state import BEGINNING_OF_TIME_MS, LATEST, JoinConfig
 __all__ = [
     "BEGINNING_OF_TIME_MS",
     "CHANGES_SCHEMA",
+    "CDC_SCHEMA",
     "CLICKS_SCHEMA",
     "OUTPUT_SCHEMA",
-    "PROGRESS_SCHEMA",
     "REJECT_FIELDS",
     "JoinConfig",
     "Pending",
@@ -101,7 +102,11 @@ CHANGES_SCHEMA = StructType(
         StructField("registertime", _LONG),
     ]
 )
-PROGRESS_SCHEMA = StructType([StructField("progress_ms", _LONG)])
+# The CDC stream the join reads (pipeline.cdc_fold.CDC_COLUMNS): kind "change" (CHANGES_SCHEMA set) or
+# "progress" (only progress_ms); a change carries its progress_ms too (source.ts_ms, its commit time).
+CDC_SCHEMA = StructType(
+    [StructField("kind", _STR), *CHANGES_SCHEMA.fields, StructField("progress_ms", _LONG)]
+)
 REJECT_FIELDS = (
     StructField("error", _STR),
     StructField("source", _STR),
@@ -128,9 +133,9 @@ OUTPUT_SCHEMA = StructType(
     ]
 )
 
-# The operator's input: one row shape for clicks, changes and rejects (io.streamfold.join.TaggedRow). ts_ms
+# The operator's input: one row shape for clicks, CDC rows and rejects (io.streamfold.join.TaggedRow). ts_ms
 # is a click's event time or a change's valid_from; the fields of the other kinds are null.
-_CLICK, _CHANGE, _REJECT = "click", "change", "reject"
+_CLICK, _REJECT, _TICK = "click", "reject", "tick"
 _CLICK_FIELDS = ("event_id", "url", "device_id", "ip", "clicks")
 _CHANGE_FIELDS = ("op", "regionid", "gender", "interests", "registertime")
 _TAGGED_SCHEMA = StructType(
@@ -143,6 +148,7 @@ _TAGGED_SCHEMA = StructType(
         *[f for f in CLICKS_SCHEMA.fields if f.name in _CLICK_FIELDS],
         *[f for f in CHANGES_SCHEMA.fields if f.name in _CHANGE_FIELDS],
         *REJECT_FIELDS,
+        StructField("progress_ms", _LONG),  # CDC rows only
     ]
 )
 
@@ -150,33 +156,31 @@ _ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProv
 _STATE_NAME = "bucket"  # io.streamfold.join.BucketJoinProcessor.BUCKET
 _OPERATOR_NAME = "transformWithStateExec"
 _JVM_JOIN = "io.streamfold.join.TemporalJoin"
-# Below every real progress time: the filter that starves the progress branch after its watermark node.
-_BEFORE_ANY_PROGRESS = "0001-01-01 00:00:00"
 
 
-def temporal_join(
-    clicks: DataFrame, changes: DataFrame, progress: DataFrame, cfg: JoinConfig | None = None
-) -> DataFrame:
-    """Streaming clicks (CLICKS_SCHEMA), folded changes (CHANGES_SCHEMA), CDC progress (PROGRESS_SCHEMA)
-    -> one OUTPUT_SCHEMA row per click. Inputs must carry no watermark of their own and have non-null
+def temporal_join(clicks: DataFrame, cdc: DataFrame, cfg: JoinConfig | None = None) -> DataFrame:
+    """Streaming clicks (CLICKS_SCHEMA) and CDC rows (CDC_SCHEMA: changes and progress) -> one
+    OUTPUT_SCHEMA row per click. Inputs must carry no watermark of their own and have non-null
     event_time_ms / valid_from_ms (the parsers send such records to the dead letters).
 
     clicks may also carry REJECT_FIELDS: a row whose error is set is a rejected record, which passes
     through the operator untouched (one output row with only event_id and the reject columns set). Why:
     any split of the parsed source into clicks and rejects (a filter each, then a union, before or after
     the join) makes Spark read and parse the source twice per batch; one tagging projection does not.
+    The CDC rows likewise go through one path (watermark, then changes and progress fanned out in the JVM).
     """
     cfg = cfg or JoinConfig()
     spark = clicks.sparkSession
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", _ROCKSDB)  # required by transformWithState
     jvm: Any = spark._jvm
-    tagged = _tag_clicks(clicks, jvm.io.streamfold.join.TemporalJoin.BUCKETS).unionByName(
-        _tag_changes(changes)
-    )
+    tagged_cdc = _tag_cdc(cdc)
     if cfg.mode != LATEST:
-        tagged = tagged.unionByName(_watermark_carrier(spark, progress, cfg.max_wait_ms))
+        tagged_cdc = _watermarked(spark, tagged_cdc, cfg.max_wait_ms)
     joined = jvm.io.streamfold.join.TemporalJoin.apply(
-        tagged._jdf, progress.select("progress_ms")._jdf, cfg.mode, cfg.version_retention_ms
+        _tag_clicks(clicks, jvm.io.streamfold.join.TemporalJoin.BUCKETS)._jdf,
+        tagged_cdc._jdf,
+        cfg.mode,
+        cfg.version_retention_ms,
     )
     return DataFrame(joined, spark)
 
@@ -212,24 +216,24 @@ def _tag_clicks(clicks: DataFrame, buckets: int) -> DataFrame:
     )
 
 
-def _tag_changes(changes: DataFrame) -> DataFrame:
+def _tag_cdc(cdc: DataFrame) -> DataFrame:
     return _project(
-        changes,
+        cdc,
         {
-            "kind": F.lit(_CHANGE),
+            "kind": F.col("kind"),
             "userid": F.col("userid"),
             "ts_ms": F.col("valid_from_ms"),
             "lsn": F.coalesce(F.col("lsn"), F.lit(0)),
+            "progress_ms": F.col("progress_ms"),
             **{name: F.col(name) for name in _CHANGE_FIELDS},
         },
     )
 
 
-def _watermark_carrier(spark: SparkSession, progress: DataFrame, max_wait_ms: int) -> DataFrame:
-    """CDC progress and wall-clock ticks under the query's only watermark, then filtered to no rows.
-
-    The filter must reference the event-time column: the optimizer then cannot fold it to `false` and
-    push it below the watermark node, which would starve the watermark (seen with `rand() < 0`).
+def _watermarked(spark: SparkSession, tagged_cdc: DataFrame, max_wait_ms: int) -> DataFrame:
+    """The CDC rows plus wall-clock ticks, under the query's only watermark (on progress_ms), which is then
+    dropped: no column of the operator's input carries watermark metadata, so Spark drops no late row.
+    The ticks (progress_ms = tick time - max_wait) end in the JVM, which counts only CDC rows as progress.
     """
     ticks = (
         spark.readStream.format("rate")
@@ -237,14 +241,11 @@ def _watermark_carrier(spark: SparkSession, progress: DataFrame, max_wait_ms: in
         .load()
         .select((F.unix_millis("timestamp") - F.lit(max_wait_ms)).alias("progress_ms"))
     )
-    watermarked = (
-        progress.select("progress_ms")
-        .unionByName(ticks)
+    return (
+        tagged_cdc.unionByName(_project(ticks, {"kind": F.lit(_TICK), "progress_ms": F.col("progress_ms")}))
         .withColumn("progress_ts", F.timestamp_millis("progress_ms"))
         .withWatermark("progress_ts", "0 seconds")
-    )
-    return _project(
-        watermarked.where(F.col("progress_ts") < F.lit(_BEFORE_ANY_PROGRESS).cast("timestamp")), {}
+        .drop("progress_ts")
     )
 
 

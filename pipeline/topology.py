@@ -45,7 +45,7 @@ def flows(
 
     folded = cdc_fold.fold(sources.cdc(spark, settings.kafka_bootstrap))
     # Rejects ride through the join operator, so the source is read and parsed once per batch.
-    enriched = temporal_join(parsed, folded.changes, folded.progress, join)
+    enriched = temporal_join(parsed, folded.cdc, join)
 
     clicks_name = f"clicks-{source}"
     return (

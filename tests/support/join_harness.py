@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from pipeline.temporal_join import CHANGES_SCHEMA, CLICKS_SCHEMA, PROGRESS_SCHEMA, JoinConfig, temporal_join
+from pipeline.temporal_join import CHANGES_SCHEMA, CLICKS_SCHEMA, JoinConfig, temporal_join
 
 
 class Harness:
@@ -40,12 +40,16 @@ class Harness:
             str(self.root / "rejects")
         )
         clicks = read.schema(CLICKS_SCHEMA).load(str(self.root / "clicks"))
+        changes = read.schema(CHANGES_SCHEMA).load(str(self.root / "changes"))
+        progress = read.schema("progress_ms long").load(str(self.root / "progress"))
+        cdc = changes.withColumn("kind", F.lit("change")).unionByName(
+            progress.withColumn("kind", F.lit("progress")), allowMissingColumns=True
+        )
         return temporal_join(
             clicks.unionByName(
                 rejects.withColumn("payload", F.col("payload").cast("binary")), allowMissingColumns=True
             ),
-            read.schema(CHANGES_SCHEMA).load(str(self.root / "changes")),
-            read.schema(PROGRESS_SCHEMA).load(str(self.root / "progress")),
+            cdc,
             self.cfg,
         )
 

@@ -153,10 +153,12 @@ def test_fold_tags_every_record(spark):
     assert records[7]["error"] == (
         f"change event of {MAX_CHANGE_BYTES + 236} bytes exceeds the {MAX_CHANGE_BYTES}-byte limit"
     )
-    changes = folded.changes.collect()
+    cdc = folded.cdc.collect()
+    changes = [c for c in cdc if c["kind"] == "change"]
     assert [(c["userid"], c["op"], c["regionid"]) for c in changes] == [
         ("alice", "c", "asia"),
         ("alice", "u", "7"),
     ]
     assert changes[0]["interests"] == ["News"] and changes[0]["registertime"] == 1
-    assert sorted(p["progress_ms"] for p in folded.progress.collect()) == [1_000, 4_000, 8_000, 9_000]
+    assert [c["kind"] for c in cdc] == ["change", "progress", "progress", "change"]
+    assert sorted(c["progress_ms"] for c in cdc) == [1_000, 4_000, 8_000, 9_000]

@@ -11,7 +11,7 @@ import org.apache.spark.sql.types.StructType;
 /**
  * The operator's input row: clicks, profile changes, CDC progress and rejected records in one shape, told
  * apart by `kind`. ts_ms is a click's event time, a change's valid-from, or the CDC progress; a progress row
- * names its bucket (every bucket gets one, see TemporalJoin.progressRows), and so does a reject (any bucket:
+ * names its bucket (every bucket gets one, see TemporalJoin.cdcRows), and so does a reject (any bucket:
  * it only passes through, see TemporalJoin); clicks and changes are bucketed by userid.
  */
 final class TaggedRow implements Serializable {

@@ -1,7 +1,7 @@
 package io.streamfold.join;
 
-import java.util.ArrayList;
-import java.util.List;
+import java.util.Iterator;
+import java.util.NoSuchElementException;
 import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
 import org.apache.spark.sql.Dataset;
@@ -15,10 +15,10 @@ import org.apache.spark.sql.types.StructType;
 /**
  * The entry point PySpark calls (pipeline/temporal_join.py):
  *
- * <pre>DataFrame(jvm.io.streamfold.join.TemporalJoin.apply(tagged._jdf, "event_time", retention_ms), spark)</pre>
+ * <pre>DataFrame(jvm.io.streamfold.join.TemporalJoin.apply(clicks._jdf, cdc._jdf, "event_time", retention_ms), spark)</pre>
  *
- * `tagged` holds clicks and profile changes in one shape (see TaggedRow) and carries the query's
- * watermark (CDC progress) through a branch that yields no rows. Keyed by a hash bucket of userid, every
+ * `clicks` and `cdc` are in one row shape (see TaggedRow); `cdc` carries the query's watermark (CDC
+ * progress and wall-clock ticks) and is read once per batch (see cdcRows). Keyed by a hash bucket of userid, every
  * row goes through one transformWithState operator (BucketJoinProcessor); the result is one
  * OUTPUT_SCHEMA row per click. Rejected records may ride along (kind "reject"): they come out unchanged
  * in the last three columns, so the source is read once for the join and the dead letters alike.
@@ -57,38 +57,62 @@ public final class TemporalJoin {
   private TemporalJoin() {}
 
   /**
-   * Each input partition's largest CDC progress, as one row for every bucket. Then every bucket knows
-   * how far CDC has been read, in the same batch: a click whose time that passes is released at once
-   * (every change committed up to it has been read, the CDC topic being one partition in commit order),
-   * and a click released by join.max_wait instead is marked profile_complete = false.
+   * The CDC rows (kind "change", "progress" or "tick", with progress_ms) as operator input: every change
+   * as it is, and each input partition's largest CDC progress as one row for every bucket. Then every
+   * bucket knows how far CDC has been read, in the same batch: a click whose time that passes is released
+   * at once (every change committed up to it has been read, the CDC topic being one partition in commit
+   * order), and a click released by join.max_wait instead is marked profile_complete = false. Wall-clock
+   * ticks only drive the watermark upstream: they are not CDC progress and end here. One pass, so the
+   * CDC source is read and parsed once per batch for the changes, the progress and the watermark alike.
    */
-  static Dataset<Row> progressRows(Dataset<Row> progress, TaggedRow rows, StructType schema) {
-    final int column = progress.schema().fieldIndex("progress_ms");
-    MapPartitionsFunction<Row, Row> fanOut = it -> {
-      long max = Long.MIN_VALUE;
-      while (it.hasNext()) {
-        Row r = it.next();
-        if (!r.isNullAt(column)) max = Math.max(max, r.getLong(column));
+  static Dataset<Row> cdcRows(Dataset<Row> cdc, TaggedRow rows, boolean fanOutProgress) {
+    final int kind = cdc.schema().fieldIndex("kind");
+    final int progress = cdc.schema().fieldIndex("progress_ms");
+    MapPartitionsFunction<Row, Row> fanOut = it -> new Iterator<Row>() {
+      private long max = Long.MIN_VALUE;
+      private Row next;
+      private int bucket = fanOutProgress ? 0 : BUCKETS;
+
+      @Override
+      public boolean hasNext() {
+        while (next == null && it.hasNext()) {  // changes stream through; progress is only remembered
+          Row r = it.next();
+          String k = r.getString(kind);
+          boolean change = TaggedRow.CHANGE.equals(k);
+          if ((change || TaggedRow.PROGRESS.equals(k)) && !r.isNullAt(progress)) {
+            max = Math.max(max, r.getLong(progress));
+          }
+          if (change) next = r;
+        }
+        if (next == null && max != Long.MIN_VALUE && bucket < BUCKETS) next = rows.progress(bucket++, max);
+        return next != null;
       }
-      List<Row> out = new ArrayList<>();
-      if (max != Long.MIN_VALUE) for (int b = 0; b < BUCKETS; b++) out.add(rows.progress(b, max));
-      return out.iterator();
+
+      @Override
+      public Row next() {
+        if (!hasNext()) throw new NoSuchElementException();
+        Row r = next;
+        next = null;
+        return r;
+      }
     };
-    return progress.mapPartitions(fanOut, Encoders.row(schema));
+    return cdc.mapPartitions(fanOut, Encoders.row(cdc.schema()));
   }
 
   /**
-   * mode: "event_time" (EventTime timers) or "latest" (no timers, nothing waits). progress: the CDC
-   * progress stream (progress_ms), which every bucket also reads as input (see progressRows).
+   * clicks: tagged clicks and rejects (TaggedRow's schema). cdc: the same schema, kind "change",
+   * "progress" (CDC progress in progress_ms) or "tick" (rows that only carried the watermark, see
+   * pipeline/temporal_join.py). mode: "event_time" (EventTime timers) or "latest" (no timers, nothing
+   * waits).
    */
-  public static Dataset<Row> apply(Dataset<Row> tagged, Dataset<Row> progress, String mode, long retentionMs) {
+  public static Dataset<Row> apply(Dataset<Row> clicks, Dataset<Row> cdc, String mode, long retentionMs) {
     boolean latest = "latest".equals(mode);
     if (!latest && !"event_time".equals(mode)) {
       throw new IllegalArgumentException("join mode must be event_time or latest, got " + mode);
     }
-    TaggedRow rows = new TaggedRow(tagged.schema());
+    TaggedRow rows = new TaggedRow(clicks.schema());
     BucketJoinProcessor processor = new BucketJoinProcessor(latest, retentionMs, rows);
-    if (!latest) tagged = tagged.union(progressRows(progress, rows, tagged.schema()));
+    Dataset<Row> tagged = clicks.union(cdcRows(cdc, rows, !latest));
     return tagged
         .groupByKey((MapFunction<Row, Integer>) rows::bucket, Encoders.INT())
         .transformWithState(processor, latest ? TimeMode.None() : TimeMode.EventTime(), OutputMode.Append(),
