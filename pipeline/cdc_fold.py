@@ -38,6 +38,7 @@ from pyspark.sql import functions as F
 from pipeline.strict_json import (
     INT64_MIN,
     barrier,
+    container_type,
     is_int,
     json_type,
     loads_strict,
@@ -235,7 +236,7 @@ def fold_records(cdc_raw: DataFrame) -> DataFrame:
     heartbeat_topic = F.col("topic") == names.HEARTBEAT_TOPIC
     stage = stage.select(
         "*",
-        json_type(F.col("_v")).alias("_v_type"),
+        container_type(F.col("_v")).alias("_v_type"),
         get("_v", "$.source").alias("_source"),
         F.try_variant_get("_v", "$.op", "variant").alias("_op_v"),
         get("_v", "$.ts_ms").alias("_beat_ts"),
@@ -243,7 +244,7 @@ def fold_records(cdc_raw: DataFrame) -> DataFrame:
     )
     stage = stage.select(
         "*",
-        json_type(F.col("_source")).alias("_source_type"),
+        container_type(F.col("_source")).alias("_source_type"),
         F.when(json_type(F.col("_op_v")) == "string", F.try_variant_get("_op_v", "$", "string")).alias("_op"),
         get("_source", "$.ts_ms").alias("_ts"),
         get("_source", "$.lsn").alias("_lsn"),
@@ -260,7 +261,7 @@ def fold_records(cdc_raw: DataFrame) -> DataFrame:
     )
     stage = stage.select(
         "*",
-        json_type(F.col("_row")).alias("_row_type"),
+        container_type(F.col("_row")).alias("_row_type"),
         get("_row", "$.userid").alias("_row_userid"),
         *(get("_row", f"$.{f}").alias(f"_p_{f}") for f in PROFILE_FIELDS),
     )
