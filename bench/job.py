@@ -36,6 +36,7 @@ from streamfold import names
 
 ROOT = Path(__file__).resolve().parents[1]
 CLICKS_QUERY = "clicks-kafka"
+CHANGELOG_QUERY = "changelog"
 CLICKS_SOURCE = f"Subscribe[{names.CLICKS_TOPIC}]"
 CDC_SOURCE = f"Subscribe[{names.CDC_USERS_TOPIC}"
 STOP_TIMEOUT_S = 60
@@ -156,12 +157,14 @@ class JobRun:
                 raise TimeoutError(f"{total} of {target} clicks committed after {timeout_s:.0f}s")
             time.sleep(poll_s)
 
-    def wait_cdc_read(self, end_offset: int, timeout_s: float, poll_s: float = 2.0) -> int:
-        """Wait until the clicks query has read the CDC topic up to `end_offset`; returns that batch id."""
+    def wait_cdc_read(
+        self, end_offset: int, timeout_s: float, poll_s: float = 2.0, query: str = CLICKS_QUERY
+    ) -> int:
+        """Wait until `query` has read the CDC topic up to `end_offset`; returns that batch id."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.check_alive()
-            for event in self.progress():
+            for event in self.progress(query):
                 if cdc_read_to(event) >= end_offset:
                     return event["batchId"]
             if time.monotonic() > deadline:
@@ -178,11 +181,13 @@ class JobRun:
             ).fetchone()
         return row[0] if row else 0
 
-    def batch_progress(self, batch_id: int, timeout_s: float = 60) -> dict[str, Any]:
+    def batch_progress(
+        self, batch_id: int, timeout_s: float = 60, query: str = CLICKS_QUERY
+    ) -> dict[str, Any]:
         """The progress event of one batch (the listener writes it just after the batch ends)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for event in self.progress():
+            for event in self.progress(query):
                 if event["batchId"] == batch_id:
                     return event
             time.sleep(0.5)
@@ -199,6 +204,26 @@ def cdc_read_to(event: dict[str, Any]) -> int:
         if CDC_SOURCE in source["description"]:
             return int((source.get("endOffset") or {}).get(names.CDC_USERS_TOPIC, {}).get("0", 0))
     return 0
+
+
+def catch_up(run: JobRun, cdc_to: int, timeout_s: float) -> dict[str, Any]:
+    """A fresh checkpoint's fold of the CDC topic up to `cdc_to` (every user's change event, and the
+    heartbeat rows among them), by both queries: from the first batch's trigger to the end of the last
+    batch that completed it."""
+    ends, starts = [], []
+    for query in (CLICKS_QUERY, CHANGELOG_QUERY):
+        done = run.wait_cdc_read(cdc_to, timeout_s, query=query)
+        events = run.progress(query)
+        starts.append(parse_ts(events[0]["timestamp"]))
+        last = run.batch_progress(done, query=query)
+        ends.append(parse_ts(last["timestamp"]) + last["durationMs"]["triggerExecution"] / 1000)
+    seconds = max(ends) - min(starts)
+    return {
+        "records": cdc_to,
+        "seconds": round(seconds, 2),
+        "records_per_s": round(cdc_to / seconds),
+        "launch_to_first_batch_s": round(min(starts) - run.launched, 1),
+    }
 
 
 def throughput(run: JobRun, clicks: int, clicks_batch: int, cdc_batch: int) -> dict[str, Any]:

@@ -8,7 +8,9 @@ On its own local stack (a fresh STREAMFOLD_HOME, stopped at the end), in one run
   3. the naive baseline: a consumer with one PostgreSQL lookup per click, same input, same outputs
   4. the limit: a raw confluent-kafka consumer, and Spark reading the topic into a noop sink
   5. peak memory of every process tree, and the join's state size per 1,000,000 users
-  6. cost growth: throughput at `--scaling-users` users (fresh checkpoint, `--scaling-clicks` each)
+  6. cost growth at `--scaling-users` users: a fresh checkpoint folds every user's change events first
+     (the catch-up, timed and reported on its own), then `--scaling-clicks` clicks arrive and their
+     throughput is measured against that much state
 Results: tables on the console, bench/results/<date>.json (+ .md, and charts: <date>-*.png, bench/plots.py).
 """
 
@@ -108,19 +110,36 @@ class Inputs:
             self.cdc += generate.load_users(self.bench.admin_dsn, users, on_progress=ticker.advance)
             self.users = users
 
-    def clicks(self, users: int, clicks: int, updates: int) -> load.Load:
-        """An empty clicks topic, then `clicks` clicks with `updates` profile updates; waits for Debezium."""
+    def users_ready(self, users: int) -> int:
+        """`users` in public.users, all their change events in Kafka, an empty clicks topic; the CDC end."""
         self.ensure_users(users)
         stack.empty_clicks_topic(self.bench.bootstrap)
+        self.wait_for_cdc()
+        return cdc_end(self.bench)
+
+    def clicks(self, users: int, clicks: int, updates: int, *, empty_first: bool = True) -> load.Load:
+        """`clicks` clicks with `updates` profile updates (on an emptied clicks topic unless told not to);
+        waits for Debezium."""
+        self.ensure_users(users)
+        if empty_first:
+            stack.empty_clicks_topic(self.bench.bootstrap)
         ticker = Ticker("clicks -> Kafka", clicks)
         loaded = load.preload(self.bench, clicks, users, updates, ticker.advance)
         self.cdc += loaded.updates
         echo(f"  {loaded.clicks:,} clicks at {loaded.rate:,.0f}/s, {loaded.updates:,} profile updates")
+        self.wait_for_cdc()
+        return loaded
+
+    def wait_for_cdc(self) -> None:
         cdc_ticker = Ticker("change events in Kafka (Debezium)", self.cdc)
         stack.wait_for_cdc(
             self.bench.bootstrap, self.bench.admin_dsn, self.cdc, cdc_ticker.update, timeout_s=1800
         )
-        return loaded
+
+
+def cdc_end(bench: Bench) -> int:
+    (_, end), *_ = stack.topic_offsets(bench.bootstrap, names.CDC_USERS_TOPIC).values()
+    return end
 
 
 def measure_job(
@@ -128,21 +147,25 @@ def measure_job(
 ) -> tuple[job.JobRun, dict]:
     """Start the job on the preloaded clicks, wait until all are committed; the run is left running."""
     stack.truncate_sinks(bench)
-    (_, cdc_end), *_ = stack.topic_offsets(bench.bootstrap, names.CDC_USERS_TOPIC).values()
     run = job.JobRun(bench, name, conf).__enter__()
     try:
-        ticker = Ticker(f"clicks committed by streamfold ({name})", clicks, every_s=15)
-        profiler = None
-        if profile_s:
-            run.wait_first_batch()
-            profiler = profile.start(run.pid, run.home / "py-spy.txt", profile_s)
-        clicks_batch = run.wait_committed(
-            clicks, timeout_s=max(1800, clicks / 100), on_progress=ticker.update
-        )
-        cdc_batch = run.wait_cdc_read(cdc_end, timeout_s=1800)
+        return run, measure_clicks(run, name, clicks, users, cdc_end(bench), profile_s)
     except BaseException:
         run.__exit__()
         raise
+
+
+def measure_clicks(
+    run: job.JobRun, name: str, clicks: int, users: int, cdc_to: int, profile_s: float = 0
+) -> dict[str, Any]:
+    """Wait until the running job has committed `clicks` and read the CDC topic to `cdc_to`: its result."""
+    ticker = Ticker(f"clicks committed by streamfold ({name})", clicks, every_s=15)
+    profiler = None
+    if profile_s:
+        run.wait_first_batch()
+        profiler = profile.start(run.pid, run.home / "py-spy.txt", profile_s)
+    clicks_batch = run.wait_committed(clicks, timeout_s=max(1800, clicks / 100), on_progress=ticker.update)
+    cdc_batch = run.wait_cdc_read(cdc_to, timeout_s=1800)
     result = job.throughput(run, clicks, clicks_batch, cdc_batch)
     sst = result["state"].get("customMetrics", {}).get("rocksdbSstFileSize")
     result.update(
@@ -159,15 +182,21 @@ def measure_job(
     if profiler:
         result["profile"] = profile.finish(profiler)
     echo(f"  streamfold ({name}): {result['clicks_per_s']:,} clicks/s over {result['seconds']:.1f} s")
-    return run, result
+    return result
 
 
 def scaling_step(bench: Bench, inputs: Inputs, users: int, p: Params) -> dict[str, Any]:
+    """A fresh checkpoint folds every user's change events first (the catch-up, timed on its own), then
+    the clicks arrive: their throughput is the join's cost at this many users in state."""
     clicks = p.scaling_clicks
     echo(f"[bold]cost growth[/]: {users:,} users, {clicks:,} clicks")
-    inputs.clicks(users, clicks, clicks // 100)
-    run, result = measure_job(bench, f"scale-{users}", clicks, users, p.job_conf)
-    run.__exit__()
+    stack.truncate_sinks(bench)
+    cdc_to = inputs.users_ready(users)
+    with job.JobRun(bench, f"scale-{users}", p.job_conf) as run:
+        catch_up = job.catch_up(run, cdc_to, timeout_s=1800)
+        echo(f"  catch-up: {catch_up['records']:,} change events folded in {catch_up['seconds']:.1f} s")
+        inputs.clicks(users, clicks, clicks // 100, empty_first=False)
+        result = measure_clicks(run, f"scale-{users}", clicks, users, cdc_end(bench))
     keep = (
         "users",
         "clicks",
@@ -188,6 +217,7 @@ def scaling_step(bench: Bench, inputs: Inputs, users: int, p: Params) -> dict[st
     return {
         **{k: result.get(k) for k in keep},
         "cdc_records": inputs.cdc,
+        "catch_up": catch_up,
         "memory": run.sampler.peaks.as_dict() if run.sampler else {},
     }
 
