@@ -356,7 +356,7 @@ def main(
     scaling_users: Annotated[
         str, typer.Option(help="user counts for the cost-growth steps")
     ] = "10000,100000,1000000",
-    scaling_clicks: Annotated[int, typer.Option(help="clicks per cost-growth step")] = 100_000,
+    scaling_clicks: Annotated[int, typer.Option(help="clicks per cost-growth step")] = 400_000,
     skip_scaling: Annotated[bool, typer.Option(help="no cost-growth steps")] = False,
     skip_naive: Annotated[bool, typer.Option(help="no naive baseline")] = False,
     skip_limits: Annotated[bool, typer.Option(help="no raw consumer / Spark noop")] = False,
