@@ -65,7 +65,6 @@ from pipeline.temporal_state import BEGINNING_OF_TIME_MS, LATEST, JoinConfig
 __all__ = [
     "BEGINNING_OF_TIME_MS",
     "CHANGES_SCHEMA",
-    "CDC_SCHEMA",
     "CLICKS_SCHEMA",
     "OUTPUT_SCHEMA",
     "REJECT_FIELDS",
@@ -101,11 +100,6 @@ CHANGES_SCHEMA = StructType(
         StructField("interests", _STRS),
         StructField("registertime", _LONG),
     ]
-)
-# The CDC stream the join reads (pipeline.cdc_fold.CDC_COLUMNS): kind "change" (CHANGES_SCHEMA set) or
-# "progress" (only progress_ms); a change carries its progress_ms too (source.ts_ms, its commit time).
-CDC_SCHEMA = StructType(
-    [StructField("kind", _STR), *CHANGES_SCHEMA.fields, StructField("progress_ms", _LONG)]
 )
 REJECT_FIELDS = (
     StructField("error", _STR),
@@ -159,9 +153,10 @@ _JVM_JOIN = "io.streamfold.join.TemporalJoin"
 
 
 def temporal_join(clicks: DataFrame, cdc: DataFrame, cfg: JoinConfig | None = None) -> DataFrame:
-    """Streaming clicks (CLICKS_SCHEMA) and CDC rows (CDC_SCHEMA: changes and progress) -> one
-    OUTPUT_SCHEMA row per click. Inputs must carry no watermark of their own and have non-null
-    event_time_ms / valid_from_ms (the parsers send such records to the dead letters).
+    """Streaming clicks (CLICKS_SCHEMA) and CDC rows (pipeline.cdc_fold.CDC_COLUMNS: kind "change" with
+    the CHANGES_SCHEMA fields, or "progress"; progress_ms on both) -> one OUTPUT_SCHEMA row per click.
+    Inputs must carry no watermark of their own and have non-null event_time_ms / valid_from_ms (the
+    parsers send such records to the dead letters).
 
     clicks may also carry REJECT_FIELDS: a row whose error is set is a rejected record, which passes
     through the operator untouched (one output row with only event_id and the reject columns set). Why:
