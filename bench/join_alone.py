@@ -10,9 +10,7 @@ seconds from query start, clicks/s, and per-batch timings (steady: every batch a
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +20,7 @@ import typer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.spark import DEFAULTS, jars
+from pipeline import spark as spark_session
 from pipeline.temporal_join import (
     BEGINNING_OF_TIME_MS,
     CHANGES_SCHEMA,
@@ -37,12 +35,7 @@ T0 = (
 
 
 def session() -> SparkSession:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.appName("bench-join-alone").config("spark.jars", ",".join(jars()))
-    for key, value in {**DEFAULTS, "spark.ui.enabled": "false"}.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = spark_session.session("bench-join-alone", {"spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -50,6 +50,8 @@ DEFAULTS = {
     # (jvm/src/main/java/io/streamfold/status/ProgressListener.java): Python listeners cost ~10% of the CPU.
     "spark.sql.streaming.streamingQueryListeners": "io.streamfold.status.ProgressListener",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Python workers that skip re-reading pyspark's zips before every task (pipeline/pyspark_daemon.py).
+    "spark.python.daemon.module": "pipeline.pyspark_daemon",
     # -Xss: stopping a query mid-batch makes Spark match a regex against the Python traceback, which
     # overflows the default thread stack on long tracebacks (a StackOverflowError in the log, SPARK-48717).
     "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG} -Xss8m {JIT}",
@@ -57,8 +59,31 @@ DEFAULTS = {
 }
 
 
+# Checkpoints on the local file system without a child process per file (Hadoop without its native library
+# runs `chmod` for each new file and `readlink` for each FileContext rename: dozens of forks of the Spark JVM
+# per micro-batch, a fifth of an idle batch's time). jvm/.../fs/ForklessLocalFileSystem sets permissions
+# through java.nio; the FileSystem-based checkpoint manager renames with File.renameTo. Hadoop loads the
+# file system class before spark.jars are on the classpath, hence the driver class path (the executors
+# are in the driver's JVM under a local master; other masters keep Hadoop's defaults).
+JOIN_JAR = "streamfold-join.jar"
+LOCAL_CHECKPOINTS = {
+    "spark.hadoop.fs.file.impl": "io.streamfold.fs.ForklessLocalFileSystem",
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+    ),
+}
+
+
+def local_checkpoints(folder: Path) -> dict[str, str]:
+    return {**LOCAL_CHECKPOINTS, "spark.driver.extraClassPath": str(folder / JOIN_JAR)}
+
+
+def jars_dir() -> Path:
+    return Path(os.environ.get("STREAMFOLD_JARS", DEFAULT_JARS_DIR))
+
+
 def jars() -> list[str]:
-    folder = Path(os.environ.get("STREAMFOLD_JARS", DEFAULT_JARS_DIR))
+    folder = jars_dir()
     found = sorted(str(p) for p in folder.glob("*.jar"))
     if not found:
         raise FileNotFoundError(f"no Spark connector jars in {folder}: run `make setup`")
@@ -69,13 +94,19 @@ def master(conf: dict[str, str] | None) -> str:
     return (conf or {}).get("spark.master", DEFAULTS["spark.master"])
 
 
+def settings(conf: dict[str, str] | None = None) -> dict[str, str]:
+    """The session's Spark settings: DEFAULTS, the local checkpoint file system under a local master, then
+    conf's spark.* keys."""
+    local = local_checkpoints(jars_dir()) if master(conf).startswith("local") else {}
+    return {**DEFAULTS, **local, **{k: v for k, v in (conf or {}).items() if k.startswith("spark.")}}
+
+
 def session(app_name: str, conf: dict[str, str] | None = None) -> SparkSession:
     # Python workers must use this interpreter (the venv with pandas and pyarrow), not the system one.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master(conf).startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # everything local stays on loopback
-    settings = {**DEFAULTS, **{k: v for k, v in (conf or {}).items() if k.startswith("spark.")}}
     builder = SparkSession.builder.appName(app_name).config("spark.jars", ",".join(jars()))
-    for key, value in settings.items():
+    for key, value in settings(conf).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -1,0 +1,24 @@
+"""PySpark's worker daemon (pyspark.daemon), without re-reading every zip on sys.path for each task.
+
+Spark starts its Python workers through this module (`spark.python.daemon.module`, pipeline/spark.py).
+Why: before each task a worker calls importlib.invalidate_caches(), and on Python 3.11 that makes every
+zipimporter re-read its archive's directory in pure Python. The workers' sys.path holds pyspark.zip,
+py4j's zip and the spark-core jar (thousands of entries): about 0.3 s of CPU per task, whatever its size,
+which was most of an idle micro-batch's sink time (Python 3.12 made this lazy). These archives do not change
+while a worker lives, so their importers keep what they read; an archive added later (addPyFile) is a new
+path and is read as usual.
+"""
+
+from __future__ import annotations
+
+import runpy
+import zipimport
+
+
+def _keep_directory(self: zipimport.zipimporter) -> None:
+    """zipimporter.invalidate_caches, minus the re-read."""
+
+
+if __name__ == "__main__":  # the daemon's process only: the workers it forks inherit this
+    zipimport.zipimporter.invalidate_caches = _keep_directory  # type: ignore[method-assign]
+    runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)

@@ -1,0 +1,80 @@
+"""The Spark session's plumbing (pipeline/spark.py): checkpoints through the forkless local file system, and
+Python workers started by pipeline/pyspark_daemon.py. Both on the real local session the unit tests share."""
+
+from __future__ import annotations
+
+import json
+import stat
+import zipimport
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from pipeline import spark as spark_session
+
+
+def test_local_masters_get_the_forkless_checkpoints_and_others_keep_hadoops_defaults():
+    local = spark_session.settings({"spark.master": "local[2]"})
+    assert local["spark.hadoop.fs.file.impl"] == "io.streamfold.fs.ForklessLocalFileSystem"
+    assert local["spark.driver.extraClassPath"].endswith("streamfold-join.jar")
+    cluster = spark_session.settings({"spark.master": "spark://master:7077"})
+    assert "spark.hadoop.fs.file.impl" not in cluster
+    assert "spark.sql.streaming.checkpointFileManagerClass" not in cluster
+    assert cluster["spark.python.daemon.module"] == "pipeline.pyspark_daemon"
+
+
+def test_the_file_system_sets_permissions_without_chmod(spark: SparkSession, tmp_path: Path):
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    path = jvm.org.apache.hadoop.fs.Path(f"file://{tmp_path}/sub/file")
+    fs = path.getFileSystem(conf)
+    assert fs.getClass().getName() == "io.streamfold.fs.ForklessLocalFileSystem"
+    permission = jvm.org.apache.hadoop.fs.permission.FsPermission
+    assert fs.mkdirs(path.getParent(), permission.createImmutable(0o750))
+    out = fs.create(path, permission.createImmutable(0o640), True, 4096, 1, 1024 * 1024, None)
+    out.write(b"x")
+    out.close()
+    assert stat.S_IMODE((tmp_path / "sub").stat().st_mode) == 0o750
+    assert stat.S_IMODE((tmp_path / "sub" / "file").stat().st_mode) == 0o640
+    assert (tmp_path / "sub" / ".file.crc").exists()  # still Hadoop's checksummed local file system
+
+
+def test_a_stateful_query_checkpoints_through_it(spark: SparkSession, tmp_path: Path):
+    """A RocksDB-state aggregation run twice on one checkpoint: the second run resumes from the state and
+    offsets the first wrote through the forkless file system and the FileSystem-based checkpoint manager."""
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    source.mkdir()
+
+    def run(name: str, keys: list[str]) -> dict[str, int]:
+        (source / f"{name}.json").write_text("".join(json.dumps({"k": k}) + "\n" for k in keys))
+        query = (
+            spark.readStream.schema("k string")
+            .json(str(source))
+            .groupBy("k")
+            .count()
+            .writeStream.outputMode("complete")
+            .format("memory")
+            .queryName(f"counts_{name}")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        return {r["k"]: r["count"] for r in spark.table(f"counts_{name}").collect()}
+
+    assert run("first", ["a", "a", "b"]) == {"a": 2, "b": 1}
+    assert run("second", ["a", "c"]) == {"a": 3, "b": 1, "c": 1}
+    assert sorted(p.name for p in (checkpoint / "commits").iterdir() if p.name.isdigit()) == ["0", "1"]
+
+
+def test_python_workers_run_under_the_daemon_that_keeps_zip_directories(spark: SparkSession):
+    def worker_patch(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:  # pickled by value
+        name = zipimport.zipimporter.invalidate_caches.__name__
+        for batch in batches:
+            yield pa.RecordBatch.from_pydict({"id": batch.column(0), "invalidate": [name] * batch.num_rows})
+
+    seen = spark.range(4).mapInArrow(worker_patch, "id long, invalidate string").select(F.col("invalidate"))
+    assert {r["invalidate"] for r in seen.collect()} == {"_keep_directory"}
