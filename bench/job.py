@@ -36,7 +36,6 @@ from streamfold import names
 
 ROOT = Path(__file__).resolve().parents[1]
 CLICKS_QUERY = "clicks-kafka"
-CHANGELOG_QUERY = "changelog"
 CLICKS_SOURCE = f"Subscribe[{names.CLICKS_TOPIC}]"
 CDC_SOURCE = f"Subscribe[{names.CDC_USERS_TOPIC}"
 STOP_TIMEOUT_S = 60
@@ -118,11 +117,11 @@ class JobRun:
                 raise TimeoutError(f"the job planned no batch within {timeout_s:.0f}s; see {self.log}")
             time.sleep(0.5)
 
-    def progress(self, query: str = CLICKS_QUERY) -> list[dict[str, Any]]:
+    def progress(self) -> list[dict[str, Any]]:
         if not self.progress_file.exists():
             return []
         events = (json.loads(line) for line in self.progress_file.read_text().splitlines() if line.strip())
-        return [e for e in events if e.get("name") == query]
+        return [e for e in events if e.get("name") == CLICKS_QUERY]
 
     def commits(self) -> list[tuple[int, int, datetime]]:
         """(batch_id, rows, committed_at) of the clicks query's Postgres commits: the batch's rows over
@@ -157,14 +156,12 @@ class JobRun:
                 raise TimeoutError(f"{total} of {target} clicks committed after {timeout_s:.0f}s")
             time.sleep(poll_s)
 
-    def wait_cdc_read(
-        self, end_offset: int, timeout_s: float, poll_s: float = 2.0, query: str = CLICKS_QUERY
-    ) -> int:
-        """Wait until `query` has read the CDC topic up to `end_offset`; returns that batch id."""
+    def wait_cdc_read(self, end_offset: int, timeout_s: float, poll_s: float = 2.0) -> int:
+        """Wait until the job has read the CDC topic up to `end_offset`; returns that batch id."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.check_alive()
-            for event in self.progress(query):
+            for event in self.progress():
                 if cdc_read_to(event) >= end_offset:
                     return event["batchId"]
             if time.monotonic() > deadline:
@@ -181,13 +178,11 @@ class JobRun:
             ).fetchone()
         return row[0] if row else 0
 
-    def batch_progress(
-        self, batch_id: int, timeout_s: float = 60, query: str = CLICKS_QUERY
-    ) -> dict[str, Any]:
+    def batch_progress(self, batch_id: int, timeout_s: float = 60) -> dict[str, Any]:
         """The progress event of one batch (the listener writes it just after the batch ends)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for event in self.progress(query):
+            for event in self.progress():
                 if event["batchId"] == batch_id:
                     return event
             time.sleep(0.5)
@@ -208,21 +203,16 @@ def cdc_read_to(event: dict[str, Any]) -> int:
 
 def catch_up(run: JobRun, cdc_to: int, timeout_s: float) -> dict[str, Any]:
     """A fresh checkpoint's fold of the CDC topic up to `cdc_to` (every user's change event, and the
-    heartbeat rows among them), by both queries: from the first batch's trigger to the end of the last
-    batch that completed it."""
-    ends, starts = [], []
-    for query in (CLICKS_QUERY, CHANGELOG_QUERY):
-        done = run.wait_cdc_read(cdc_to, timeout_s, query=query)
-        events = run.progress(query)
-        starts.append(parse_ts(events[0]["timestamp"]))
-        last = run.batch_progress(done, query=query)
-        ends.append(parse_ts(last["timestamp"]) + last["durationMs"]["triggerExecution"] / 1000)
-    seconds = max(ends) - min(starts)
+    heartbeat rows among them): from the first batch's trigger to the end of the batch that completed it."""
+    done = run.wait_cdc_read(cdc_to, timeout_s)
+    start = parse_ts(run.progress()[0]["timestamp"])
+    last = run.batch_progress(done)
+    seconds = parse_ts(last["timestamp"]) + last["durationMs"]["triggerExecution"] / 1000 - start
     return {
         "records": cdc_to,
         "seconds": round(seconds, 2),
         "records_per_s": round(cdc_to / seconds),
-        "launch_to_first_batch_s": round(min(starts) - run.launched, 1),
+        "launch_to_first_batch_s": round(start - run.launched, 1),
     }
 
 

@@ -417,12 +417,28 @@ def fold_records(cdc_raw: DataFrame) -> DataFrame:
     )
 
 
-def changelog_records(changes: DataFrame) -> DataFrame:
-    """users_changelog: key userid, value = non-PII profile, null (tombstone) on delete."""
+def changelog_value() -> Column:
+    """A users_changelog record's value (its key is the userid): the non-PII profile as JSON, null
+    (a tombstone) on delete."""
     profile = F.struct(
         "userid",
         *PROFILE_FIELDS,
         F.when(F.col("op") == "r", F.lit(None)).otherwise(F.col("valid_from_ms")).alias("valid_from"),
     )
-    value = F.when(F.col("op") == "d", F.lit(None).cast("string")).otherwise(F.to_json(profile))
-    return changes.select(F.col("userid").alias("key"), value.alias("value"))
+    return F.when(F.col("op") == "d", F.lit(None).cast("string")).otherwise(F.to_json(profile))
+
+
+def sink_rows(records: DataFrame) -> DataFrame:
+    """What the clicks sink writes of the CDC records besides the join's output (pipeline/sinks.py): each
+    change as a users_changelog record (is_change, uid = its key, change_value), and each record that could
+    not be folded as a dead letter (event_id = record_id, error, source, payload)."""
+    change = F.col("kind") == "change"
+    return records.where(F.col("kind").isin("change", "error")).select(
+        F.when(change, F.col("userid")).alias("uid"),
+        change.alias("is_change"),
+        F.when(change, changelog_value()).alias("change_value"),
+        F.when(~change, F.col("record_id")).alias("event_id"),
+        F.when(~change, F.col("error")).alias("error"),
+        F.when(~change, F.lit(f"kafka:{names.CDC_USERS_TOPIC}")).alias("source"),
+        F.when(~change, F.col("payload")).alias("payload"),
+    )

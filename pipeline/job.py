@@ -115,10 +115,6 @@ def root_cause(message: str) -> str:
 # `--conf` keys besides spark.*: a typo must fail loudly rather than silently keep a default.
 JOB_KEYS = ("join.mode", "join.max_wait", "join.version_retention", "trigger.interval")
 DEFAULT_TRIGGER = "500ms"
-# The changelog flow publishes users_changelog for other applications; the join does not read it.
-# CDC heartbeats arrive every 200 ms, so at the clicks' interval it would run a ~1 s batch for a few
-# heartbeats back to back and take most of a core from the join (measured in `make bench`).
-CHANGELOG_TRIGGER_MS = 5000
 
 
 def check_conf(conf: dict[str, str]) -> None:
@@ -157,20 +153,14 @@ def run(
         status = {spark_session.STATUS_DIR_CONF: str(status_files.status_dir(settings.home))}
         spark = spark_session.session(f"streamfold-{source}", {**conf, **status})
         status_files.write_job(settings.home, source, spark)
-        clicks, changelog = topology.flows(spark, settings, source, join, once)
+        clicks = topology.flow(spark, settings, source, join, once)
         try:
             if once:
-                run_once(spark, clicks, changelog, checkpoints, echo)
+                run_once(spark, clicks, checkpoints, echo)
             else:
-                queries = [
-                    topology.start(
-                        gate.guarded(changelog), checkpoints, max(interval_ms, CHANGELOG_TRIGGER_MS)
-                    ),
-                    topology.start(gate.guarded(clicks), checkpoints, interval_ms),
-                ]
-                for query in queries:
-                    echo(f"[green]started[/] {query.name} ({query.id})")
-                echo(f"running {', '.join(q.name for q in queries)}; Ctrl-C stops")
+                query = topology.start(gate.guarded(clicks), checkpoints, interval_ms)
+                echo(f"[green]started[/] {query.name} ({query.id})")
+                echo(f"running {query.name}; Ctrl-C stops")
                 echo(f"Spark UI {spark.sparkContext.uiWebUrl}, Prometheus metrics under /metrics/prometheus")
                 stalls = StallReporter(echo)
                 waiting = status_files.WaitingClicks(settings.home, checkpoints / clicks.name, echo)
@@ -282,12 +272,10 @@ class BatchGate:
 def run_once(
     spark: SparkSession,
     clicks: topology.Flow,
-    changelog: topology.Flow,
     checkpoints: Path,
     echo: Callable[[str], None],
 ) -> None:
     """Every click available at start is emitted (the join waits for CDC progress), then return."""
-    topology.start(changelog, checkpoints).awaitTermination()
     runs = run_until_drained(
         spark, lambda: topology.start(clicks, checkpoints), str(checkpoints / clicks.name)
     )

@@ -4,7 +4,8 @@ The executors write each micro-batch (foreachBatch) to Postgres, partition by pa
 through mapInArrow): a partition lands in ONE transaction that first claims
 (query, batch_id, partition_id) in streamfold.sink_batches, so a partition Spark replays after a crash
 finds its claim taken and writes nothing. A replayed partition holds the same rows: it is a partition
-of the join's output, whose state partitions the checkpoint fixes. Inside that transaction the
+of the join's output, whose state partitions the checkpoint fixes (or of the CDC source, whose offsets it
+fixes). Inside that transaction the
 partition's clicks are COPYed straight into streamfold.enriched_clicks and its totals (aggregated once,
 from the same rows) are upserted; if any event_id is already there (a topic reprocessed under a new
 checkpoint), the transaction goes back to a savepoint and takes the slow, deduplicating path (staging
@@ -12,13 +13,15 @@ table, `ON CONFLICT DO NOTHING`, totals folded from the rows actually inserted).
 equal the sum over enriched_clicks, in every committed state. The driver never holds the batch's rows:
 it gets one summary row per partition and the (url, region) keys the batch touched.
 
-The clicks sink writes its Kafka outputs after the Postgres commits, on every attempt (at least once;
-consumers drop duplicates by event_id): each partition produces its user_clicks and clicks_dlq records
-(bounded) right after its commit, from the same task, so the batch is computed once and never cached;
-then the driver publishes the aggregate topics with the current totals of the keys the batch touched
-(read after every partition committed, so the last value per key is the newest). The changelog sink writes
-users_changelog first (it has nothing in Postgres to follow), then its CDC dead letters to Postgres
-and clicks_dlq.
+A batch also carries the CDC records (pipeline.cdc_fold.sink_rows): a profile change becomes a
+users_changelog record, an unfoldable record a dead letter like a rejected click. They arrive in the
+partitions of the CDC source, in the topic's order, so a user's changelog records keep their order.
+
+The sink writes its Kafka outputs after the Postgres commits, on every attempt (at least once;
+consumers drop duplicates by event_id): each partition produces its user_clicks, users_changelog and
+clicks_dlq records (bounded) right after its commit, from the same task, so the batch is computed once and
+never cached; then the driver publishes the aggregate topics with the current totals of the keys the batch
+touched (read after every partition committed, so the last value per key is the newest).
 
 Robustness (also in README):
 - Postgres text cannot hold U+0000 and COPY needs valid UTF-8: in the rows written to Postgres every
@@ -52,7 +55,6 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipeline import aggregates
-from pipeline.cdc_fold import changelog_records
 from pipeline.retry import one_line, retry_budget_s, retrying
 from streamfold import names, topics
 
@@ -88,7 +90,7 @@ DEAD_LETTER_COLUMNS = ("dead_letter_id", "source", "reason", "payload")
 # stays far below the producer's and the broker's 1 MB limit; the full bytes stay in Postgres.
 DLQ_PAYLOAD_BYTES = 16 * 1024
 DLQ_REASON_CHARS = 2048
-# Spark's Kafka writer: the producer's request limit (the broker's default message.max.bytes is ~1 MB).
+# The producers' request limit (the broker's default message.max.bytes is ~1 MB).
 KAFKA_MAX_REQUEST_BYTES = 1024 * 1024
 REPLACEMENT = "\ufffd"
 
@@ -204,23 +206,6 @@ class PostgresBatches:
 # --- dead letters -------------------------------------------------------------------------------------
 
 
-def dead_letter_rows(rejects: DataFrame, id_col: str, source: Column, reason_col: str) -> DataFrame:
-    return rejects.select(
-        clean_text(F.col(id_col)).alias("dead_letter_id"),
-        clean_text(source).alias("source"),
-        clean_text(F.col(reason_col)).alias("reason"),
-        "payload",
-    )
-
-
-def dead_letter_table(dead_letters: DataFrame) -> pa.Table:
-    """Rows for COPY into streamfold.dead_letters: bytea travels as hex text (the full payload)."""
-    payload = F.when(F.col("payload").isNull(), F.lit(None)).otherwise(
-        F.concat(F.lit("\\x"), F.hex("payload"))
-    )
-    return dead_letters.select(*DEAD_LETTER_COLUMNS[:-1], payload.alias("payload")).toArrow()
-
-
 def dlq_value(dead_letter_id: Column, source: Column, reason: Column, payload: Column) -> Column:
     """A clicks_dlq record: the reason, the payload's first DLQ_PAYLOAD_BYTES as text (lossy: invalid
     UTF-8 and NUL become U+FFFD) and exactly (base64), its full length and sha256, and whether it was
@@ -240,25 +225,6 @@ def dlq_value(dead_letter_id: Column, source: Column, reason: Column, payload: C
     )
 
 
-def dlq_records(dead_letters: DataFrame) -> DataFrame:
-    """clicks_dlq records (key, value) of dead_letter_rows."""
-    value = dlq_value(F.col("dead_letter_id"), F.col("source"), F.col("reason"), F.col("payload"))
-    return dead_letters.select(F.col("dead_letter_id").alias("key"), value.alias("value"))
-
-
-def write_kafka(records: DataFrame, bootstrap: str, topic: str) -> None:
-    (
-        records.write.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("kafka.max.request.size", str(KAFKA_MAX_REQUEST_BYTES))
-        .option("kafka.linger.ms", "20")
-        .option("kafka.batch.size", str(256 * 1024))
-        .option("kafka.compression.type", "lz4")
-        .option("topic", topic)
-        .save()
-    )
-
-
 def through_kafka_outages(what: str, action: Callable[[], R], budget_s: float) -> R:
     """A Spark action that reads or writes Kafka, retried through a Kafka outage. A micro-batch's offsets
     are fixed in the checkpoint, so a retry reads the same records (and a write is at least once anyway)."""
@@ -272,11 +238,6 @@ def through_kafka_outages(what: str, action: Callable[[], R], budget_s: float) -
             raise
 
     return retrying(f"Kafka ({what})", once, (KafkaUnavailable,), budget_s)
-
-
-def write_kafka_retrying(records: DataFrame, bootstrap: str, topic: str, budget_s: float) -> None:
-    """Spark's Kafka writer, the whole write retried through a Kafka outage."""
-    through_kafka_outages(topic, lambda: write_kafka(records, bootstrap, topic), budget_s)
 
 
 class KafkaUnavailable(RuntimeError):
@@ -332,13 +293,19 @@ def enriched_value() -> Column:
     return F.to_json(F.struct(*[field(name) for name in STAGING_COLUMNS]))
 
 
+def is_change() -> Column:
+    """A users_changelog record (pipeline.cdc_fold.sink_rows) rather than a click or a dead letter."""
+    return F.coalesce(F.col("is_change"), F.lit(False))
+
+
 def kafka_record() -> tuple[Column, Column]:
-    """(kafka_key, kafka_value) of a batch row as bytes: user_clicks for a click, clicks_dlq for a reject."""
-    is_click = F.col("error").isNull()
+    """(kafka_key, kafka_value) of a batch row as bytes: user_clicks for a click, users_changelog for a
+    profile change (a null value is its tombstone), clicks_dlq for a reject."""
+    is_reject = F.col("error").isNotNull()
     dead_letter_id = clean_text(F.col("event_id"))
-    key = F.when(is_click, F.col("uid")).otherwise(dead_letter_id)
+    key = F.when(is_reject, dead_letter_id).otherwise(F.col("uid"))
     dlq = dlq_value(dead_letter_id, clean_text(F.col("source")), clean_text(F.col("error")), F.col("payload"))
-    value = F.when(is_click, enriched_value()).otherwise(dlq)
+    value = F.when(is_reject, dlq).when(is_change(), F.col("change_value")).otherwise(enriched_value())
     return key.cast("binary").alias("kafka_key"), value.cast("binary").alias("kafka_value")
 
 
@@ -414,8 +381,8 @@ def clean_staged(staged: pa.Table) -> pa.Table:
 # What each partition reports to the driver: one summary row (url and region null), then one row per
 # (url, region) it holds, whose totals the driver publishes once every partition has landed.
 LANDED_SCHEMA = (
-    "partition_id int, landed boolean, path string, clicks long, released long, dead long, url string, "
-    "region string"
+    "partition_id int, landed boolean, path string, clicks long, released long, dead long, changes long, "
+    "url string, region string"
 )
 _WORKER_PG: dict[tuple[str, float], PostgresBatches] = {}
 _WORKER_PRODUCERS: dict[str, Producer] = {}
@@ -500,11 +467,12 @@ class Landing:
         partition = TaskContext.get().partitionId()  # type: ignore[union-attr]  # always set in a task
         received = list(batches)
         if not received:
-            yield self.report(partition, False, "empty", pa.table({}), 0, [])
+            yield self.report(partition, False, "empty", pa.table({}), 0, 0, [])
             return
         both = pa.Table.from_batches(received)
         is_reject = pc.is_valid(both.column("error"))
-        arrow = both.filter(pc.invert(is_reject)).select(list(STAGING_COLUMNS))
+        changed = pc.fill_null(both.column("is_change"), False)
+        arrow = both.filter(pc.invert(pc.or_(is_reject, changed))).select(list(STAGING_COLUMNS))
         dead = dead_letter_arrow(both.filter(is_reject))
         table = to_table(arrow)
         totals = aggregates.batch_totals(table)
@@ -517,7 +485,14 @@ class Landing:
         pg = worker_pg(self.dsn, self.retry_s)
         landed = pg.commit(self.ledger, self.batch_id, table.num_rows + dead.num_rows, write, partition)
         records = zip(
-            (names.DLQ_TOPIC if reject else names.USER_CLICKS_TOPIC for reject in is_reject.to_pylist()),
+            (
+                names.DLQ_TOPIC
+                if reject
+                else names.USERS_CHANGELOG_TOPIC
+                if change
+                else names.USER_CLICKS_TOPIC
+                for reject, change in zip(is_reject.to_pylist(), changed.to_pylist(), strict=True)
+            ),
             both.column("kafka_key").to_pylist(),
             both.column("kafka_value").to_pylist(),
             strict=True,
@@ -529,7 +504,8 @@ class Landing:
             (KafkaUnavailable, KafkaException),
             self.retry_s,
         )
-        yield self.report(partition, landed, path[0], table, dead.num_rows, totals.url_regions)
+        changes = pc.sum(changed).as_py() or 0
+        yield self.report(partition, landed, path[0], table, dead.num_rows, changes, totals.url_regions)
 
     @staticmethod
     def report(
@@ -538,6 +514,7 @@ class Landing:
         path: str,
         table: pa.Table,
         dead: int,
+        changes: int,
         keys: list[tuple[str, str, int]],
     ) -> pa.RecordBatch:
         released = pc.sum(pc.invert(table.column("profile_complete"))).as_py() if table.num_rows else 0
@@ -550,6 +527,7 @@ class Landing:
                 "clicks": pa.array([table.num_rows] + [None] * len(keys), pa.int64()),
                 "released": pa.array([released or 0] + [None] * len(keys), pa.int64()),
                 "dead": pa.array([dead] + [None] * len(keys), pa.int64()),
+                "changes": pa.array([changes] + [None] * len(keys), pa.int64()),
                 "url": [None] + [url for url, _, _ in keys],
                 "region": [None] + [region for _, region, _ in keys],
             }
@@ -586,7 +564,9 @@ class EnrichedClicksSink:
         landing = Landing(self.dsn, self.bootstrap, f"{self.query}:{query_id(batch)}", batch_id, self.retry_s)
         # The payload travels only for rejects: dead_letters keeps their bytes.
         payload = F.when(F.col("error").isNotNull(), F.col("payload")).alias("payload")
-        rows = table_rows(batch, extra=("error", "source", payload, *kafka_record()))
+        rows = table_rows(
+            batch, extra=("error", "source", payload, is_change().alias("is_change"), *kafka_record())
+        )
         # One pass over the batch, so it need not be cached. Computing it reads its records from Kafka,
         # so a broker outage here is waited out too (partitions that landed are not written again).
         report = through_kafka_outages(
@@ -603,10 +583,12 @@ class EnrichedClicksSink:
         )
         clock.lap("totals")
         log.info(
-            "batch %s: %s clicks (%s released by join.max_wait), %s dead letters (%s); %s",
+            "batch %s: %s clicks (%s released by join.max_wait), %s profile changes, %s dead letters "
+            "(%s); %s",
             batch_id,
             sum(s["clicks"] for s in summary),
             sum(s["released"] for s in summary),
+            sum(s["changes"] for s in summary),
             sum(s["dead"] for s in summary),
             landed_paths(summary),
             clock,
@@ -646,39 +628,6 @@ def landed_paths(summary: list[dict]) -> str:
     """e.g. 'COPY x3, replay x1': how each partition of the batch was written."""
     paths = sorted(s["path"] for s in summary if s["path"] != "empty")
     return ", ".join(f"{p} x{paths.count(p)}" for p in dict.fromkeys(paths)) or "nothing to write"
-
-
-class ChangelogSink:
-    """foreachBatch for the fold query: users_changelog, plus CDC records that could not be folded."""
-
-    def __init__(self, writer_dsn: str, bootstrap: str, retry_s: float | None = None) -> None:
-        self.retry_s = retry_budget_s() if retry_s is None else retry_s
-        self.pg = PostgresBatches(writer_dsn, self.retry_s)
-        self.bootstrap = bootstrap
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        batch = batch.persist()
-        try:
-            write_kafka_retrying(
-                changelog_records(batch.where("kind = 'change'")),
-                self.bootstrap,
-                names.USERS_CHANGELOG_TOPIC,
-                self.retry_s,
-            )
-            rejects = dead_letter_rows(
-                batch.where("kind = 'error'"), "record_id", F.lit(f"kafka:{names.CDC_USERS_TOPIC}"), "error"
-            )
-            dead = dead_letter_table(rejects)
-            if dead.num_rows:
-                self.pg.commit(
-                    f"cdc:{query_id(batch)}",
-                    batch_id,
-                    dead.num_rows,
-                    lambda conn: copy_dead_letters(conn, dead),
-                )
-                write_kafka_retrying(dlq_records(rejects), self.bootstrap, names.DLQ_TOPIC, self.retry_s)
-        finally:
-            batch.unpersist()
 
 
 def copy_dead_letters(conn: psycopg.Connection, dead: pa.Table) -> None:

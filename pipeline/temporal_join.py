@@ -17,7 +17,7 @@ transformWithState operator written in Java (jvm/src/main/java/io/streamfold/joi
 timers), reached through `TemporalJoin.apply`. Its per-user logic is a line-for-line port of
 pipeline.temporal_state, the pure-Python reference that tests/unit/test_join_operator.py holds it to. (A
 Python operator costs a socket round trip per state call and an Arrow->pandas conversion per key; the JVM one
-does a key in a few RocksDB operations, see bench/README.md.)
+does a key in a few RocksDB operations, see README.md, "Benchmark".)
 
 The watermark trick: event time *is* Spark's watermark, so a replay after a crash makes the same decisions
 (the watermark is in the offset log). The CDC rows, UNION ticks of Spark's `rate` source (progress_ms = tick

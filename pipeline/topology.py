@@ -1,9 +1,15 @@
 """The pipeline, top to bottom: sources -> CDC fold -> temporal join -> aggregates + sinks.
 
-Two streaming queries share one Spark session:
-  clicks-<source>  clicks + CDC changes + CDC progress -> temporal join -> Postgres (exactly once) + Kafka
-  changelog        CDC changes -> users_changelog (compacted) + CDC dead letters
-The aggregates are folded in the clicks sink's Postgres transaction (pipeline/aggregates.py).
+One streaming query, clicks-<source>, per micro-batch:
+  clicks + CDC changes + CDC progress -> temporal join -> enriched clicks and click dead letters
+  CDC changes and unfoldable CDC records ------------------> users_changelog records and CDC dead letters
+both landed by one sink: Postgres exactly once, then Kafka (pipeline/sinks.py). The aggregates are folded
+in the sink's Postgres transaction (pipeline/aggregates.py).
+
+Why one query: a second query for users_changelog re-planned, checkpointed and scheduled its own batches in
+the same 2 task slots, and its tasks queued behind the join's (an idle batch of it waited up to 16 s). The
+CDC topic is read twice per batch instead (the join's branch and the changelog's), a few rows apart from
+the initial snapshot.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from pipeline import cdc_fold, clicks, sources
-from pipeline.sinks import ChangelogSink, EnrichedClicksSink
+from pipeline.sinks import EnrichedClicksSink
 from pipeline.temporal_join import JoinConfig, temporal_join
 from streamfold.config import Settings
 
@@ -36,26 +42,17 @@ def read_clicks(spark: SparkSession, settings: Settings, source: str, once: bool
     return sources.kafka_clicks(spark, settings.kafka_bootstrap)
 
 
-def flows(
-    spark: SparkSession, settings: Settings, source: str, join: JoinConfig, once: bool = False
-) -> tuple[Flow, Flow]:
-    """(the clicks flow, the changelog flow)."""
+def flow(spark: SparkSession, settings: Settings, source: str, join: JoinConfig, once: bool = False) -> Flow:
     raw_clicks = read_clicks(spark, settings, source, once)
     parsed = clicks.parse(raw_clicks)  # clicks, and rejects with their error
 
     folded = cdc_fold.fold(sources.cdc(spark, settings.kafka_bootstrap))
     # Rejects ride through the join operator, so the source is read and parsed once per batch.
     enriched = temporal_join(parsed, folded.cdc, join)
+    landed = enriched.unionByName(cdc_fold.sink_rows(folded.records), allowMissingColumns=True)
 
-    clicks_name = f"clicks-{source}"
-    return (
-        Flow(
-            clicks_name,
-            enriched,
-            EnrichedClicksSink(clicks_name, settings.writer_dsn, settings.kafka_bootstrap),
-        ),
-        Flow("changelog", folded.records, ChangelogSink(settings.writer_dsn, settings.kafka_bootstrap)),
-    )
+    name = f"clicks-{source}"
+    return Flow(name, landed, EnrichedClicksSink(name, settings.writer_dsn, settings.kafka_bootstrap))
 
 
 def start(flow: Flow, checkpoints: Path, interval_ms: int | None = None) -> StreamingQuery:

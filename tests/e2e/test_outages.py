@@ -110,9 +110,10 @@ def test_job_survives_an_outage_with_exact_totals(service, pg, streamfold_setup,
         producer.flush(30)
 
     def traffic() -> None:
-        """~500 clicks/s until the outage is over (queued by the producer while the broker is down)."""
+        """~500 clicks/s until batches flow again after the outage (queued by the producer while the broker
+        is down), so there is something to commit then; at most 150,000 (5 minutes)."""
         sent = 0
-        while not stop.is_set() and sent < 40_000:
+        while not stop.is_set() and sent < 150_000:
             records = []
             for c in clicks(ClickSpec(count=50, users=len(users), seed=10_000 + sent)):
                 user = users[int(c["userid"].split("_")[1]) - 1]

@@ -126,7 +126,8 @@ def bootstrap(pg_home: Path) -> str:
 
 
 def topic_counts(bootstrap: str) -> dict[str, int]:
-    """Records in user_clicks and clicks_dlq (end offsets: the topics are created empty per test)."""
+    """Records in user_clicks, users_changelog and clicks_dlq (end offsets: the topics are created empty
+    per test)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unit"})
     try:
         return {
@@ -134,15 +135,18 @@ def topic_counts(bootstrap: str) -> dict[str, int]:
                 consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
                 for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions
             )
-            for topic in (names.USER_CLICKS_TOPIC, names.DLQ_TOPIC)
+            for topic in SINK_TOPICS
         }
     finally:
         consumer.close()
 
 
+SINK_TOPICS = (names.USER_CLICKS_TOPIC, names.USERS_CHANGELOG_TOPIC, names.DLQ_TOPIC)
+
+
 def fresh_topics(bootstrap: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    wanted = (names.USER_CLICKS_TOPIC, names.DLQ_TOPIC)
+    wanted = SINK_TOPICS
     existing = [t for t in wanted if t in admin.list_topics(timeout=10).topics]
     for future in admin.delete_topics(existing).values() if existing else []:
         future.result()
@@ -245,16 +249,31 @@ def test_clicks_already_there_take_the_deduplicating_path(dsn: str) -> None:
     assert incomplete_event_ids(dsn) == {f"kafka:clicks:0:{i}" for i in range(0, 150, 5)}
 
 
-def batch_frame(spark: SparkSession, clicks: pa.Table, rejects: int, partitions: int) -> DataFrame:
-    """A batch as EnrichedClicksSink hands it to Landing (STAGING_COLUMNS, error, source, payload), with
-    `rejects` dead letters, in `partitions` partitions by uid."""
+def batch_frame(
+    spark: SparkSession,
+    clicks: pa.Table,
+    rejects: int,
+    partitions: int,
+    changes: list[tuple[str, str | None]] = [],  # noqa: B006  # read only
+) -> DataFrame:
+    """A batch as EnrichedClicksSink hands it to Landing (STAGING_COLUMNS, error, source, payload,
+    is_change, change_value), with `rejects` dead letters and the (userid, value) users_changelog records
+    `changes`, in `partitions` partitions by uid."""
     schema = clicks.schema.set(
         clicks.schema.get_field_index("click_location"), pa.field("click_location", pa.string())
     )
     schema = schema.append(pa.field("error", pa.string())).append(pa.field("source", pa.string()))
-    schema = schema.append(pa.field("payload", pa.binary()))
+    schema = schema.append(pa.field("payload", pa.binary())).append(pa.field("is_change", pa.bool_()))
+    schema = schema.append(pa.field("change_value", pa.string()))
     valid = {name: clicks.column(name).to_pylist() for name in clicks.column_names}
     valid |= {"error": [None] * clicks.num_rows, "source": ["kafka:clicks"] * clicks.num_rows}
+    valid |= {"is_change": [None] * clicks.num_rows, "change_value": [None] * clicks.num_rows}
+    changed = {name: [None] * len(changes) for name in schema.names}
+    changed |= {
+        "uid": [user for user, _ in changes],
+        "is_change": [True] * len(changes),
+        "change_value": [value for _, value in changes],
+    }
     bad = {name: [None] * rejects for name in schema.names}
     bad |= {
         "event_id": [f"kafka:clicks:1:{i}" for i in range(rejects)],
@@ -266,9 +285,10 @@ def batch_frame(spark: SparkSession, clicks: pa.Table, rejects: int, partitions:
     table = pa.concat_tables(
         [
             pa.Table.from_pydict(valid | {"payload": [None] * clicks.num_rows}, schema),
+            pa.Table.from_pydict(changed, schema),
             pa.Table.from_pydict(bad, schema),
         ]
-    )
+    ).combine_chunks()  # one batch: createDataFrame stops at an empty one
     frame = spark.createDataFrame(table).repartition(partitions, "uid")
     return frame.select("*", *sinks.kafka_record())
 
@@ -312,8 +332,50 @@ def test_partitions_of_a_batch_land_once_each(spark: SparkSession, dsn: str, boo
     assert 0 < clicks < 300 and 0 < rejects < 6
     assert topic_counts(bootstrap) == {
         names.USER_CLICKS_TOPIC: clicks + 300 + 300 + 30,
+        names.USERS_CHANGELOG_TOPIC: 0,
         names.DLQ_TOPIC: rejects + 6 + 6,
     }
+
+
+def test_profile_changes_go_to_users_changelog_in_order_and_nowhere_else(
+    spark: SparkSession, dsn: str, bootstrap: str
+) -> None:
+    """CDC changes ride in the batch (pipeline.cdc_fold.sink_rows): each becomes one users_changelog record,
+    a delete its tombstone, a user's records in their order; Postgres gets only clicks and dead letters."""
+    fresh_topics(bootstrap)
+    changes = [("User_1", '{"regionid":"a"}'), ("User_2", '{"regionid":"b"}'), ("User_1", None)]
+    frame = batch_frame(spark, rows(20), rejects=2, partitions=1, changes=changes)
+    landing = sinks.Landing(dsn, bootstrap, "q:1", batch_id=0, retry_s=30)
+    report = frame.mapInArrow(landing, sinks.LANDED_SCHEMA).toArrow()
+    summary = report.filter(pc.is_null(report.column("url"))).to_pylist()
+    assert [(s["clicks"], s["changes"], s["dead"]) for s in summary] == [(20, 3, 2)]
+    assert assert_totals_exact(dsn)[0] == 20
+    assert topic_counts(bootstrap) == {
+        names.USER_CLICKS_TOPIC: 20,
+        names.USERS_CHANGELOG_TOPIC: 3,
+        names.DLQ_TOPIC: 2,
+    }
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unit-changelog"})
+    try:
+        consumer.assign(
+            [
+                TopicPartition(names.USERS_CHANGELOG_TOPIC, p, 0)
+                for p in consumer.list_topics(names.USERS_CHANGELOG_TOPIC, timeout=10)
+                .topics[names.USERS_CHANGELOG_TOPIC]
+                .partitions
+            ]
+        )
+        got: list[tuple[str, str | None]] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 3 and time.monotonic() < deadline:
+            message = consumer.poll(1)
+            if message is not None and not message.error():
+                value = message.value()
+                got.append((message.key().decode(), value.decode() if value is not None else None))
+    finally:
+        consumer.close()
+    assert [v for k, v in got if k == "User_1"] == ['{"regionid":"a"}', None]
+    assert sorted(got, key=str) == sorted(changes, key=str)
 
 
 def test_a_url_longer_than_a_btree_key_is_counted(dsn: str) -> None:
@@ -421,7 +483,7 @@ def test_dlq_records_are_bounded_and_state_the_full_payload(spark: SparkSession)
         [("kafka:clicks:0:7", "kafka:clicks", "record too large", bytearray(big))],
         "dead_letter_id string, source string, reason string, payload binary",
     )
-    record = sinks.dlq_records(frame).collect()[0]
+    record = dlq(frame).collect()[0]
     assert len(record.value.encode()) < 64 * 1024
     value = json.loads(record.value)
     assert value["payload_bytes"] == len(big)
@@ -433,7 +495,12 @@ def test_dlq_records_are_bounded_and_state_the_full_payload(spark: SparkSession)
         [("id", "s", "r", bytearray(b"abc"))],
         "dead_letter_id string, source string, reason string, payload binary",
     )
-    assert json.loads(sinks.dlq_records(small).collect()[0].value)["payload_truncated"] is False
+    assert json.loads(dlq(small).collect()[0].value)["payload_truncated"] is False
+
+
+def dlq(dead_letters: DataFrame) -> DataFrame:
+    columns = (F.col(name) for name in ("dead_letter_id", "source", "reason", "payload"))
+    return dead_letters.select(sinks.dlq_value(*columns).alias("value"))
 
 
 def test_to_table_encodes_times_for_timestamptz() -> None:
