@@ -293,19 +293,15 @@ def enriched_value() -> Column:
     return F.to_json(F.struct(*[field(name) for name in STAGING_COLUMNS]))
 
 
-def is_change() -> Column:
-    """A users_changelog record (pipeline.cdc_fold.sink_rows) rather than a click or a dead letter."""
-    return F.coalesce(F.col("is_change"), F.lit(False))
-
-
 def kafka_record() -> tuple[Column, Column]:
     """(kafka_key, kafka_value) of a batch row as bytes: user_clicks for a click, users_changelog for a
-    profile change (a null value is its tombstone), clicks_dlq for a reject."""
+    profile change (pipeline.cdc_fold.sink_rows; a null value is its tombstone), clicks_dlq for a reject.
+    is_change is null on the join's rows, which `when` takes as false."""
     is_reject = F.col("error").isNotNull()
     dead_letter_id = clean_text(F.col("event_id"))
     key = F.when(is_reject, dead_letter_id).otherwise(F.col("uid"))
     dlq = dlq_value(dead_letter_id, clean_text(F.col("source")), clean_text(F.col("error")), F.col("payload"))
-    value = F.when(is_reject, dlq).when(is_change(), F.col("change_value")).otherwise(enriched_value())
+    value = F.when(is_reject, dlq).when(F.col("is_change"), F.col("change_value")).otherwise(enriched_value())
     return key.cast("binary").alias("kafka_key"), value.cast("binary").alias("kafka_value")
 
 
@@ -484,15 +480,13 @@ class Landing:
 
         pg = worker_pg(self.dsn, self.retry_s)
         landed = pg.commit(self.ledger, self.batch_id, table.num_rows + dead.num_rows, write, partition)
+        topic = pc.if_else(
+            is_reject,
+            names.DLQ_TOPIC,
+            pc.if_else(changed, names.USERS_CHANGELOG_TOPIC, names.USER_CLICKS_TOPIC),
+        )
         records = zip(
-            (
-                names.DLQ_TOPIC
-                if reject
-                else names.USERS_CHANGELOG_TOPIC
-                if change
-                else names.USER_CLICKS_TOPIC
-                for reject, change in zip(is_reject.to_pylist(), changed.to_pylist(), strict=True)
-            ),
+            topic.to_pylist(),
             both.column("kafka_key").to_pylist(),
             both.column("kafka_value").to_pylist(),
             strict=True,
@@ -564,9 +558,7 @@ class EnrichedClicksSink:
         landing = Landing(self.dsn, self.bootstrap, f"{self.query}:{query_id(batch)}", batch_id, self.retry_s)
         # The payload travels only for rejects: dead_letters keeps their bytes.
         payload = F.when(F.col("error").isNotNull(), F.col("payload")).alias("payload")
-        rows = table_rows(
-            batch, extra=("error", "source", payload, is_change().alias("is_change"), *kafka_record())
-        )
+        rows = table_rows(batch, extra=("error", "source", payload, "is_change", *kafka_record()))
         # One pass over the batch, so it need not be cached. Computing it reads its records from Kafka,
         # so a broker outage here is waited out too (partitions that landed are not written again).
         report = through_kafka_outages(
