@@ -22,8 +22,10 @@ PROGRESS_LOG_CONF = "spark.streamfold.progress.log"
 # default it runs interpreted: compiling it makes the parse 2.5x faster. Spark generates and compiles new
 # classes every micro-batch (the batch's time is a literal in the code), so the optimising C2 compiler
 # recompiles the huge methods again and again: it took half the job's CPU in `make bench`. C1 alone
-# compiles them in a fraction of that time, and the job ran 20% faster (README "Benchmark").
-JIT = "-XX:-DontCompileHugeMethods -XX:TieredStopAtLevel=1"
+# compiles them in a fraction of that time, and the job ran 20% faster (README "Benchmark"). But C1 alone
+# also shrinks the code cache to 48 MB, which the job fills: HotSpot then flushes compiled methods and
+# compiles them again (jstat: 14 s of compile time per 90 s of a loaded job, ~1 s with 256 MB).
+JIT = "-XX:-DontCompileHugeMethods -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
 
 DEFAULTS = {
     "spark.master": "local[*]",

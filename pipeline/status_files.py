@@ -27,7 +27,7 @@ STATUS_DIR = "status"
 JOB_FILE = "job.json"
 WAITING_FILE = "join.json"
 # Reading the join state is a small Spark job over a few RocksDB instances: cheap, but not every second.
-WAITING_EVERY_S = 10.0
+WAITING_EVERY_S = 30.0
 
 
 def status_dir(home: Path) -> Path:

@@ -158,7 +158,7 @@ def fresh_topics(bootstrap: str) -> None:
 
 
 def rows(n: int, start: int = 0, url: str = "https://e.com/") -> pa.Table:
-    """A partition of a batch as sinks.table_rows hands it to Landing (STAGING_COLUMNS)."""
+    """A partition of a batch as sinks.landing_columns hands it to Landing (STAGING_COLUMNS)."""
     ids = range(start, start + n)
     return pa.table(
         {
@@ -214,6 +214,14 @@ def assert_totals_exact(dsn: str) -> tuple[int, int]:
 
 def sink_for(dsn: str, retry_s: float = 30) -> sinks.EnrichedClicksSink:
     return sinks.EnrichedClicksSink("q", dsn, f"127.0.0.1:{closed_port()}", retry_s=retry_s)
+
+
+def test_undelivered_records_raise_kafka_unavailable() -> None:
+    """Only failed deliveries are reported: a broker that never answers must still fail the attempt."""
+    producer = sinks.RecordProducer(f"127.0.0.1:{closed_port()}", {"message.timeout.ms": 1000})
+    with pytest.raises(sinks.KafkaUnavailable, match="did not acknowledge every record"):
+        producer.produce_all([(names.USER_CLICKS_TOPIC, b"k", b"v")] * 3)
+    assert len(producer.failures) == 3
 
 
 def test_ledger_makes_a_replayed_batch_a_no_op(dsn: str) -> None:
