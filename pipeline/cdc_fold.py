@@ -22,8 +22,9 @@ interests must be an array of strings (or nulls); registertime an integer. JSON 
 is NULL. Anything else (a float, a boolean, an object...) sends the record to the dead letters with a
 reason naming the field, instead of failing the batch. An integer is a JSON integer that fits in 64 bits.
 
-`parse_envelope` is the executable reference; `fold` is the same logic in Spark's native functions (no
-Python per record), held to it by the differential test in tests/unit/test_parsers_spark.py. JSON is
+`parse_envelope` is the executable reference; `fold` is the same logic in the JVM (no Python per record):
+a Java fast path for plain change events (jvm/.../cdc/PlainEnvelope.java) and Spark's native functions for
+everything else, held to it by the differential tests in tests/unit/test_parsers_spark.py. JSON is
 strict as in pipeline/clicks.py (no duplicate keys, NaN, trailing data, lone surrogates).
 """
 
@@ -59,6 +60,12 @@ HEARTBEAT_SAFETY_MS = 1000
 # every one of the user's enriched clicks (user_clicks records have the producer's 1 MB limit). The
 # CDC topic and Connect's producer accept up to 16 MiB (connectors/setup.py), so Debezium keeps going.
 MAX_CHANGE_BYTES = 1024 * 1024
+# The fast path (jvm/src/main/java/io/streamfold/cdc/PlainEnvelope.java) and the row it returns.
+PLAIN_ENVELOPE_UDF = "streamfold_plain_envelope"
+PLAIN_ENVELOPE_TYPE = (
+    "struct<kind:string,userid:string,op:string,valid_from_ms:bigint,lsn:bigint,regionid:string,"
+    "gender:string,interests:array<string>,registertime:bigint,progress_ms:bigint>"
+)
 FOLDED_COLUMNS = (
     "kind",  # change | progress | skip | error
     "userid",
@@ -217,10 +224,33 @@ def fold(cdc_raw: DataFrame) -> Folded:
 
 
 def fold_records(cdc_raw: DataFrame) -> DataFrame:
-    """parse_envelope in Spark's native functions: every record -> FOLDED_COLUMNS, tagged by kind."""
-    parsed = with_json(
-        with_json(cdc_raw.select("topic", "key", "value", "record_id"), "value", "_v"), "key", "_k"
+    """parse_envelope in Spark: every record -> FOLDED_COLUMNS, tagged by kind.
+
+    Two paths in one projection, as in pipeline.clicks.parse: the JVM fast path (`PlainEnvelope`) folds a
+    plain, valid change event of the users topic; only the records it gives up on (heartbeat-topic records,
+    tombstones, anything unusual) go through the full fold below in Spark's native functions (parse_json,
+    schema_of_variant, regexes), which finds the reason or folds the unusual but valid ones.
+    """
+    cdc_raw.sparkSession.udf.registerJavaFunction(
+        PLAIN_ENVELOPE_UDF, "io.streamfold.cdc.PlainEnvelope", PLAIN_ENVELOPE_TYPE
     )
+    plain = cdc_raw.select(
+        "topic",
+        "key",
+        "value",
+        "record_id",
+        F.when(
+            F.col("topic") == names.CDC_USERS_TOPIC, F.call_function(PLAIN_ENVELOPE_UDF, "key", "value")
+        ).alias("_plain"),
+    )
+    # A folded record reaches the full fold as a tombstone (no key, no value): parsed in no time.
+    unusual = plain.select(
+        "topic",
+        *(F.when(F.col("_plain").isNull(), F.col(c)).alias(c) for c in ("key", "value")),
+        "record_id",
+        "_plain",
+    )
+    parsed = with_json(with_json(unusual, "value", "_v"), "key", "_k")
     stage = parsed.select(
         "topic",
         "value",
@@ -228,6 +258,7 @@ def fold_records(cdc_raw: DataFrame) -> DataFrame:
         "_v",
         "_v_error",
         "_k",
+        "_plain",
     )
 
     def get(column: str, path: str) -> Column:
@@ -366,7 +397,8 @@ def fold_records(cdc_raw: DataFrame) -> DataFrame:
     stage = stage.select("*", error.alias("error"))
 
     kind = (
-        F.when(F.col("error").isNotNull(), "error")
+        F.when(F.col("_plain").isNotNull(), F.col("_plain.kind"))
+        .when(F.col("error").isNotNull(), "error")
         .when(heartbeat_topic, "progress")
         .when(F.col("value").isNull(), "skip")
         .when(F.col("_beat_table"), "progress")
@@ -391,24 +423,36 @@ def fold_records(cdc_raw: DataFrame) -> DataFrame:
         )
         .otherwise(ts)
     )
+
+    def either(name: str, full: Column) -> Column:
+        """The fast path's field where it folded the record, else the full fold's."""
+        return F.when(F.col("_plain").isNotNull(), F.col(f"_plain.{name}")).otherwise(full).alias(name)
+
     return barrier(
         stage.select(
             "kind",
-            F.when(change, F.col("_userid")).alias("userid"),
-            F.when(change, F.col("_op")).alias("op"),
-            F.when(change, F.when(F.col("_op") == "r", F.lit(BEGINNING_OF_TIME_MS)).otherwise(ts)).alias(
-                "valid_from_ms"
+            either("userid", F.when(change, F.col("_userid"))),
+            either("op", F.when(change, F.col("_op"))),
+            either(
+                "valid_from_ms",
+                F.when(change, F.when(F.col("_op") == "r", F.lit(BEGINNING_OF_TIME_MS)).otherwise(ts)),
             ),
-            F.when(change, F.coalesce(F.try_variant_get("_lsn", "$", "bigint"), F.lit(0))).alias("lsn"),
-            text("regionid").alias("regionid"),
-            text("gender").alias("gender"),
-            F.when(
-                profile & ~absent("interests"), F.try_variant_get("_p_interests", "$", "array<string>")
-            ).alias("interests"),
-            F.when(
-                profile & ~absent("registertime"), F.try_variant_get("_p_registertime", "$", "bigint")
-            ).alias("registertime"),
-            F.when(F.col("kind").isin("change", "progress"), progress_ms).alias("progress_ms"),
+            either("lsn", F.when(change, F.coalesce(F.try_variant_get("_lsn", "$", "bigint"), F.lit(0)))),
+            either("regionid", text("regionid")),
+            either("gender", text("gender")),
+            either(
+                "interests",
+                F.when(
+                    profile & ~absent("interests"), F.try_variant_get("_p_interests", "$", "array<string>")
+                ),
+            ),
+            either(
+                "registertime",
+                F.when(
+                    profile & ~absent("registertime"), F.try_variant_get("_p_registertime", "$", "bigint")
+                ),
+            ),
+            either("progress_ms", F.when(F.col("kind").isin("change", "progress"), progress_ms)),
             "error",
             F.when(F.col("kind") == "error", F.col("record_id")).alias("record_id"),
             F.when(F.col("kind") == "error", F.col("value")).alias("payload"),

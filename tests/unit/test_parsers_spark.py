@@ -392,6 +392,97 @@ def test_cdc_fold_agrees_with_parse_envelope(spark: SparkSession):
     assert kinds.keys() >= {"change", "progress", "skip", *CDC_CATEGORIES}, kinds
 
 
+def debezium_envelope(i: int) -> tuple[bytes, bytes]:
+    """A change event as Debezium 3.4 writes it (JSON converter, schemas off), raw UTF-8."""
+    op = "crud"[i % 4]
+    row = {
+        "userid": f"User_{i}é",
+        "regionid": f"Region_{i % 9}",
+        "gender": "OTHER",
+        "interests": ["News", "日本"],
+        "registertime": 1_500_000_000_000 + i,
+    }
+    envelope = {
+        "before": row if op == "d" else None,
+        "after": None if op == "d" else row,
+        "source": {
+            "version": "3.4.0.Final",
+            "connector": "postgresql",
+            "name": "cdc",
+            "ts_ms": NOW - i,
+            "snapshot": "true" if op == "r" else "false",
+            "db": "streamfold",
+            "sequence": '["24023928","24023928"]',
+            "ts_us": (NOW - i) * 1000,
+            "ts_ns": (NOW - i) * 1_000_000,
+            "schema": "public",
+            "table": "users",
+            "txId": 755,
+            "lsn": 24023928 + i,
+            "xmin": None,
+        },
+        "transaction": None,
+        "op": op,
+        "ts_ms": NOW,
+        "ts_us": NOW * 1000,
+        "ts_ns": NOW * 1_000_000,
+    }
+    key = json.dumps({"userid": row["userid"]}, ensure_ascii=False).encode()
+    return key, json.dumps(envelope, ensure_ascii=False).encode()
+
+
+def test_plain_envelope_fast_path_folds_only_what_parse_envelope_folds(spark: SparkSession):
+    """The JVM fast path never folds a dead letter, returns parse_envelope's fields, and takes Debezium's
+    own change events."""
+    users = names.CDC_USERS_TOPIC
+    real = [(users, *debezium_envelope(i)) for i in range(40)]
+    records = real + [r for r in cdc_records(random.Random(SEED + 1)) if r[0] == users]
+    frame = spark.createDataFrame(
+        [(f"r{i}", key, value) for i, (_, key, value) in enumerate(records)],
+        "id string, key binary, value binary",
+    )
+    cdc_fold.fold_records(
+        frame.selectExpr(f"'{users}' AS topic", "key", "value", "id AS record_id")
+    )  # registers
+    fast_rows = frame.select("id", F.call_function(cdc_fold.PLAIN_ENVELOPE_UDF, "key", "value").alias("p"))
+    got = {r["id"]: r["p"] for r in fast_rows.collect()}
+    taken = valid = 0
+    for i, (topic, key, value) in enumerate(records):
+        fast = got[f"r{i}"]
+        try:
+            want = parse_envelope(topic, key, value)
+        except BadEnvelope as exc:
+            assert fast is None, (key, value, str(exc), fast)
+            continue
+        if want is None:
+            assert fast is None, (key, value)
+            continue
+        valid += 1
+        if fast is None:
+            assert i >= len(real), ("a Debezium change event missed the fast path", value)
+            continue
+        taken += 1
+        if isinstance(want, Progress):
+            assert (fast.kind, fast.progress_ms, fast.userid) == ("progress", want.progress_ms, None), value
+        else:
+            assert fast.kind == "change", value
+            assert (
+                Change(
+                    fast.userid,
+                    fast.op,
+                    fast.valid_from_ms,
+                    fast.lsn,
+                    fast.progress_ms,
+                    fast.regionid,
+                    fast.gender,
+                    fast.interests,
+                    fast.registertime,
+                )
+                == want
+            ), value
+    assert taken > len(real) + (valid - len(real)) // 10, (taken, valid)
+
+
 def check_envelopes(
     spark: SparkSession, records: list[tuple[str, bytes | None, bytes | None]]
 ) -> dict[str, int]:

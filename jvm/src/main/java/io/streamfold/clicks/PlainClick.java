@@ -38,7 +38,7 @@ public final class PlainClick implements UDF2<byte[], Long, Row> {
   private static final int MAX_NUMBER_CHARS = 100;
 
   // Duplicate keys at any depth make a record not JSON (strict JSON, pipeline/strict_json.py).
-  private static final JsonFactory JSON =
+  public static final JsonFactory JSON =
       JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
 
   @Override
@@ -62,12 +62,22 @@ public final class PlainClick implements UDF2<byte[], Long, Row> {
    * The payload as text if it is strict UTF-8 (no overlong forms, no encoded surrogates) without a single
    * backslash and starts, after JSON whitespace, with '{' (so no byte order mark); else null.
    */
-  private static String plainText(byte[] payload) {
-    boolean ascii = true;
+  static String plainText(byte[] payload) {
     for (byte b : payload) {
       if (b == '\\') {
         return null;
       }
+    }
+    return objectText(payload);
+  }
+
+  /**
+   * The payload as text if it is strict UTF-8 (no overlong forms, no encoded surrogates) and starts, after
+   * JSON whitespace, with '{' (so no byte order mark); else null.
+   */
+  public static String objectText(byte[] payload) {
+    boolean ascii = true;
+    for (byte b : payload) {
       ascii &= b >= 0;
     }
     String text;
