@@ -2,7 +2,7 @@ package io.streamfold.cdc;
 
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
-import io.streamfold.clicks.PlainClick;
+import io.streamfold.json.PlainJson;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -38,8 +38,6 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
   static final String HEARTBEAT_SCHEMA = "streamfold";
   static final String HEARTBEAT_TABLE = "cdc_heartbeat";
   static final long BEGINNING_OF_TIME_MS = -(1L << 62);
-  private static final int MAX_DEPTH = 32;
-  private static final int MAX_NUMBER_CHARS = 100;
 
   /** A JSON null inside a parsed object (a missing field is Java null). */
   private static final Object NULL = new Object();
@@ -76,7 +74,7 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
       long ts = int64(source.get("ts_ms"));
       return RowFactory.create("progress", null, null, null, null, null, null, null, null, ts);
     }
-    if (!(envelope.get("op") instanceof String op) || !"cudr".contains(op) || op.length() != 1) {
+    if (!(envelope.get("op") instanceof String op) || op.length() != 1 || "cudr".indexOf(op) < 0) {
       return null;
     }
     long ts = int64(source.get("ts_ms"));
@@ -152,14 +150,14 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
     throw new NotPlain();
   }
 
-  /** A plain JSON object (PlainClick's rules), with nothing after it. */
+  /** A plain JSON object (PlainJson's rules, escapes allowed), with nothing after it. */
   private static Map<String, Object> object(byte[] bytes) throws NotPlain, IOException {
-    String text = PlainClick.objectText(bytes);
+    String text = PlainJson.objectText(bytes);
     if (text == null) {
       throw new NotPlain();
     }
     boolean escapes = text.indexOf('\\') >= 0;
-    try (JsonParser parser = PlainClick.JSON.createParser(text)) {
+    try (JsonParser parser = PlainJson.FACTORY.createParser(text)) {
       if (parser.nextToken() != JsonToken.START_OBJECT) {
         throw new NotPlain();
       }
@@ -192,13 +190,13 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
     }
     switch (token) {
       case START_OBJECT -> {
-        if (depth >= MAX_DEPTH) {
+        if (depth >= PlainJson.MAX_DEPTH) {
           throw new NotPlain();
         }
         return objectBody(parser, depth + 1, escapes);
       }
       case START_ARRAY -> {
-        if (depth >= MAX_DEPTH) {
+        if (depth >= PlainJson.MAX_DEPTH) {
           throw new NotPlain();
         }
         List<Object> list = new ArrayList<>();
@@ -216,14 +214,14 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
       }
       case VALUE_NUMBER_INT -> {
         JsonParser.NumberType type = parser.getNumberType();
-        if (parser.getTextLength() > MAX_NUMBER_CHARS
+        if (parser.getTextLength() > PlainJson.MAX_NUMBER_CHARS
             || (type != JsonParser.NumberType.INT && type != JsonParser.NumberType.LONG)) {
           throw new NotPlain();
         }
         return parser.getLongValue();
       }
       case VALUE_NUMBER_FLOAT -> {
-        if (parser.getTextLength() > MAX_NUMBER_CHARS) {
+        if (parser.getTextLength() > PlainJson.MAX_NUMBER_CHARS) {
           throw new NotPlain();
         }
         return OTHER;

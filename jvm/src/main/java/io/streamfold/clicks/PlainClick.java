@@ -1,13 +1,9 @@
 package io.streamfold.clicks;
 
-import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
-import com.fasterxml.jackson.core.StreamReadFeature;
+import io.streamfold.json.PlainJson;
 import java.io.IOException;
-import java.nio.ByteBuffer;
-import java.nio.charset.CharacterCodingException;
-import java.nio.charset.StandardCharsets;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF2;
@@ -34,12 +30,6 @@ public final class PlainClick implements UDF2<byte[], Long, Row> {
   static final long MIN_EVENT_MS = 946_684_800_000L;
   static final long MAX_FUTURE_MS = 60_000L;
   static final long MAX_CLICKS = 1_000_000L;
-  private static final int MAX_DEPTH = 32;
-  private static final int MAX_NUMBER_CHARS = 100;
-
-  // Duplicate keys at any depth make a record not JSON (strict JSON, pipeline/strict_json.py).
-  public static final JsonFactory JSON =
-      JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
 
   @Override
   public Row call(byte[] payload, Long nowMs) {
@@ -51,7 +41,7 @@ public final class PlainClick implements UDF2<byte[], Long, Row> {
       return null;
     }
     // From a String, not bytes: Jackson would sniff a byte source for a BOM or UTF-16/32, which is not JSON.
-    try (JsonParser parser = JSON.createParser(text)) {
+    try (JsonParser parser = PlainJson.FACTORY.createParser(text)) {
       return click(parser, nowMs);
     } catch (IOException | RuntimeException notPlain) {
       return null; // malformed, or beyond Jackson's limits: the full parser says why
@@ -62,41 +52,13 @@ public final class PlainClick implements UDF2<byte[], Long, Row> {
    * The payload as text if it is strict UTF-8 (no overlong forms, no encoded surrogates) without a single
    * backslash and starts, after JSON whitespace, with '{' (so no byte order mark); else null.
    */
-  static String plainText(byte[] payload) {
+  private static String plainText(byte[] payload) {
     for (byte b : payload) {
       if (b == '\\') {
         return null;
       }
     }
-    return objectText(payload);
-  }
-
-  /**
-   * The payload as text if it is strict UTF-8 (no overlong forms, no encoded surrogates) and starts, after
-   * JSON whitespace, with '{' (so no byte order mark); else null.
-   */
-  public static String objectText(byte[] payload) {
-    boolean ascii = true;
-    for (byte b : payload) {
-      ascii &= b >= 0;
-    }
-    String text;
-    if (ascii) {
-      text = new String(payload, StandardCharsets.ISO_8859_1);
-    } else {
-      try {
-        text = StandardCharsets.UTF_8.newDecoder().decode(ByteBuffer.wrap(payload)).toString();
-      } catch (CharacterCodingException invalid) {
-        return null;
-      }
-    }
-    for (int i = 0; i < text.length(); i++) {
-      char c = text.charAt(i);
-      if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
-        return c == '{' ? text : null;
-      }
-    }
-    return null;
+    return PlainJson.objectText(payload);
   }
 
   private static Row click(JsonParser parser, long nowMs) throws IOException {
@@ -158,7 +120,7 @@ public final class PlainClick implements UDF2<byte[], Long, Row> {
 
   /** A JSON integer literal that fits in 64 bits, else null. */
   private static Long int64(JsonParser parser, JsonToken token) throws IOException {
-    if (token != JsonToken.VALUE_NUMBER_INT || parser.getTextLength() > MAX_NUMBER_CHARS) {
+    if (token != JsonToken.VALUE_NUMBER_INT || parser.getTextLength() > PlainJson.MAX_NUMBER_CHARS) {
       return null;
     }
     JsonParser.NumberType type = parser.getNumberType();
@@ -172,13 +134,13 @@ public final class PlainClick implements UDF2<byte[], Long, Row> {
       if (token == null) {
         return false;
       }
-      if (token.isStructStart() && ++depth > MAX_DEPTH) {
+      if (token.isStructStart() && ++depth > PlainJson.MAX_DEPTH) {
         return false;
       }
       if (token.isStructEnd()) {
         depth--;
       }
-      if (token.isNumeric() && parser.getTextLength() > MAX_NUMBER_CHARS) {
+      if (token.isNumeric() && parser.getTextLength() > PlainJson.MAX_NUMBER_CHARS) {
         return false;
       }
       if (depth > 0) {
