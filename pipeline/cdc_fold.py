@@ -207,20 +207,10 @@ def _profile_int(row: dict[str, Any], field: str) -> int | None:
     raise BadEnvelope(f"after.{field} must be an integer, got {value!r}")
 
 
-@dataclass(frozen=True)
-class Folded:
-    records: DataFrame  # every record, tagged by `kind`
-    cdc: DataFrame  # the join's input: changes and progress (CDC_COLUMNS), from one read of the source
-
-
-# kind (change | progress), the change's fields (NULL on progress), progress_ms (set on both kinds).
-CDC_COLUMNS = ("kind", "userid", "op", "valid_from_ms", "lsn", *PROFILE_FIELDS, "progress_ms")
-
-
-def fold(cdc_raw: DataFrame) -> Folded:
-    """Raw CDC records (topic, key, value, record_id) -> tagged records, and the join's changes + progress."""
-    folded = fold_records(cdc_raw)
-    return Folded(folded, folded.where("kind IN ('change', 'progress')").select(*CDC_COLUMNS))
+def fold(cdc_raw: DataFrame) -> DataFrame:
+    """Raw CDC records (topic, key, value, record_id) -> the join's CDC input, FOLDED_COLUMNS: every change,
+    progress and unfoldable record ("error", a dead letter the join passes through); skipped ones dropped."""
+    return fold_records(cdc_raw).where("kind IN ('change', 'progress', 'error')")
 
 
 def fold_records(cdc_raw: DataFrame) -> DataFrame:
@@ -458,31 +448,4 @@ def fold_records(cdc_raw: DataFrame) -> DataFrame:
             F.when(F.col("kind") == "error", F.col("value")).alias("payload"),
         ),
         "kind",
-    )
-
-
-def changelog_value() -> Column:
-    """A users_changelog record's value (its key is the userid): the non-PII profile as JSON, null
-    (a tombstone) on delete."""
-    profile = F.struct(
-        "userid",
-        *PROFILE_FIELDS,
-        F.when(F.col("op") == "r", F.lit(None)).otherwise(F.col("valid_from_ms")).alias("valid_from"),
-    )
-    return F.when(F.col("op") == "d", F.lit(None).cast("string")).otherwise(F.to_json(profile))
-
-
-def sink_rows(records: DataFrame) -> DataFrame:
-    """What the clicks sink writes of the CDC records besides the join's output (pipeline/sinks.py): each
-    change as a users_changelog record (is_change, uid = its key, change_value), and each record that could
-    not be folded as a dead letter (event_id = record_id, error, source, payload)."""
-    change = F.col("kind") == "change"
-    return records.where(F.col("kind").isin("change", "error")).select(
-        F.when(change, F.col("userid")).alias("uid"),
-        change.alias("is_change"),
-        F.when(change, changelog_value()).alias("change_value"),
-        F.when(~change, F.col("record_id")).alias("event_id"),
-        F.when(~change, F.col("error")).alias("error"),
-        F.when(~change, F.lit(f"kafka:{names.CDC_USERS_TOPIC}")).alias("source"),
-        F.when(~change, F.col("payload")).alias("payload"),
     )

@@ -4,8 +4,7 @@ The executors write each micro-batch (foreachBatch) to Postgres, partition by pa
 through mapInArrow): a partition lands in ONE transaction that first claims
 (query, batch_id, partition_id) in streamfold.sink_batches, so a partition Spark replays after a crash
 finds its claim taken and writes nothing. A replayed partition holds the same rows: it is a partition
-of the join's output, whose state partitions the checkpoint fixes (or of the CDC source, whose offsets it
-fixes). Inside that transaction the
+of the join's output, whose state partitions the checkpoint fixes. Inside that transaction the
 partition's clicks are COPYed straight into streamfold.enriched_clicks and its totals (aggregated once,
 from the same rows) are upserted; if any event_id is already there (a topic reprocessed under a new
 checkpoint), the transaction goes back to a savepoint and takes the slow, deduplicating path (staging
@@ -13,9 +12,9 @@ table, `ON CONFLICT DO NOTHING`, totals folded from the rows actually inserted).
 equal the sum over enriched_clicks, in every committed state. The driver never holds the batch's rows:
 it gets one summary row per partition and the (url, region) keys the batch touched.
 
-A batch also carries the CDC records (pipeline.cdc_fold.sink_rows): a profile change becomes a
-users_changelog record, an unfoldable record a dead letter like a rejected click. They arrive in the
-partitions of the CDC source, in the topic's order, so a user's changelog records keep their order.
+The join's output also carries the CDC records (pipeline.temporal_join): a profile change (change_op set)
+becomes a users_changelog record, an unfoldable record a dead letter like a rejected click. A user's
+changes arrive in one partition, in the join's version order, so a user's changelog records keep it.
 
 The sink writes its Kafka outputs after the Postgres commits, on every attempt (at least once;
 consumers drop duplicates by event_id): each partition produces its user_clicks, users_changelog and
@@ -293,22 +292,37 @@ def enriched_value() -> Column:
     return F.to_json(F.struct(*[field(name) for name in STAGING_COLUMNS]))
 
 
+def changelog_value() -> Column:
+    """A users_changelog record's value (its key is the userid): the non-PII profile as JSON, valid_from
+    null for a snapshot row, null (a tombstone) on delete."""
+    op = F.col("change_op")
+    profile = F.struct(
+        F.col("uid").alias("userid"),
+        *[
+            F.col(f"user_{field}").alias(field)
+            for field in ("regionid", "gender", "interests", "registertime")
+        ],
+        F.when(op == "r", F.lit(None)).otherwise(F.col("profile_valid_from_ms")).alias("valid_from"),
+    )
+    return F.when(op == "d", F.lit(None).cast("string")).otherwise(F.to_json(profile))
+
+
 def kafka_record() -> tuple[Column, Column]:
     """(kafka_key, kafka_value) of a batch row as bytes: user_clicks for a click, users_changelog for a
-    profile change (pipeline.cdc_fold.sink_rows; a null value is its tombstone), clicks_dlq for a reject.
-    is_change is null on the join's rows, which `when` takes as false."""
+    profile change (change_op set; a null value is its tombstone), clicks_dlq for a reject."""
     is_reject = F.col("error").isNotNull()
     dead_letter_id = clean_text(F.col("event_id"))
     key = F.when(is_reject, dead_letter_id).otherwise(F.col("uid"))
     dlq = dlq_value(dead_letter_id, clean_text(F.col("source")), clean_text(F.col("error")), F.col("payload"))
-    value = F.when(is_reject, dlq).when(F.col("is_change"), F.col("change_value")).otherwise(enriched_value())
+    is_change = F.col("change_op").isNotNull()
+    value = F.when(is_reject, dlq).when(is_change, changelog_value()).otherwise(enriched_value())
     return key.cast("binary").alias("kafka_key"), value.cast("binary").alias("kafka_value")
 
 
 def landing_columns() -> list[Column]:
     """What Landing reads of a batch row: STAGING_COLUMNS (user_interests as a text[] literal, for
     `to_table`), the reject's error, source and payload (the payload only for rejects: dead_letters keeps
-    their bytes), is_change, and the row's Kafka record."""
+    their bytes), is_change (a profile change), and the row's Kafka record."""
     payload = F.when(F.col("error").isNotNull(), F.col("payload")).alias("payload")
     return [
         *[
@@ -318,7 +332,7 @@ def landing_columns() -> list[Column]:
         F.col("error"),
         F.col("source"),
         payload,
-        F.col("is_change"),
+        F.col("change_op").isNotNull().alias("is_change"),
         *kafka_record(),
     ]
 

@@ -61,6 +61,7 @@ from pyspark.sql.types import (
 )
 
 from pipeline.temporal_state import BEGINNING_OF_TIME_MS, LATEST, JoinConfig
+from streamfold import names
 
 __all__ = [
     "BEGINNING_OF_TIME_MS",
@@ -124,6 +125,9 @@ OUTPUT_SCHEMA = StructType(
         StructField("profile_complete", BooleanType()),
         # Rejected records passed through the operator (see temporal_join): null on joined rows.
         *REJECT_FIELDS,
+        # A profile change passed through the operator (c, u, d or r; see temporal_join): null on the
+        # other rows. Such a row has uid and the change's profile in the user_* columns.
+        StructField("change_op", _STR),
     ]
 )
 
@@ -153,8 +157,9 @@ _JVM_JOIN = "io.streamfold.join.TemporalJoin"
 
 
 def temporal_join(clicks: DataFrame, cdc: DataFrame, cfg: JoinConfig | None = None) -> DataFrame:
-    """Streaming clicks (CLICKS_SCHEMA) and CDC rows (pipeline.cdc_fold.CDC_COLUMNS: kind "change" with
-    the CHANGES_SCHEMA fields, or "progress"; progress_ms on both) -> one OUTPUT_SCHEMA row per click.
+    """Streaming clicks (CLICKS_SCHEMA) and CDC rows (pipeline.cdc_fold.fold: kind "change" with the
+    CHANGES_SCHEMA fields, or "progress"; progress_ms on both) -> one OUTPUT_SCHEMA row per click, and one
+    per change (change_op set: users_changelog, in the join's version order per user).
     Inputs must carry no watermark of their own and have non-null event_time_ms / valid_from_ms (the
     parsers send such records to the dead letters).
 
@@ -162,17 +167,20 @@ def temporal_join(clicks: DataFrame, cdc: DataFrame, cfg: JoinConfig | None = No
     through the operator untouched (one output row with only event_id and the reject columns set). Why:
     any split of the parsed source into clicks and rejects (a filter each, then a union, before or after
     the join) makes Spark read and parse the source twice per batch; one tagging projection does not.
-    The CDC rows likewise go through one path (watermark, then changes and progress fanned out in the JVM).
+    The CDC rows likewise go through one path (watermark, then changes and progress fanned out in the JVM),
+    and may carry CDC records that could not be folded (kind "error", with error, record_id and payload):
+    they pass through as rejects of source `kafka:<CDC users topic>`.
     """
     cfg = cfg or JoinConfig()
     spark = clicks.sparkSession
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", _ROCKSDB)  # required by transformWithState
     jvm: Any = spark._jvm
-    tagged_cdc = _tag_cdc(cdc)
+    buckets = jvm.io.streamfold.join.TemporalJoin.BUCKETS
+    tagged_cdc = _tag_cdc(cdc, buckets)
     if cfg.mode != LATEST:
         tagged_cdc = _watermarked(spark, tagged_cdc, cfg.max_wait_ms)
     joined = jvm.io.streamfold.join.TemporalJoin.apply(
-        _tag_clicks(clicks, jvm.io.streamfold.join.TemporalJoin.BUCKETS)._jdf,
+        _tag_clicks(clicks, buckets)._jdf,
         tagged_cdc._jdf,
         cfg.mode,
         cfg.version_retention_ms,
@@ -211,11 +219,25 @@ def _tag_clicks(clicks: DataFrame, buckets: int) -> DataFrame:
     )
 
 
-def _tag_cdc(cdc: DataFrame) -> DataFrame:
+def _tag_cdc(cdc: DataFrame, buckets: int) -> DataFrame:
+    """Changes and progress, and CDC records that could not be folded (kind "error") as rejects."""
+    kind = F.col("kind")
+    rejects: dict[str, Column] = {}
+    if "error" in cdc.columns:
+        is_reject = kind == "error"
+        kind = F.when(is_reject, F.lit(_REJECT)).otherwise(kind)
+        rejects = {
+            "event_id": F.col("record_id"),
+            "error": F.col("error"),
+            "source": F.lit(f"kafka:{names.CDC_USERS_TOPIC}"),
+            "payload": F.col("payload"),
+            "bucket": F.when(is_reject, F.pmod(F.hash("record_id"), F.lit(buckets))),
+        }
     return _project(
         cdc,
         {
-            "kind": F.col("kind"),
+            **rejects,
+            "kind": kind,
             "userid": F.col("userid"),
             "ts_ms": F.col("valid_from_ms"),
             "lsn": F.coalesce(F.col("lsn"), F.lit(0)),

@@ -1,15 +1,15 @@
 """The pipeline, top to bottom: sources -> CDC fold -> temporal join -> aggregates + sinks.
 
 One streaming query, clicks-<source>, per micro-batch:
-  clicks + CDC changes + CDC progress -> temporal join -> enriched clicks and click dead letters
-  CDC changes and unfoldable CDC records ------------------> users_changelog records and CDC dead letters
-both landed by one sink: Postgres exactly once, then Kafka (pipeline/sinks.py). The aggregates are folded
-in the sink's Postgres transaction (pipeline/aggregates.py).
+  clicks (and click rejects) + CDC changes, progress (and CDC rejects) -> temporal join
+    -> enriched clicks, dead letters, and each change as a users_changelog record
+landed by one sink: Postgres exactly once, then Kafka (pipeline/sinks.py). The aggregates are folded in
+the sink's Postgres transaction (pipeline/aggregates.py).
 
-Why one query: a second query for users_changelog re-planned, checkpointed and scheduled its own batches in
-the same 2 task slots, and its tasks queued behind the join's (an idle batch of it waited up to 16 s). The
-CDC topic is read twice per batch instead (the join's branch and the changelog's), a few rows apart from
-the initial snapshot.
+Why one query and one path: a second query for users_changelog re-planned, checkpointed and scheduled its
+own batches in the same 2 task slots, and its tasks queued behind the join's (an idle batch of it waited up
+to 16 s); a second branch over the CDC topic read and parsed it twice per batch and doubled the fold's share
+of each batch's planning. So rejects and changes pass through the join operator.
 """
 
 from __future__ import annotations
@@ -46,13 +46,12 @@ def flow(spark: SparkSession, settings: Settings, source: str, join: JoinConfig,
     raw_clicks = read_clicks(spark, settings, source, once)
     parsed = clicks.parse(raw_clicks)  # clicks, and rejects with their error
 
-    folded = cdc_fold.fold(sources.cdc(spark, settings.kafka_bootstrap))
-    # Rejects ride through the join operator, so the source is read and parsed once per batch.
-    enriched = temporal_join(parsed, folded.cdc, join)
-    landed = enriched.unionByName(cdc_fold.sink_rows(folded.records), allowMissingColumns=True)
+    changes = cdc_fold.fold(sources.cdc(spark, settings.kafka_bootstrap))  # changes, progress, rejects
+    # Rejects and changes ride through the join operator, so each source is read and parsed once per batch.
+    joined = temporal_join(parsed, changes, join)  # enriched clicks, dead letters, users_changelog rows
 
     name = f"clicks-{source}"
-    return Flow(name, landed, EnrichedClicksSink(name, settings.writer_dsn, settings.kafka_bootstrap))
+    return Flow(name, joined, EnrichedClicksSink(name, settings.writer_dsn, settings.kafka_bootstrap))
 
 
 def start(flow: Flow, checkpoints: Path, interval_ms: int | None = None) -> StreamingQuery:

@@ -1,5 +1,6 @@
 """A temporal join query on a real local Spark, fed from four file streams (clicks, changes, CDC progress and
-rejects passed through), run one batch at a time."""
+rejects passed through), run one batch at a time. A "changes" row may instead be an unfoldable CDC record
+(kind "error" with error, record_id and payload), as pipeline.cdc_fold.fold emits it."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from typing import Any
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StringType, StructField, StructType
 
 from pipeline.temporal_join import CHANGES_SCHEMA, CLICKS_SCHEMA, JoinConfig, temporal_join
+
+CDC_ERROR_FIELDS = ("kind", "error", "record_id", "payload")  # an unfoldable CDC record's (all text here)
 
 
 class Harness:
@@ -21,7 +25,8 @@ class Harness:
     def __init__(self, spark: SparkSession, root: Path, cfg: JoinConfig) -> None:
         self.spark, self.root, self.cfg = spark, root, cfg
         self.checkpoint = str(root / "checkpoint")
-        self.output: list[Row] = []
+        self.output: list[Row] = []  # clicks and rejects
+        self.changes: list[Row] = []  # the profile changes passed through (change_op set)
         self.last_query: StreamingQuery | None = None
         self._files = 0
         for name in ("clicks", "changes", "progress", "rejects"):
@@ -40,11 +45,17 @@ class Harness:
             str(self.root / "rejects")
         )
         clicks = read.schema(CLICKS_SCHEMA).load(str(self.root / "clicks"))
-        changes = read.schema(CHANGES_SCHEMA).load(str(self.root / "changes"))
+        changes = read.schema(
+            StructType([*CHANGES_SCHEMA.fields, *(StructField(c, StringType()) for c in CDC_ERROR_FIELDS)])
+        ).load(str(self.root / "changes"))
         progress = read.schema("progress_ms long").load(str(self.root / "progress"))
-        cdc = changes.withColumn("kind", F.lit("change")).unionByName(
-            progress.withColumn("kind", F.lit("progress")), allowMissingColumns=True
-        )
+        cdc = changes.select(
+            *CHANGES_SCHEMA.fieldNames(),
+            F.coalesce("kind", F.lit("change")).alias("kind"),
+            "error",
+            "record_id",
+            F.col("payload").cast("binary").alias("payload"),
+        ).unionByName(progress.withColumn("kind", F.lit("progress")), allowMissingColumns=True)
         return temporal_join(
             clicks.unionByName(
                 rejects.withColumn("payload", F.col("payload").cast("binary")), allowMissingColumns=True
@@ -55,7 +66,8 @@ class Harness:
 
     def start(self) -> StreamingQuery:
         def collect(batch: DataFrame, _batch_id: int) -> None:
-            self.output.extend(batch.collect())
+            for row in batch.collect():
+                (self.output if row.change_op is None else self.changes).append(row)
 
         writer = self.joined().writeStream.foreachBatch(collect).option("checkpointLocation", self.checkpoint)
         self.last_query = writer.trigger(availableNow=True).start()

@@ -14,8 +14,8 @@ from pipeline.cdc_fold import (
     Change,
     Progress,
     fold,
+    fold_records,
     parse_envelope,
-    sink_rows,
 )
 from streamfold import names
 
@@ -135,9 +135,8 @@ def test_fold_tags_every_record(spark):
         (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": "x" * MAX_CHANGE_BYTES}), "h"),
     ]
     frame = spark.createDataFrame(rows, "topic string, key binary, value binary, record_id string")
-    folded = fold(frame)
-    assert tuple(folded.records.columns) == FOLDED_COLUMNS
-    records = folded.records.collect()
+    records = fold_records(frame).collect()
+    assert tuple(records[0].asDict()) == FOLDED_COLUMNS
     assert [r["kind"] for r in records] == [
         "change",
         "skip",
@@ -154,39 +153,12 @@ def test_fold_tags_every_record(spark):
     assert records[7]["error"] == (
         f"change event of {MAX_CHANGE_BYTES + 236} bytes exceeds the {MAX_CHANGE_BYTES}-byte limit"
     )
-    cdc = folded.cdc.collect()
+    cdc = fold(frame).collect()  # the join's input: the skipped tombstone dropped
     changes = [c for c in cdc if c["kind"] == "change"]
     assert [(c["userid"], c["op"], c["regionid"]) for c in changes] == [
         ("alice", "c", "asia"),
         ("alice", "u", "7"),
     ]
     assert changes[0]["interests"] == ["News"] and changes[0]["registertime"] == 1
-    assert [c["kind"] for c in cdc] == ["change", "progress", "progress", "change"]
-    assert sorted(c["progress_ms"] for c in cdc) == [1_000, 4_000, 8_000, 9_000]
-
-
-@pytest.mark.spark
-def test_sink_rows_are_the_changelog_records_and_the_dead_letters(spark):
-    """What the clicks sink writes of the CDC records: a users_changelog record per change (a snapshot row
-    without valid_from, a delete's value null), a dead letter per unfoldable record, nothing for progress."""
-    rows = [
-        (TOPIC, KEY, envelope("r", after=ALICE), "a"),
-        (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": "europe"}, ts_ms=9_000), "b"),
-        (names.HEARTBEAT_TOPIC, None, b'{"ts_ms": 5000}', "c"),
-        (TOPIC, None, b"{bad", "d"),
-        (TOPIC, KEY, envelope("d", before={"userid": "alice"}, ts_ms=9_500), "e"),
-        (TOPIC, KEY, None, "f"),  # the delete's tombstone: skipped
-    ]
-    frame = spark.createDataFrame(rows, "topic string, key binary, value binary, record_id string")
-    out = [r.asDict() for r in sink_rows(fold(frame).records).collect()]
-    changes = [(r["uid"], r["change_value"] and json.loads(r["change_value"])) for r in out if r["is_change"]]
-    assert changes == [
-        ("alice", ALICE),
-        ("alice", {**ALICE, "regionid": "europe", "valid_from": 9_000}),
-        ("alice", None),
-    ]
-    dead = [r for r in out if not r["is_change"]]
-    assert [(r["event_id"], r["source"], r["payload"]) for r in dead] == [
-        ("d", f"kafka:{TOPIC}", bytearray(b"{bad"))
-    ]
-    assert "not JSON" in dead[0]["error"]
+    assert [c["kind"] for c in cdc] == ["change", "progress", "error", "progress", "change", "error", "error"]
+    assert sorted(c["progress_ms"] for c in cdc if c["kind"] != "error") == [1_000, 4_000, 8_000, 9_000]

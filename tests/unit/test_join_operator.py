@@ -214,6 +214,30 @@ def _as_reject(row: Row) -> tuple:
     return (row.event_id, row.error, row.source, None if payload is None else bytes(payload))
 
 
+def _changelog(rows: list[Row]) -> dict[str, list[tuple]]:
+    """Changes passed through by the operator: each user's, in the order they came out."""
+    out: dict[str, list[tuple]] = defaultdict(list)
+    for r in rows:
+        out[r.uid].append((r.change_op, r.profile_valid_from_ms, r.user_regionid))
+    return dict(out)
+
+
+def _changelog_of(changes: list[dict[str, Any]]) -> dict[str, list[tuple]]:
+    """What the operator must pass through of a batch's changes: each user's in version order."""
+    ordered = sorted(changes, key=lambda c: (c["valid_from_ms"], c["lsn"]))
+    return _changelog(
+        [
+            Row(
+                uid=c["userid"],
+                change_op=c["op"],
+                profile_valid_from_ms=c["valid_from_ms"],
+                user_regionid=c.get("regionid"),
+            )
+            for c in ordered
+        ]
+    )
+
+
 def _as_tuple(row: Row) -> tuple:
     values = row.asDict()
     return tuple(values[name] for name in (*Enriched._fields, "profile_complete"))
@@ -231,7 +255,11 @@ def test_jvm_operator_matches_the_python_model(spark: SparkSession, tmp_path: Pa
     for number, step in enumerate(steps):
         for stream in ("clicks", "changes", "progress", "rejects"):
             harness.write(stream, getattr(step, stream))
+        changes_before = len(harness.changes)
         emitted = harness.run().values()
+        assert _changelog(harness.changes[changes_before:]) == _changelog_of(step.changes), (
+            f"seed {seed}, batch {number}: changes not passed through once each, in version order per user"
+        )
         passed = {r.event_id: _as_reject(r) for r in emitted if r.error is not None}
         assert passed == {r["event_id"]: _as_reject(Row(**r)) for r in step.rejects}, (
             f"seed {seed}, batch {number}: rejects not passed through as they came"

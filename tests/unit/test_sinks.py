@@ -262,25 +262,26 @@ def batch_frame(
     clicks: pa.Table,
     rejects: int,
     partitions: int,
-    changes: list[tuple[str, str | None]] = [],  # noqa: B006  # read only
+    changes: list[tuple[str, str, str | None, int]] = [],  # noqa: B006  # read only
 ) -> DataFrame:
     """A batch as EnrichedClicksSink hands it to Landing (STAGING_COLUMNS, error, source, payload,
-    is_change, change_value), with `rejects` dead letters and the (userid, value) users_changelog records
-    `changes`, in `partitions` partitions by uid."""
+    is_change, and the Kafka record), with `rejects` dead letters and the (userid, op, regionid,
+    valid_from_ms) profile changes `changes` as the join passes them through, in `partitions` partitions
+    by uid."""
     schema = clicks.schema.set(
         clicks.schema.get_field_index("click_location"), pa.field("click_location", pa.string())
     )
     schema = schema.append(pa.field("error", pa.string())).append(pa.field("source", pa.string()))
-    schema = schema.append(pa.field("payload", pa.binary())).append(pa.field("is_change", pa.bool_()))
-    schema = schema.append(pa.field("change_value", pa.string()))
+    schema = schema.append(pa.field("payload", pa.binary())).append(pa.field("change_op", pa.string()))
     valid = {name: clicks.column(name).to_pylist() for name in clicks.column_names}
     valid |= {"error": [None] * clicks.num_rows, "source": ["kafka:clicks"] * clicks.num_rows}
-    valid |= {"is_change": [None] * clicks.num_rows, "change_value": [None] * clicks.num_rows}
+    valid |= {"change_op": [None] * clicks.num_rows}
     changed = {name: [None] * len(changes) for name in schema.names}
     changed |= {
-        "uid": [user for user, _ in changes],
-        "is_change": [True] * len(changes),
-        "change_value": [value for _, value in changes],
+        "uid": [user for user, *_ in changes],
+        "change_op": [op for _, op, *_ in changes],
+        "user_regionid": [region for _, _, region, _ in changes],
+        "profile_valid_from_ms": [valid_from for *_, valid_from in changes],
     }
     bad = {name: [None] * rejects for name in schema.names}
     bad |= {
@@ -298,7 +299,7 @@ def batch_frame(
         ]
     ).combine_chunks()  # one batch: createDataFrame stops at an empty one
     frame = spark.createDataFrame(table).repartition(partitions, "uid")
-    return frame.select("*", *sinks.kafka_record())
+    return frame.select("*", F.col("change_op").isNotNull().alias("is_change"), *sinks.kafka_record())
 
 
 def land(frame: DataFrame, landing: sinks.Landing) -> dict[int, tuple[bool, str]]:
@@ -348,10 +349,11 @@ def test_partitions_of_a_batch_land_once_each(spark: SparkSession, dsn: str, boo
 def test_profile_changes_go_to_users_changelog_in_order_and_nowhere_else(
     spark: SparkSession, dsn: str, bootstrap: str
 ) -> None:
-    """CDC changes ride in the batch (pipeline.cdc_fold.sink_rows): each becomes one users_changelog record,
-    a delete its tombstone, a user's records in their order; Postgres gets only clicks and dead letters."""
+    """CDC changes ride in the batch (the join passes them through): each becomes one users_changelog
+    record, the profile as JSON (no valid_from for a snapshot row), a delete its tombstone, a user's
+    records in their order; Postgres gets only clicks and dead letters."""
     fresh_topics(bootstrap)
-    changes = [("User_1", '{"regionid":"a"}'), ("User_2", '{"regionid":"b"}'), ("User_1", None)]
+    changes = [("User_1", "c", "a", 5), ("User_2", "r", "b", -(2**62)), ("User_1", "d", None, 9)]
     frame = batch_frame(spark, rows(20), rejects=2, partitions=1, changes=changes)
     landing = sinks.Landing(dsn, bootstrap, "q:1", batch_id=0, retry_s=30)
     report = frame.mapInArrow(landing, sinks.LANDED_SCHEMA).toArrow()
@@ -382,8 +384,8 @@ def test_profile_changes_go_to_users_changelog_in_order_and_nowhere_else(
                 got.append((message.key().decode(), value.decode() if value is not None else None))
     finally:
         consumer.close()
-    assert [v for k, v in got if k == "User_1"] == ['{"regionid":"a"}', None]
-    assert sorted(got, key=str) == sorted(changes, key=str)
+    assert [v for k, v in got if k == "User_1"] == ['{"userid":"User_1","regionid":"a","valid_from":5}', None]
+    assert [v for k, v in got if k == "User_2"] == ['{"userid":"User_2","regionid":"b"}']
 
 
 def test_a_url_longer_than_a_btree_key_is_counted(dsn: str) -> None:

@@ -55,7 +55,14 @@ def progress(ms: int) -> list[dict[str, int]]:
 
 
 def test_output_schema_is_the_pure_logic_row(spark: SparkSession, tmp_path: Path) -> None:
-    assert OUTPUT_SCHEMA.fieldNames() == [*Enriched._fields, "profile_complete", "error", "source", "payload"]
+    assert OUTPUT_SCHEMA.fieldNames() == [
+        *Enriched._fields,
+        "profile_complete",
+        "error",
+        "source",
+        "payload",
+        "change_op",
+    ]
     assert Harness(spark, tmp_path, JoinConfig()).joined().schema == OUTPUT_SCHEMA
 
 
@@ -111,6 +118,7 @@ def test_clicks_wait_for_cdc_progress_and_join_the_version_valid_at_event_time(
         "error": None,
         "source": None,
         "payload": None,
+        "change_op": None,
     }
     assert out["a2"].profile_valid_from_ms == T
     assert out["b1"].user_gender is None and out["b1"].profile_valid_from_ms is None
@@ -122,6 +130,45 @@ def test_clicks_wait_for_cdc_progress_and_join_the_version_valid_at_event_time(
     out = h.run()
     assert {k: r.user_regionid for k, r in out.items()} == {"e1": "america", "a0": "asia"}
     assert len(h.output) == 6  # every click exactly once
+
+
+def test_changes_and_unfoldable_cdc_records_pass_through_the_join(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """users_changelog and the CDC dead letters come out of the operator: each change once, whenever its
+    user's clicks are released, a user's changes in version order (valid_from, lsn) whatever order they
+    came in; an unfoldable CDC record as a dead letter of the CDC topic."""
+    h = Harness(spark, tmp_path, JoinConfig())
+    h.write(
+        "changes",
+        [
+            change("bob", "d", T + 4 * MINUTE, 12),
+            change("alice", "r", BEGINNING_OF_TIME_MS, 1, "asia"),
+            {"kind": "error", "error": "not JSON", "record_id": "kafka:cdc:0:7", "payload": "{bad"},
+            change("bob", "c", T + 2 * MINUTE, 11, "asia"),
+            change("alice", "u", T, 10, "europe"),
+        ],
+    )
+    h.write("clicks", [click("a1", "alice", T + MINUTE)])
+    out = h.run()  # no progress: the click waits, the changes do not
+    assert list(out) == ["kafka:cdc:0:7"]
+    dead = out["kafka:cdc:0:7"]
+    assert (dead.error, dead.source, bytes(dead.payload)) == ("not JSON", "kafka:cdc.public.users", b"{bad")
+    assert dead.uid is None and dead.change_op is None
+    changelog = [(r.uid, r.change_op, r.user_regionid, r.profile_valid_from_ms) for r in h.changes]
+    assert [c for c in changelog if c[0] == "alice"] == [
+        ("alice", "r", "asia", BEGINNING_OF_TIME_MS),
+        ("alice", "u", "europe", T),
+    ]
+    assert [c for c in changelog if c[0] == "bob"] == [
+        ("bob", "c", "asia", T + 2 * MINUTE),
+        ("bob", "d", None, T + 4 * MINUTE),
+    ]
+    first = h.changes[0]
+    assert first.event_id is None and first.error is None and first.click_time_ms is None
+    h.write("progress", progress(T + 10 * MINUTE))
+    assert h.run()["a1"].user_regionid == "europe"
+    assert len(h.changes) == 4  # each change once
 
 
 def test_max_wait_releases_clicks_when_cdc_stalls_and_run_until_drained_emits_them_all(

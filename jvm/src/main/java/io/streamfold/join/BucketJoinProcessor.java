@@ -5,6 +5,7 @@ import io.streamfold.join.UserHistory.Enriched;
 import io.streamfold.join.UserHistory.Version;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.Comparator;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
@@ -85,6 +86,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
           tagged.userid(row), u -> new Input(new ArrayList<>(), new ArrayList<>()));
       tagged.decode(row, in.changes(), in.clicks());
     }
+    input.forEach((user, in) -> out.addAll(changelog(user, in.changes())));
     if (input.isEmpty() && progressMs == null) {
       return CollectionConverters.asScala(out.iterator());  // rejects only: the bucket's timer decides
     }
@@ -170,6 +172,20 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     return out;
   }
 
+  /**
+   * A user's changes of this batch as users_changelog rows, in the join's version order (valid_from,
+   * lsn), which is commit order, so the topic's last record for a user is the version the join takes
+   * as latest. Stable: the CDC topic's order decides among equals (the shuffle keeps it, this makes it
+   * not matter).
+   */
+  private static List<Row> changelog(String user, List<Version> changes) {
+    List<Version> ordered = new ArrayList<>(changes);
+    ordered.sort(Comparator.comparingLong(Version::validFromMs).thenComparingLong(Version::lsn));
+    List<Row> rows = new ArrayList<>(ordered.size());
+    for (Version v : ordered) rows.add(TaggedRow.changeOutput(user, v));
+    return rows;
+  }
+
   private static boolean anyReady(List<Click> clicks, long watermarkMs) {
     for (Click c : clicks) if (c.eventTimeMs() <= watermarkMs) return true;
     return false;
@@ -212,6 +228,6 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
         profile ? v.registertime() : null,
         profile ? v.validFromMs() : null,
         complete,
-        null, null, null);
+        null, null, null, null);
   }
 }

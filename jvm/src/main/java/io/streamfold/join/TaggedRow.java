@@ -12,7 +12,8 @@ import org.apache.spark.sql.types.StructType;
  * The operator's input row: clicks, profile changes, CDC progress and rejected records in one shape, told
  * apart by `kind`. ts_ms is a click's event time, a change's valid-from, or the CDC progress; a progress row
  * names its bucket (every bucket gets one, see TemporalJoin.cdcRows), and so does a reject (any bucket:
- * it only passes through, see TemporalJoin); clicks and changes are bucketed by userid.
+ * it only passes through, see TemporalJoin); clicks and changes are bucketed by userid. A change also
+ * passes through, as a users_changelog row (changeOutput).
  */
 final class TaggedRow implements Serializable {
   static final String CLICK = "click";
@@ -75,6 +76,19 @@ final class TaggedRow implements Serializable {
     values[TemporalJoin.ERROR] = r.getString(error);
     values[TemporalJoin.SOURCE] = r.getString(source);
     values[TemporalJoin.PAYLOAD] = r.get(payload);
+    return RowFactory.create(values);
+  }
+
+  /** A profile change as an output row (users_changelog): uid, the profile, valid-from and change_op. */
+  static Row changeOutput(String user, Version v) {
+    Object[] values = new Object[TemporalJoin.OUTPUT_SCHEMA.size()];
+    values[TemporalJoin.UID] = user;
+    values[TemporalJoin.REGIONID] = v.regionid();
+    values[TemporalJoin.GENDER] = v.gender();
+    values[TemporalJoin.INTERESTS] = v.interests();
+    values[TemporalJoin.REGISTERTIME] = v.registertime();
+    values[TemporalJoin.VALID_FROM] = v.validFromMs();
+    values[TemporalJoin.CHANGE_OP] = v.op();
     return RowFactory.create(values);
   }
 

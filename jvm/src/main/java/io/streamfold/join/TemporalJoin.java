@@ -20,8 +20,9 @@ import org.apache.spark.sql.types.StructType;
  * `clicks` and `cdc` are in one row shape (see TaggedRow); `cdc` carries the query's watermark (CDC
  * progress and wall-clock ticks) and is read once per batch (see cdcRows). Keyed by a hash bucket of userid, every
  * row goes through one transformWithState operator (BucketJoinProcessor); the result is one
- * OUTPUT_SCHEMA row per click. Rejected records may ride along (kind "reject"): they come out unchanged
- * in the last three columns, so the source is read once for the join and the dead letters alike.
+ * OUTPUT_SCHEMA row per click. Rejected records (kind "reject", from either input) come out unchanged in
+ * the error, source and payload columns, and every profile change comes out too (change_op set), so each
+ * source is read and parsed once per batch for the join, the dead letters and users_changelog alike.
  */
 public final class TemporalJoin {
   public static final StructType OUTPUT_SCHEMA = new StructType()
@@ -41,8 +42,17 @@ public final class TemporalJoin {
       // Set on rejects only (passed through): why, where from, and the original bytes.
       .add("error", DataTypes.StringType)
       .add("source", DataTypes.StringType)
-      .add("payload", DataTypes.BinaryType);
+      .add("payload", DataTypes.BinaryType)
+      // Set on profile changes only (passed through, see BucketJoinProcessor): c, u, d or r.
+      .add("change_op", DataTypes.StringType);
   static final int EVENT_ID = OUTPUT_SCHEMA.fieldIndex("event_id");
+  static final int UID = OUTPUT_SCHEMA.fieldIndex("uid");
+  static final int REGIONID = OUTPUT_SCHEMA.fieldIndex("user_regionid");
+  static final int GENDER = OUTPUT_SCHEMA.fieldIndex("user_gender");
+  static final int INTERESTS = OUTPUT_SCHEMA.fieldIndex("user_interests");
+  static final int REGISTERTIME = OUTPUT_SCHEMA.fieldIndex("user_registertime");
+  static final int VALID_FROM = OUTPUT_SCHEMA.fieldIndex("profile_valid_from_ms");
+  static final int CHANGE_OP = OUTPUT_SCHEMA.fieldIndex("change_op");
   static final int ERROR = OUTPUT_SCHEMA.fieldIndex("error");
   static final int SOURCE = OUTPUT_SCHEMA.fieldIndex("source");
   static final int PAYLOAD = OUTPUT_SCHEMA.fieldIndex("payload");
@@ -57,8 +67,8 @@ public final class TemporalJoin {
   private TemporalJoin() {}
 
   /**
-   * The CDC rows (kind "change", "progress" or "tick", with progress_ms) as operator input: every change
-   * as it is, and each input partition's largest CDC progress as one row for every bucket. Then every
+   * The CDC rows (kind "change", "reject", "progress" or "tick", with progress_ms) as operator input:
+   * every change and reject as it is, and each input partition's largest CDC progress as one row for every bucket. Then every
    * bucket knows how far CDC has been read, in the same batch: a click whose time that passes is released
    * at once (every change committed up to it has been read, the CDC topic being one partition in commit
    * order), and a click released by join.max_wait instead is marked profile_complete = false. Wall-clock
@@ -82,7 +92,7 @@ public final class TemporalJoin {
           if ((change || TaggedRow.PROGRESS.equals(k)) && !r.isNullAt(progress)) {
             max = Math.max(max, r.getLong(progress));
           }
-          if (change) next = r;
+          if (change || TaggedRow.REJECT.equals(k)) next = r;
         }
         if (next == null && max != Long.MIN_VALUE && bucket < BUCKETS) next = rows.progress(bucket++, max);
         return next != null;
@@ -101,7 +111,7 @@ public final class TemporalJoin {
 
   /**
    * clicks: tagged clicks and rejects (TaggedRow's schema). cdc: the same schema, kind "change",
-   * "progress" (CDC progress in progress_ms) or "tick" (rows that only carried the watermark, see
+   * "reject" (a CDC record that could not be folded), "progress" (CDC progress in progress_ms) or "tick" (rows that only carried the watermark, see
    * pipeline/temporal_join.py). mode: "event_time" (EventTime timers) or "latest" (no timers, nothing
    * waits).
    */
