@@ -23,9 +23,9 @@ is NULL. Anything else (a float, a boolean, an object...) sends the record to th
 reason naming the field, instead of failing the batch. An integer is a JSON integer that fits in 64 bits.
 
 `parse_envelope` is the executable reference; `fold` is the same logic in the JVM (no Python per record):
-a Java fast path for plain change events (jvm/.../cdc/PlainEnvelope.java) and Spark's native functions for
-everything else, held to it by the differential tests in tests/unit/test_parsers_spark.py. JSON is
-strict as in pipeline/clicks.py (no duplicate keys, NaN, trailing data, lone surrogates).
+jvm/.../cdc/EnvelopeFold.java, with a streaming fast path for plain change events (PlainEnvelope.java),
+held to it by the differential tests in tests/unit/test_parsers_spark.py. JSON is strict as in
+pipeline/clicks.py (no duplicate keys, NaN, trailing data, lone surrogates).
 """
 
 from __future__ import annotations
@@ -33,18 +33,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipeline.strict_json import (
     INT64_MIN,
-    barrier,
-    container_type,
     is_int,
-    json_type,
     loads_strict,
-    shown,
-    with_json,
 )
 from pipeline.temporal_state import BEGINNING_OF_TIME_MS
 from streamfold import names
@@ -60,11 +55,11 @@ HEARTBEAT_SAFETY_MS = 1000
 # every one of the user's enriched clicks (user_clicks records have the producer's 1 MB limit). The
 # CDC topic and Connect's producer accept up to 16 MiB (connectors/setup.py), so Debezium keeps going.
 MAX_CHANGE_BYTES = 1024 * 1024
-# The fast path (jvm/src/main/java/io/streamfold/cdc/PlainEnvelope.java) and the row it returns.
-PLAIN_ENVELOPE_UDF = "streamfold_plain_envelope"
-PLAIN_ENVELOPE_TYPE = (
+# The fold in the JVM (jvm/src/main/java/io/streamfold/cdc/EnvelopeFold.java) and the row it returns.
+FOLD_UDF = "streamfold_fold_envelope"
+FOLD_TYPE = (
     "struct<kind:string,userid:string,op:string,valid_from_ms:bigint,lsn:bigint,regionid:string,"
-    "gender:string,interests:array<string>,registertime:bigint,progress_ms:bigint>"
+    "gender:string,interests:array<string>,registertime:bigint,progress_ms:bigint,error:string>"
 )
 FOLDED_COLUMNS = (
     "kind",  # change | progress | skip | error
@@ -214,238 +209,21 @@ def fold(cdc_raw: DataFrame) -> DataFrame:
 
 
 def fold_records(cdc_raw: DataFrame) -> DataFrame:
-    """parse_envelope in Spark: every record -> FOLDED_COLUMNS, tagged by kind.
+    """parse_envelope in the JVM: every record -> FOLDED_COLUMNS, tagged by kind.
 
-    Two paths in one projection, as in pipeline.clicks.parse: the JVM fast path (`PlainEnvelope`) folds a
-    plain, valid change event of the users topic; only the records it gives up on (heartbeat-topic records,
-    tombstones, anything unusual) go through the full fold below in Spark's native functions (parse_json,
-    schema_of_variant, regexes), which finds the reason or folds the unusual but valid ones.
+    One Java UDF (jvm/src/main/java/io/streamfold/cdc/EnvelopeFold.java) folds a record or says why it
+    cannot, so the plan is two small projections (a fold in Spark's native functions was a 16-deep chain
+    of them, planned and code-generated again every micro-batch).
     """
-    cdc_raw.sparkSession.udf.registerJavaFunction(
-        PLAIN_ENVELOPE_UDF, "io.streamfold.cdc.PlainEnvelope", PLAIN_ENVELOPE_TYPE
-    )
-    plain = cdc_raw.select(
-        "topic",
-        "key",
+    cdc_raw.sparkSession.udf.registerJavaFunction(FOLD_UDF, "io.streamfold.cdc.EnvelopeFold", FOLD_TYPE)
+    folded = cdc_raw.select(
+        "record_id",
         "value",
-        "record_id",
-        F.when(
-            F.col("topic") == names.CDC_USERS_TOPIC, F.call_function(PLAIN_ENVELOPE_UDF, "key", "value")
-        ).alias("_plain"),
+        F.call_function(FOLD_UDF, F.col("topic") == names.HEARTBEAT_TOPIC, "key", "value").alias("_fold"),
     )
-    # A folded record reaches the full fold as a tombstone (no key, no value): parsed in no time.
-    unusual = plain.select(
-        "topic",
-        *(F.when(F.col("_plain").isNull(), F.col(c)).alias(c) for c in ("key", "value")),
-        "record_id",
-        "_plain",
-    )
-    parsed = with_json(with_json(unusual, "value", "_v"), "key", "_k")
-    stage = parsed.select(
-        "topic",
-        "value",
-        "record_id",
-        "_v",
-        "_v_error",
-        "_k",
-        "_plain",
-    )
-
-    def get(column: str, path: str) -> Column:
-        return F.try_variant_get(column, path, "variant")
-
-    heartbeat_topic = F.col("topic") == names.HEARTBEAT_TOPIC
-    stage = stage.select(
-        "*",
-        container_type(F.col("_v")).alias("_v_type"),
-        get("_v", "$.source").alias("_source"),
-        F.try_variant_get("_v", "$.op", "variant").alias("_op_v"),
-        get("_v", "$.ts_ms").alias("_beat_ts"),
-        F.try_variant_get("_k", "$.userid", "variant").alias("_k_userid"),
-    )
-    stage = stage.select(
-        "*",
-        container_type(F.col("_source")).alias("_source_type"),
-        F.when(json_type(F.col("_op_v")) == "string", F.try_variant_get("_op_v", "$", "string")).alias("_op"),
-        get("_source", "$.ts_ms").alias("_ts"),
-        get("_source", "$.lsn").alias("_lsn"),
-        (
-            (json_type(get("_source", "$.schema")) == "string")
-            & (F.try_variant_get("_source", "$.schema", "string") == HEARTBEAT_SCHEMA)
-            & (json_type(get("_source", "$.table")) == "string")
-            & (F.try_variant_get("_source", "$.table", "string") == HEARTBEAT_TABLE)
-        ).alias("_beat_table"),
-    )
-    stage = stage.select(
-        "*",
-        F.when(F.col("_op") == "d", get("_v", "$.before")).otherwise(get("_v", "$.after")).alias("_row"),
-    )
-    stage = stage.select(
-        "*",
-        container_type(F.col("_row")).alias("_row_type"),
-        get("_row", "$.userid").alias("_row_userid"),
-        *(get("_row", f"$.{f}").alias(f"_p_{f}") for f in PROFILE_FIELDS),
-    )
-    stage = stage.select(
-        "*",
-        json_type(F.col("_row_userid")).alias("_row_userid_type"),
-        json_type(F.col("_k_userid")).alias("_k_userid_type"),
-        json_type(F.col("_ts")).alias("_ts_type"),
-        json_type(F.col("_lsn")).alias("_lsn_type"),
-        json_type(F.col("_beat_ts")).alias("_beat_ts_type"),
-        *(json_type(F.col(f"_p_{f}")).alias(f"_t_{f}") for f in PROFILE_FIELDS),
-        F.schema_of_variant("_p_interests").alias("_interests_schema"),
-    )
-
-    row_userid = F.try_variant_get("_row_userid", "$", "string")
-    key_userid = F.when(
-        (F.col("_k_userid_type") == "string") & (F.try_variant_get("_k_userid", "$", "string") != ""),
-        F.try_variant_get("_k_userid", "$", "string"),
-    )
-    row_userid_empty = (
-        F.col("_row_userid").isNull()
-        | (F.col("_row_userid_type") == "null")
-        | ((F.col("_row_userid_type") == "string") & (row_userid == ""))
-    )
-    userid = F.when(row_userid_empty, key_userid).when(F.col("_row_userid_type") == "string", row_userid)
-    stage = stage.select("*", userid.alias("_userid"))
-
-    def absent(field: str) -> Column:
-        return F.col(f"_p_{field}").isNull() | (F.col(f"_t_{field}") == "null")
-
-    def text_ok(field: str) -> Column:
-        return absent(field) | F.col(f"_t_{field}").isin("string", "integer")
-
-    is_change = F.col("_op").isin("c", "u", "d", "r") & F.coalesce(
-        F.col("_source_type") == "object", F.lit(False)
-    )
-    op_shown = F.coalesce(F.to_json("_op_v"), F.lit("missing"))
-    error = (
-        F.when(heartbeat_topic & F.col("value").isNull(), "heartbeat with a null value")
-        .when(
-            heartbeat_topic & F.col("_v_error").isNotNull(),
-            F.concat(F.lit("heartbeat is "), F.col("_v_error")),
-        )
-        .when(heartbeat_topic & (F.col("_v_type") != "object"), "heartbeat is not a JSON object")
-        .when(
-            heartbeat_topic & (F.col("_beat_ts_type") != "integer")
-            | heartbeat_topic & F.col("_beat_ts").isNull(),
-            F.concat(F.lit("heartbeat.ts_ms must be an integer, got "), shown(F.col("_beat_ts"))),
-        )
-        .when(heartbeat_topic | F.col("value").isNull(), F.lit(None))
-        .when(
-            F.octet_length("value") > MAX_CHANGE_BYTES,
-            F.format_string(
-                f"change event of %d bytes exceeds the {MAX_CHANGE_BYTES}-byte limit", F.octet_length("value")
-            ),
-        )
-        .when(F.col("_v_error").isNotNull(), F.concat(F.lit("change event is "), F.col("_v_error")))
-        .when(F.col("_v_type") != "object", "change event is not a JSON object")
-        .when(
-            F.col("_beat_table") & ((F.col("_ts_type") != "integer") | F.col("_ts").isNull()),
-            F.concat(F.lit("source.ts_ms must be an integer, got "), shown(F.col("_ts"))),
-        )
-        .when(F.col("_beat_table"), F.lit(None))
-        .when(
-            ~is_change | F.col("_op").isNull(),
-            F.concat(F.lit("not a Debezium row change (op="), op_shown, F.lit(")")),
-        )
-        .when(
-            (F.col("_ts_type") != "integer") | F.col("_ts").isNull(),
-            F.concat(F.lit("source.ts_ms must be an integer, got "), shown(F.col("_ts"))),
-        )
-        .when(
-            F.col("_lsn").isNotNull() & ~F.col("_lsn_type").isin("integer", "null"),
-            F.concat(F.lit("source.lsn must be an integer, got "), shown(F.col("_lsn"))),
-        )
-        .when(
-            (F.col("_op") != "d") & ((F.col("_row_type") != "object") | F.col("_row").isNull()),
-            F.concat(F.lit("op="), F.col("_op"), F.lit(" event without an 'after' row")),
-        )
-        .when(
-            F.col("_row").isNotNull() & ~F.col("_row_type").isin("object", "null"),
-            "op=d event whose 'before' is not an object",
-        )
-        .when(F.col("_userid").isNull(), "change event without a userid")
-    )
-    for field in ("regionid", "gender"):
-        error = error.when(
-            (F.col("_op") != "d") & ~text_ok(field),
-            F.concat(
-                F.lit(f"after.{field} must be a string (or an integer), got "), shown(F.col(f"_p_{field}"))
-            ),
-        )
-    error = error.when(
-        (F.col("_op") != "d")
-        & ~absent("interests")
-        & ~F.col("_interests_schema").isin("ARRAY<STRING>", "ARRAY<VOID>"),
-        F.concat(F.lit("after.interests must be an array of strings, got "), shown(F.col("_p_interests"))),
-    ).when(
-        (F.col("_op") != "d") & ~absent("registertime") & (F.col("_t_registertime") != "integer"),
-        F.concat(F.lit("after.registertime must be an integer, got "), shown(F.col("_p_registertime"))),
-    )
-    stage = stage.select("*", error.alias("error"))
-
-    kind = (
-        F.when(F.col("_plain").isNotNull(), F.col("_plain.kind"))
-        .when(F.col("error").isNotNull(), "error")
-        .when(heartbeat_topic, "progress")
-        .when(F.col("value").isNull(), "skip")
-        .when(F.col("_beat_table"), "progress")
-        .otherwise("change")
-    )
-    stage = stage.select("*", kind.alias("kind"))
-    change = F.col("kind") == "change"
-    profile = change & (F.col("_op") != "d")
-    ts = F.try_variant_get("_ts", "$", "bigint")
-
-    def text(field: str) -> Column:
-        return F.when(profile & ~absent(field), F.try_variant_get(f"_p_{field}", "$", "string"))
-
-    progress_ms = (
-        F.when(F.col("kind") != "progress", ts)
-        .when(
-            heartbeat_topic,
-            F.coalesce(
-                F.try_subtract(F.try_variant_get("_beat_ts", "$", "bigint"), F.lit(HEARTBEAT_SAFETY_MS)),
-                F.lit(INT64_MIN),
-            ),
-        )
-        .otherwise(ts)
-    )
-
-    def either(name: str, full: Column) -> Column:
-        """The fast path's field where it folded the record, else the full fold's."""
-        return F.when(F.col("_plain").isNotNull(), F.col(f"_plain.{name}")).otherwise(full).alias(name)
-
-    return barrier(
-        stage.select(
-            "kind",
-            either("userid", F.when(change, F.col("_userid"))),
-            either("op", F.when(change, F.col("_op"))),
-            either(
-                "valid_from_ms",
-                F.when(change, F.when(F.col("_op") == "r", F.lit(BEGINNING_OF_TIME_MS)).otherwise(ts)),
-            ),
-            either("lsn", F.when(change, F.coalesce(F.try_variant_get("_lsn", "$", "bigint"), F.lit(0)))),
-            either("regionid", text("regionid")),
-            either("gender", text("gender")),
-            either(
-                "interests",
-                F.when(
-                    profile & ~absent("interests"), F.try_variant_get("_p_interests", "$", "array<string>")
-                ),
-            ),
-            either(
-                "registertime",
-                F.when(
-                    profile & ~absent("registertime"), F.try_variant_get("_p_registertime", "$", "bigint")
-                ),
-            ),
-            either("progress_ms", F.when(F.col("kind").isin("change", "progress"), progress_ms)),
-            "error",
-            F.when(F.col("kind") == "error", F.col("record_id")).alias("record_id"),
-            F.when(F.col("kind") == "error", F.col("value")).alias("payload"),
-        ),
-        "kind",
+    error = F.col("_fold.kind") == "error"
+    return folded.select(
+        *(F.col(f"_fold.{name}").alias(name) for name in FOLDED_COLUMNS[:-2]),
+        F.when(error, F.col("record_id")).alias("record_id"),
+        F.when(error, F.col("value")).alias("payload"),
     )

@@ -6,12 +6,13 @@ A click is one JSON object per record:
 Anything else goes to the dead letters with a reason; nothing is silently dropped.
 
 `parse_click` is the executable contract (the e2e oracle uses it); `parse` is the same contract in
-the JVM (no Python per record): a Java fast path for plain clicks (jvm/.../clicks/PlainClick.java) and
-Spark's native JSON functions for everything else, both held to `parse_click` by a differential fuzz
-test (tests/unit/test_parsers_spark.py). "JSON" is strict JSON as pipeline.strict_json reads it. A non-empty
-string has a character that is not whitespace (Python's str.isspace()).
+the JVM (no Python per record): jvm/.../clicks/ClickParse.java, with a streaming fast path for plain clicks
+(PlainClick.java), held to `parse_click` by a differential fuzz test (tests/unit/test_parsers_spark.py).
+"JSON" is strict JSON as pipeline.strict_json reads it. A non-empty string has a character that is not
+whitespace (Python's str.isspace()).
 
-Reasons (Spark wording; `parse_click`'s differs only in how the offending value is shown):
+Reasons (the JVM's wording; `parse_click`'s differs only in how the offending value is shown, JSON text
+there, Python's repr here):
     empty record (null value) | record of N bytes exceeds the 65536-byte limit |
     not JSON: <why> | expected a JSON object, got <type> |
     clicks must be an integer in 1..1000000, got <value> | <field> must be a non-empty string, got <value> |
@@ -24,10 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipeline.strict_json import barrier, is_int, json_type, loads_strict, shown, with_json
+from pipeline.strict_json import is_int, loads_strict
 
 MAX_RECORD_BYTES = 64 * 1024
 # Event times before this are not real clicks (2000-01-01T00:00:00Z).
@@ -36,15 +37,10 @@ MIN_EVENT_MS = 946_684_800_000
 # (and would hold back `--once`, which waits for the watermark to pass every click).
 MAX_FUTURE_MS = 60 * 1000
 MAX_CLICKS = 1_000_000
-# Python's str.isspace() characters, as a Java regex class (a unit test holds it to str.isspace()).
-WHITESPACE = (
-    "\\u0009-\\u000d\\u001c-\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
-)
-TEXT_FIELDS = ("userid", "url", "device_id", "ip")
-PLAIN_CLICK_UDF = "streamfold_plain_click"
-# The row PlainClick returns (jvm/src/main/java/io/streamfold/clicks/PlainClick.java), field by field.
-PLAIN_CLICK_TYPE = (
-    "struct<userid:string,url:string,device_id:string,ip:string,event_time_ms:bigint,clicks:int>"
+PARSE_UDF = "streamfold_parse_click"
+# The row ClickParse returns (jvm/src/main/java/io/streamfold/clicks/ClickParse.java), field by field.
+PARSE_TYPE = (
+    "struct<userid:string,url:string,device_id:string,ip:string,event_time_ms:bigint,clicks:int,error:string>"
 )
 PARSED_COLUMNS = (
     "event_id",
@@ -115,106 +111,28 @@ def _event_time(obj: dict[str, Any], now_ms: int) -> int:
     return value
 
 
-# --- the same contract in Spark's native functions -----------------------------------------------------
-
-
-def is_text(value: Column, type_: Column) -> Column:
-    """A JSON string (type_ = json_type(value)) with at least one non-whitespace character."""
-    return (type_ == "string") & ~F.try_variant_get(value, "$", "string").rlike(f"^[{WHITESPACE}]*$")
+# --- the same contract in the JVM ----------------------------------------------------------------------
 
 
 def parse(raw: DataFrame) -> DataFrame:
     """Columns event_id, source, payload (binary), now_ms -> PARSED_COLUMNS; error NULL for a click,
     else the reason, with the original payload (NULL for a click).
 
-    Two paths in one projection (a union would read the source twice): the JVM fast path
-    (`PlainClick`, a few microseconds) returns the fields of a plain, valid click; only the records it
-    gives up on go through the full parser below (try_parse_json, schema_of_variant, regexes: ~35 us
-    a record), which finds the reason or accepts the unusual but valid ones. The full parser runs in
-    stages (one select each), so that each parsed value is computed once and the generated code stays
-    small.
+    One Java UDF (jvm/src/main/java/io/streamfold/clicks/ClickParse.java) parses a record or says why it is
+    rejected: plain clicks through its streaming fast path (PlainClick, a few microseconds), the rest read
+    into a tree. So the plan is two small projections (a parser in Spark's native functions was a stack of
+    them, planned and code-generated again every micro-batch).
     """
-    spark = raw.sparkSession
-    spark.udf.registerJavaFunction(PLAIN_CLICK_UDF, "io.streamfold.clicks.PlainClick", PLAIN_CLICK_TYPE)
-    plain = raw.select(
+    raw.sparkSession.udf.registerJavaFunction(PARSE_UDF, "io.streamfold.clicks.ClickParse", PARSE_TYPE)
+    parsed = raw.select(
         "event_id",
         "source",
-        "now_ms",
-        F.call_function(PLAIN_CLICK_UDF, "payload", "now_ms").alias("_plain"),
         "payload",
+        F.call_function(PARSE_UDF, "payload", "now_ms").alias("_click"),
     )
-    unusual = plain.select(
+    return parsed.select(
         "event_id",
+        *(F.col(f"_click.{name}").alias(name) for name in PARSED_COLUMNS[1:-2]),
         "source",
-        "now_ms",
-        "_plain",
-        F.when(F.col("_plain").isNull(), F.col("payload")).alias("payload"),
-    )
-    fields = (*TEXT_FIELDS, "event_time", "clicks")
-    parsed = with_json(unusual, "payload", "_obj")
-    typed = parsed.select(
-        "*",
-        json_type(F.col("_obj")).alias("_obj_type"),
-        *(F.try_variant_get("_obj", f"$.{name}", "variant").alias(f"_v_{name}") for name in fields),
-    ).select("*", *(json_type(F.col(f"_v_{name}")).alias(f"_t_{name}") for name in fields))
-
-    def v(name: str) -> Column:
-        return F.col(f"_v_{name}")
-
-    def t(name: str) -> Column:
-        return F.col(f"_t_{name}")
-
-    clicks = F.coalesce(F.try_variant_get(v("clicks"), "$", "bigint"), F.lit(1))
-    event_time = F.try_variant_get(v("event_time"), "$", "bigint")
-    size = F.octet_length("payload")
-    error = (
-        F.when(F.col("payload").isNull(), "empty record (null value)")
-        .when(
-            size > MAX_RECORD_BYTES,
-            F.format_string(f"record of %d bytes exceeds the {MAX_RECORD_BYTES}-byte limit", size),
-        )
-        .when(F.col("_obj_error").isNotNull(), F.col("_obj_error"))
-        .when(
-            F.col("_obj_type") != "object",
-            F.concat(F.lit("expected a JSON object, got "), F.col("_obj_type")),
-        )
-        .when(
-            v("clicks").isNotNull() & ((t("clicks") != "integer") | ~clicks.between(1, MAX_CLICKS)),
-            F.concat(F.lit(f"clicks must be an integer in 1..{MAX_CLICKS}, got "), shown(v("clicks"))),
-        )
-    )
-    for name in TEXT_FIELDS:
-        error = error.when(
-            v(name).isNull() | ~is_text(v(name), t(name)),
-            F.concat(F.lit(f"{name} must be a non-empty string, got "), shown(v(name))),
-        )
-    error = error.when(
-        v("event_time").isNull() | (t("event_time") != "integer"),
-        F.concat(F.lit("event_time must be epoch milliseconds (integer), got "), shown(v("event_time"))),
-    ).when(
-        (event_time < MIN_EVENT_MS) | (event_time > F.col("now_ms") + MAX_FUTURE_MS),
-        F.format_string(
-            "event_time %d is outside the plausible range (2000-01-01 .. now + 1 minute)", event_time
-        ),
-    )
-    checked = typed.select("*", F.when(F.col("_plain").isNull(), error).alias("error"))
-    ok = F.col("error").isNull()
-
-    def valid(column: Column, name: str) -> Column:
-        return F.when(ok, F.coalesce(F.col(f"_plain.{name}"), column)).alias(name)
-
-    return barrier(
-        checked.select(
-            "event_id",
-            valid(F.try_variant_get(v("userid"), "$", "string"), "userid"),
-            valid(event_time, "event_time_ms"),
-            valid(F.try_variant_get(v("url"), "$", "string"), "url"),
-            valid(F.try_variant_get(v("device_id"), "$", "string"), "device_id"),
-            valid(F.try_variant_get(v("ip"), "$", "string"), "ip"),
-            valid(clicks.cast("int"), "clicks"),
-            "error",
-            "source",
-            F.when(~ok, F.col("payload")).alias("payload"),
-        ),
-        "error",
+        F.when(F.col("_click.error").isNotNull(), F.col("payload")).alias("payload"),
     )

@@ -17,7 +17,7 @@ import org.apache.spark.sql.api.java.UDF2;
  * and value that returns the folded row when the record is a plain, valid Debezium change (or a heartbeat-
  * table event), and NULL otherwise.
  *
- * <p>NULL does not mean an error: it means "ask the full fold", which runs only for those records and
+ * <p>NULL does not mean an error: it means "ask the full fold" (EnvelopeFold, which calls this first), which
  * gives the answer and the reason. So the one rule here, as for PlainClick: never accept a record the full
  * fold (and its Python spec, pipeline.cdc_fold.parse_envelope) would turn into a dead letter, and return the
  * same fields. This path gives up on anything unusual: invalid UTF-8, a lone UTF-16 surrogate escape (strict
@@ -26,9 +26,7 @@ import org.apache.spark.sql.api.java.UDF2;
  * some (source.sequence is a JSON array in a string). The differential tests
  * (tests/unit/test_parsers_spark.py) hold it to the spec.
  *
- * <p>Registered by pipeline.cdc_fold as `streamfold_plain_envelope(key, value)`, with its return type
- * (cdc_fold.PLAIN_ENVELOPE_TYPE): kind, userid, op, valid_from_ms, lsn, regionid, gender, interests,
- * registertime, progress_ms.
+ * <p>Called by EnvelopeFold; as a UDF (`call`) only by the test that holds the fast path to the spec on its own.
  */
 public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
   private static final long serialVersionUID = 1L;
@@ -56,17 +54,22 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
 
   @Override
   public Row call(byte[] key, byte[] value) {
+    return fold(key, value);
+  }
+
+  /** The folded row of a plain change event or heartbeat-table event, else null. */
+  static Row fold(byte[] key, byte[] value) {
     if (value == null || value.length > MAX_CHANGE_BYTES) {
       return null;
     }
     try {
-      return fold(object(value), key);
+      return folded(object(value), key);
     } catch (NotPlain | IOException | RuntimeException notPlain) {
       return null; // unusual, malformed, or beyond Jackson's limits: the full fold says why
     }
   }
 
-  private static Row fold(Map<String, Object> envelope, byte[] key) throws NotPlain, IOException {
+  private static Row folded(Map<String, Object> envelope, byte[] key) throws NotPlain, IOException {
     if (!(envelope.get("source") instanceof Map<?, ?> source)) {
       return null;
     }
@@ -235,15 +238,8 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
 
   /** A decoded string, refused if an escape left half a surrogate pair (raw UTF-8 cannot: it is strict). */
   private static String checked(String s, boolean escapes) throws NotPlain {
-    if (escapes) {
-      for (int i = 0; i < s.length(); i++) {
-        char c = s.charAt(i);
-        if (Character.isHighSurrogate(c) && i + 1 < s.length() && Character.isLowSurrogate(s.charAt(i + 1))) {
-          i++;
-        } else if (Character.isSurrogate(c)) {
-          throw new NotPlain();
-        }
-      }
+    if (escapes && PlainJson.hasLoneSurrogate(s)) {
+      throw new NotPlain();
     }
     return s;
   }

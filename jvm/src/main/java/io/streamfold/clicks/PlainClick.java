@@ -12,15 +12,14 @@ import org.apache.spark.sql.api.java.UDF2;
  * The fast path of the click parser (pipeline/clicks.py): a Spark UDF that returns a click's fields when
  * the record is a plain, valid click, and NULL otherwise.
  *
- * <p>NULL does not mean rejected: it means "ask the full parser", which runs only for those records and
+ * <p>NULL does not mean rejected: it means "ask the full parser" (ClickParse, which calls this first), which
  * gives the accept-or-reject answer and the reason. So the one rule here is: never accept a record the
  * full parser (and its Python spec, pipeline.clicks.parse_click) would reject, and return the same fields.
  * To keep that rule easy to check, this path gives up on anything unusual: a backslash anywhere (no
  * escapes to decode), nesting deeper than 32, a number longer than 100 characters, a field of an
  * unexpected JSON type. The differential fuzz test (tests/unit/test_parsers_spark.py) holds it to the spec.
  *
- * <p>Registered by pipeline.clicks as `streamfold_plain_click(payload, now_ms)`, with its return type
- * (clicks.PLAIN_CLICK_TYPE): the fields in the order `click` creates the row.
+ * <p>Called by ClickParse; as a UDF (`call`) only by the test that holds the fast path to the spec on its own.
  */
 public final class PlainClick implements UDF2<byte[], Long, Row> {
   private static final long serialVersionUID = 1L;
@@ -33,7 +32,12 @@ public final class PlainClick implements UDF2<byte[], Long, Row> {
 
   @Override
   public Row call(byte[] payload, Long nowMs) {
-    if (payload == null || nowMs == null || payload.length > MAX_RECORD_BYTES) {
+    return nowMs == null ? null : parse(payload, nowMs);
+  }
+
+  /** The fields of a plain, valid click, else null. */
+  static Row parse(byte[] payload, long nowMs) {
+    if (payload == null || payload.length > MAX_RECORD_BYTES) {
       return null;
     }
     String text = plainText(payload);
@@ -150,7 +154,7 @@ public final class PlainClick implements UDF2<byte[], Long, Row> {
     return true;
   }
 
-  /** Python's str.isspace() for one UTF-16 unit (the same set as clicks.WHITESPACE). */
+  /** Python's str.isspace() for one UTF-16 unit (test_blank_text_is_pythons_isspace holds it to it). */
   static boolean pythonSpace(char c) {
     return (c >= '\u0009' && c <= '\r')
         || (c >= '\u001c' && c <= ' ')

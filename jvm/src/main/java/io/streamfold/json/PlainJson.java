@@ -9,7 +9,7 @@ import java.nio.charset.StandardCharsets;
 /**
  * What the JVM fast paths (clicks/PlainClick, cdc/PlainEnvelope) share: strict JSON as
  * pipeline/strict_json.py reads it, and the limits past which they give up and leave the record to the
- * full parser in Spark.
+ * full parsers (ClickParse, EnvelopeFold, reading it with StrictJson).
  */
 public final class PlainJson {
   /** Nesting deeper than this is not plain. */
@@ -29,19 +29,9 @@ public final class PlainJson {
    * JSON whitespace, with '{' (so no byte order mark); else null.
    */
   public static String objectText(byte[] payload) {
-    boolean ascii = true;
-    for (byte b : payload) {
-      ascii &= b >= 0;
-    }
-    String text;
-    if (ascii) {
-      text = new String(payload, StandardCharsets.ISO_8859_1);
-    } else {
-      try {
-        text = StandardCharsets.UTF_8.newDecoder().decode(ByteBuffer.wrap(payload)).toString();
-      } catch (CharacterCodingException invalid) {
-        return null;
-      }
+    String text = utf8(payload);
+    if (text == null) {
+      return null;
     }
     for (int i = 0; i < text.length(); i++) {
       char c = text.charAt(i);
@@ -50,5 +40,57 @@ public final class PlainJson {
       }
     }
     return null;
+  }
+
+  /** The bytes as text if they are strict UTF-8 (no overlong forms, no encoded surrogates), else null. */
+  public static String utf8(byte[] bytes) {
+    boolean ascii = true;
+    for (byte b : bytes) {
+      ascii &= b >= 0;
+    }
+    if (ascii) {
+      return new String(bytes, StandardCharsets.ISO_8859_1);
+    }
+    try {
+      return StandardCharsets.UTF_8.newDecoder().decode(ByteBuffer.wrap(bytes)).toString();
+    } catch (CharacterCodingException invalid) {
+      return null;
+    }
+  }
+
+  /** Whether a decoded string holds half a surrogate pair (only an escape such as "\\ud800" can make one). */
+  public static boolean hasLoneSurrogate(String s) {
+    for (int i = 0; i < s.length(); i++) {
+      char c = s.charAt(i);
+      if (Character.isHighSurrogate(c) && i + 1 < s.length() && Character.isLowSurrogate(s.charAt(i + 1))) {
+        i++;
+      } else if (Character.isSurrogate(c)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** s as a JSON string literal, appended to out. */
+  public static void quote(String s, StringBuilder out) {
+    out.append('"');
+    for (int i = 0; i < s.length(); i++) {
+      char c = s.charAt(i);
+      switch (c) {
+        case '"' -> out.append("\\\"");
+        case '\\' -> out.append("\\\\");
+        case '\n' -> out.append("\\n");
+        case '\r' -> out.append("\\r");
+        case '\t' -> out.append("\\t");
+        default -> {
+          if (c < 0x20) {
+            out.append(String.format("\\u%04x", (int) c));
+          } else {
+            out.append(c);
+          }
+        }
+      }
+    }
+    out.append('"');
   }
 }
