@@ -3,7 +3,7 @@
 With streamfold's own Spark session settings (pipeline.spark), the same offset range of the clicks topic
 is read three times into Spark's `noop` sink:
   read       the Kafka connector alone (the first pass also warms the JVM and is not reported)
-  parse      + the click parser (pipeline.clicks.parse, Spark's native JSON functions)
+  parse      + the click parser (pipeline.clicks.parse, one Java UDF)
 Each step is timed around its action, so JVM start-up is excluded, like the job's first-read timing.
 """
 

@@ -218,6 +218,26 @@ def test_blank_text_is_pythons_isspace(spark: SparkSession):
     assert sorted(blank) == [c for c in chars if chr(c).isspace()]
 
 
+def test_jvm_reasons_say_which_strict_json_rule_failed(spark: SparkSession):
+    """A user reading dead_letters learns which rule a record broke (the fuzz tests check only that it was
+    "not JSON")."""
+    good = json.dumps(GOOD)
+    cases = {
+        "[" * 1001 + "]" * 1001: "not JSON: nesting deeper than 1000",
+        good.replace('"/home"', "1" * 1001): "not JSON: number longer than 1000 characters",
+        good.replace('"/home"', '"\\ud800"'): "not JSON: lone UTF-16 surrogate escape",
+        good.replace("}", ', "url": "/x"}'): "not JSON: Duplicate field 'url'",
+        good + " {}": "not JSON: trailing data",
+    }
+    payloads = [text.encode() for text in cases] + [good.encode().replace(b"/home", b"/\xff")]
+    reasons = list(cases.values()) + ["not JSON: invalid UTF-8"]
+    rows = [(f"e{i}", "t", p, NOW) for i, p in enumerate(payloads)]
+    frame = spark.createDataFrame(rows, "event_id string, source string, payload binary, now_ms long")
+    got = {r["event_id"]: r["error"] for r in clicks.parse(frame).collect()}
+    for i, reason in enumerate(reasons):
+        assert got[f"e{i}"] is not None and got[f"e{i}"].startswith(reason), (reason, got[f"e{i}"])
+
+
 def test_click_parser_agrees_with_parse_click(spark: SparkSession):
     kinds = check_clicks(spark, click_payloads(random.Random(SEED)))
     # The generator reaches every outcome.

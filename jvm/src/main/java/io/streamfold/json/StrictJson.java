@@ -35,7 +35,7 @@ public final class StrictJson {
 
   private StrictJson() {}
 
-  /** A value's JSON type in words, as strict_json.json_type: object, array, string, integer, number, boolean, null. */
+  /** A value's JSON type in words: object, array, string, integer (64-bit), number, boolean or null. */
   public static String type(Object value) {
     if (value instanceof Map) return "object";
     if (value instanceof List) return "array";
@@ -64,7 +64,7 @@ public final class StrictJson {
     } catch (StreamConstraintsException beyond) {  // Jackson's words would read as another reason
       String limit = beyond.getOriginalMessage();
       throw new NotJson(limit.contains("Number") ? "number longer than " + MAX_NUMBER_CHARS + " characters"
-          : limit.contains("nesting") ? "nested too deeply" : "beyond Jackson's limits");
+          : limit.contains("nesting") ? "nesting deeper than 1000" : "beyond Jackson's limits");
     } catch (JsonProcessingException malformed) {
       String reason = malformed.getOriginalMessage();
       throw new NotJson(reason.length() > 200 ? reason.substring(0, 200) : reason);
