@@ -54,6 +54,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipeline import aggregates
+from pipeline.cdc_fold import PROFILE_FIELDS
 from pipeline.retry import one_line, retry_budget_s, retrying
 from streamfold import names, topics
 
@@ -298,10 +299,7 @@ def changelog_value() -> Column:
     op = F.col("change_op")
     profile = F.struct(
         F.col("uid").alias("userid"),
-        *[
-            F.col(f"user_{field}").alias(field)
-            for field in ("regionid", "gender", "interests", "registertime")
-        ],
+        *[F.col(f"user_{field}").alias(field) for field in PROFILE_FIELDS],
         F.when(op == "r", F.lit(None)).otherwise(F.col("profile_valid_from_ms")).alias("valid_from"),
     )
     return F.when(op == "d", F.lit(None).cast("string")).otherwise(F.to_json(profile))

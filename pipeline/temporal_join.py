@@ -195,9 +195,14 @@ def _project(df: DataFrame, values: dict[str, Column]) -> DataFrame:
     )
 
 
+def _reject_bucket(is_reject: Column, record_id: str, buckets: int) -> Column:
+    """A reject may go to any bucket (it only passes through), so rejects are spread by their record id,
+    and a flood of them is too."""
+    return F.when(is_reject, F.pmod(F.hash(record_id), F.lit(buckets)))
+
+
 def _tag_clicks(clicks: DataFrame, buckets: int) -> DataFrame:
-    """Clicks, and rejects (error set) if the frame has REJECT_FIELDS: a reject may go to any bucket
-    (it only passes through), so rejects are spread by event_id and a flood of them is too."""
+    """Clicks, and rejects (error set) if the frame has REJECT_FIELDS."""
     fields = {name: F.col(name) for name in ("userid", *_CLICK_FIELDS)}
     rejects: dict[str, Column] = {}
     kind = F.lit(_CLICK)
@@ -205,7 +210,7 @@ def _tag_clicks(clicks: DataFrame, buckets: int) -> DataFrame:
         is_reject = F.col("error").isNotNull()
         kind = F.when(is_reject, F.lit(_REJECT)).otherwise(kind)
         rejects = {f.name: F.col(f.name) for f in REJECT_FIELDS}
-        rejects["bucket"] = F.when(is_reject, F.pmod(F.hash("event_id"), F.lit(buckets)))
+        rejects["bucket"] = _reject_bucket(is_reject, "event_id", buckets)
     return _project(
         clicks,
         {
@@ -231,7 +236,7 @@ def _tag_cdc(cdc: DataFrame, buckets: int) -> DataFrame:
             "error": F.col("error"),
             "source": F.lit(f"kafka:{names.CDC_USERS_TOPIC}"),
             "payload": F.col("payload"),
-            "bucket": F.when(is_reject, F.pmod(F.hash("record_id"), F.lit(buckets))),
+            "bucket": _reject_bucket(is_reject, "record_id", buckets),
         }
     return _project(
         cdc,

@@ -285,9 +285,8 @@ def test_plain_click_fast_path_accepts_only_what_parse_click_accepts(spark: Spar
     frame = spark.createDataFrame(
         [(f"e{i}", p, NOW) for i, p in enumerate(payloads)], "event_id string, payload binary, now_ms long"
     )
-    # The fast path returns the parser's fields but error (ClickParse calls it first).
-    plain_type = clicks.PARSE_TYPE.removesuffix(",error:string>") + ">"
-    spark.udf.registerJavaFunction("plain_click", "io.streamfold.clicks.PlainClick", plain_type)
+    # The fast path returns ClickParse's row (ClickParse calls it first), or NULL.
+    spark.udf.registerJavaFunction("plain_click", "io.streamfold.clicks.PlainClick", clicks.PARSE_TYPE)
     plain = frame.select("event_id", F.call_function("plain_click", "payload", "now_ms").alias("p"))
     got = {r["event_id"]: r["p"] for r in plain.collect()}
     taken = valid = 0
@@ -465,9 +464,8 @@ def test_plain_envelope_fast_path_folds_only_what_parse_envelope_folds(spark: Sp
         [(f"r{i}", key, value) for i, (_, key, value) in enumerate(records)],
         "id string, key binary, value binary",
     )
-    # The fast path returns the fold's fields but error (EnvelopeFold calls it first).
-    plain_type = cdc_fold.FOLD_TYPE.removesuffix(",error:string>") + ">"
-    spark.udf.registerJavaFunction("plain_envelope", "io.streamfold.cdc.PlainEnvelope", plain_type)
+    # The fast path returns EnvelopeFold's row (EnvelopeFold calls it first), or NULL.
+    spark.udf.registerJavaFunction("plain_envelope", "io.streamfold.cdc.PlainEnvelope", cdc_fold.FOLD_TYPE)
     fast_rows = frame.select("id", F.call_function("plain_envelope", "key", "value").alias("p"))
     got = {r["id"]: r["p"] for r in fast_rows.collect()}
     taken = valid = 0

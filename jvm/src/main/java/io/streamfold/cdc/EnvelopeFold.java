@@ -65,9 +65,7 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
     }
     Row plain = PlainEnvelope.fold(key, value);
     if (plain != null) {
-      Object[] values = new Object[plain.length() + 1];
-      for (int i = 0; i < plain.length(); i++) values[i] = plain.get(i);
-      return RowFactory.create(values);
+      return plain;
     }
     Map<String, Object> envelope = json(value, "change event");
     Object sourceValue = envelope.get("source");

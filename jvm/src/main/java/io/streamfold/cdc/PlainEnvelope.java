@@ -57,7 +57,10 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
     return fold(key, value);
   }
 
-  /** The folded row of a plain change event or heartbeat-table event, else null. */
+  /**
+   * A plain change event or heartbeat-table event folded as EnvelopeFold returns it (cdc_fold.FOLD_TYPE,
+   * error null), else null.
+   */
   static Row fold(byte[] key, byte[] value) {
     if (value == null || value.length > MAX_CHANGE_BYTES) {
       return null;
@@ -75,7 +78,7 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
     }
     if (HEARTBEAT_SCHEMA.equals(source.get("schema")) && HEARTBEAT_TABLE.equals(source.get("table"))) {
       long ts = int64(source.get("ts_ms"));
-      return RowFactory.create("progress", null, null, null, null, null, null, null, null, ts);
+      return RowFactory.create("progress", null, null, null, null, null, null, null, null, ts, null);
     }
     if (!(envelope.get("op") instanceof String op) || op.length() != 1 || "cudr".indexOf(op) < 0) {
       return null;
@@ -90,10 +93,11 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
     String userid = userid(row.get("userid"), key);
     long validFrom = "r".equals(op) ? BEGINNING_OF_TIME_MS : ts;
     if ("d".equals(op)) {
-      return RowFactory.create("change", userid, op, validFrom, lsn, null, null, null, null, ts);
+      return RowFactory.create("change", userid, op, validFrom, lsn, null, null, null, null, ts, null);
     }
     return RowFactory.create("change", userid, op, validFrom, lsn, text(row.get("regionid")),
-        text(row.get("gender")), strings(row.get("interests")), optionalInt64(row.get("registertime")), ts);
+        text(row.get("gender")), strings(row.get("interests")), optionalInt64(row.get("registertime")), ts,
+        null);
   }
 
   /** The row's userid if a non-empty string; if it is missing, null or "", the key's (a plain object). */

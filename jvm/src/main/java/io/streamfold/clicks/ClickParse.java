@@ -53,8 +53,7 @@ public final class ClickParse implements UDF2<byte[], Long, Row> {
     }
     Row plain = PlainClick.parse(payload, nowMs);
     if (plain != null) {
-      return RowFactory.create(plain.get(0), plain.get(1), plain.get(2), plain.get(3), plain.get(4),
-          plain.get(5), null);
+      return plain;
     }
     Object parsed;
     try {

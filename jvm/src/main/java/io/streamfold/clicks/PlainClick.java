@@ -35,7 +35,7 @@ public final class PlainClick implements UDF2<byte[], Long, Row> {
     return nowMs == null ? null : parse(payload, nowMs);
   }
 
-  /** The fields of a plain, valid click, else null. */
+  /** A plain, valid click as ClickParse returns it (clicks.PARSE_TYPE, error null), else null. */
   static Row parse(byte[] payload, long nowMs) {
     if (payload == null || payload.length > MAX_RECORD_BYTES) {
       return null;
@@ -105,7 +105,7 @@ public final class PlainClick implements UDF2<byte[], Long, Row> {
     if (clicks < 1 || clicks > MAX_CLICKS || eventTime < MIN_EVENT_MS || eventTime > nowMs + MAX_FUTURE_MS) {
       return null;
     }
-    return RowFactory.create(userid, url, deviceId, ip, eventTime, (int) clicks);
+    return RowFactory.create(userid, url, deviceId, ip, eventTime, (int) clicks, null);  // no error
   }
 
   /** A JSON string with a character that is not whitespace (Python's str.isspace()), else null. */

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.core.exc.StreamConstraintsException;
+import com.fasterxml.jackson.core.io.JsonStringEncoder;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -148,13 +149,13 @@ public final class StrictJson {
     } else if (value instanceof Other o) {
       out.append(o.text());
     } else if (value instanceof String s) {
-      PlainJson.quote(s, out);
+      quote(s, out);
     } else if (value instanceof Map<?, ?> m) {
       out.append('{');
       String sep = "";
       for (Map.Entry<?, ?> e : m.entrySet()) {
         out.append(sep);
-        PlainJson.quote((String) e.getKey(), out);
+        quote((String) e.getKey(), out);
         out.append(':');
         write(e.getValue(), out);
         sep = ",";
@@ -172,5 +173,11 @@ public final class StrictJson {
     } else {
       out.append(value);  // Long, Boolean
     }
+  }
+
+  private static void quote(String s, StringBuilder out) {
+    out.append('"');
+    JsonStringEncoder.getInstance().quoteAsString(s, out);
+    out.append('"');
   }
 }
