@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.compose.conftest import SERVICES, Compose, assert_project_gone, phase, running_stack
-from tests.compose.test_stack import GENERATE_CLICKS, GENERATE_USERS, README, oracle, wait_for_totals
+from tests.compose.test_stack import GENERATE_CLICKS, GENERATE_USERS, README, wait_for_totals
 
 CLUSTER_UP = "docker compose -f docker-compose.yml -f docker-compose.cluster.yml up -d --build"
 CLUSTER_SERVICES = (*SERVICES, "spark-master", "spark-worker")
@@ -49,9 +49,8 @@ def test_the_job_runs_on_the_cluster_with_the_same_totals(cluster: Compose) -> N
     }
     cluster.shell(GENERATE_USERS)
     cluster.shell(GENERATE_CLICKS)
-    want = oracle(host_env, kinesis=False)
+    want = wait_for_totals(host_env, kinesis=False, timeout_s=420)
     assert len(want.rows) == 10_000
-    wait_for_totals(host_env["admin_dsn"], want, 420)
     # The executors ran on the worker: it reports the application's executor.
     worker = cluster.run(
         "exec", "-T", "spark-worker", "python", "-c",
