@@ -6,6 +6,7 @@ real psycopg exceptions."""
 from __future__ import annotations
 
 import logging
+import random
 import shutil
 import socket
 import tempfile
@@ -20,7 +21,7 @@ import pyarrow.compute as pc
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from compose import local_stack
@@ -264,16 +265,20 @@ def batch_frame(
     partitions: int,
     changes: list[tuple[str, str, str | None, int]] = [],  # noqa: B006  # read only
 ) -> DataFrame:
-    """A batch as EnrichedClicksSink hands it to Landing (STAGING_COLUMNS, error, source, payload,
-    is_change, and the Kafka record), with `rejects` dead letters and the (userid, op, regionid,
-    valid_from_ms) profile changes `changes` as the join passes them through, in `partitions` partitions
-    by uid."""
+    """A batch as EnrichedClicksSink hands it to Landing (sinks.landing_columns of the join's rows), with
+    `rejects` dead letters and the (userid, op, regionid, valid_from_ms) profile changes `changes` as the
+    join passes them through, in `partitions` partitions by uid. The clicks' interests are an array again,
+    as the join emits them: ["News", 'a "b"']."""
     schema = clicks.schema.set(
         clicks.schema.get_field_index("click_location"), pa.field("click_location", pa.string())
+    )
+    schema = schema.set(
+        schema.get_field_index("user_interests"), pa.field("user_interests", pa.list_(pa.string()))
     )
     schema = schema.append(pa.field("error", pa.string())).append(pa.field("source", pa.string()))
     schema = schema.append(pa.field("payload", pa.binary())).append(pa.field("change_op", pa.string()))
     valid = {name: clicks.column(name).to_pylist() for name in clicks.column_names}
+    valid["user_interests"] = [["News", 'a "b"']] * clicks.num_rows
     valid |= {"error": [None] * clicks.num_rows, "source": ["kafka:clicks"] * clicks.num_rows}
     valid |= {"change_op": [None] * clicks.num_rows}
     changed = {name: [None] * len(changes) for name in schema.names}
@@ -299,7 +304,8 @@ def batch_frame(
         ]
     ).combine_chunks()  # one batch: createDataFrame stops at an empty one
     frame = spark.createDataFrame(table).repartition(partitions, "uid")
-    return frame.select("*", F.col("change_op").isNotNull().alias("is_change"), *sinks.kafka_record())
+    sinks.register_udfs(spark)
+    return frame.select(*sinks.landing_columns())
 
 
 def land(frame: DataFrame, landing: sinks.Landing) -> dict[int, tuple[bool, str]]:
@@ -472,6 +478,7 @@ def test_pg_array_literal_round_trips_through_postgres(spark: SparkSession, dsn:
         None,
     ]
     frame = spark.createDataFrame([(i, v) for i, v in enumerate(interests)], "i int, interests array<string>")
+    sinks.register_udfs(spark)
     literals = [
         r.lit
         for r in frame.select("i", sinks.pg_array_literal(F.col("interests")).alias("lit"))
@@ -481,6 +488,64 @@ def test_pg_array_literal_round_trips_through_postgres(spark: SparkSession, dsn:
     with psycopg.connect(dsn) as conn:
         parsed = [conn.execute("SELECT %s::text[]", (lit,)).fetchone()[0] for lit in literals]
     assert parsed == interests
+
+
+def to_json_value() -> Column:
+    """The user_clicks value as Spark's to_json wrote it before the Java UDF (sinks.enriched_value): the
+    spec the UDF is held to, byte for byte."""
+
+    def field(name: str) -> Column:
+        col = F.col(name)
+        if name == "profile_valid_from_ms":
+            col = F.when(col < 0, F.lit(None)).otherwise(col)
+        return col.alias(name.removesuffix("_ms"))
+
+    return F.to_json(F.struct(*[field(name) for name in sinks.STAGING_COLUMNS])).cast("binary")
+
+
+def random_text(rng: random.Random) -> str | None:
+    alphabet = '\x00\x01\x1f\x7f\n\t\r\b\f"\\/ aZ9é€\u2028\ufffd😀\U0010ffff'
+    if rng.random() < 0.15:
+        return None
+    return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+
+
+def test_user_clicks_values_are_what_to_json_wrote(spark: SparkSession) -> None:
+    """2,000 seeded rows (control characters, quotes, non-ASCII, astral and invalid UTF-8 text, nulls
+    anywhere, empty and null arrays and elements, extreme numbers): the Java UDF's bytes equal to_json's."""
+    rng = random.Random(20261125)
+    big = [-(2**63), -1, 0, 1, 2**31 - 1, 2**63 - 1, -(2**62)]
+
+    def number() -> int | None:
+        return None if rng.random() < 0.1 else rng.choice([*big, rng.randint(-(10**15), 10**15)])
+
+    rows = [
+        (
+            random_text(rng),
+            random_text(rng),
+            number(),
+            bytes(rng.randrange(256) for _ in range(rng.randint(0, 6))),  # invalid UTF-8 as text, below
+            random_text(rng),
+            random_text(rng),
+            None if rng.random() < 0.1 else rng.choice([1, 2, 2**31 - 1, -(2**31)]),
+            random_text(rng),
+            random_text(rng),
+            None if rng.random() < 0.15 else [random_text(rng) for _ in range(rng.randint(0, 4))],
+            number(),
+            number(),
+            rng.choice([True, False, None]),
+        )
+        for _ in range(2_000)
+    ]
+    kinds = ("string", "string", "bigint", "binary", "string", "string", "int", "string", "string")
+    kinds += ("array<string>", "bigint", "bigint", "boolean")
+    schema = ", ".join(f"{name} {kind}" for name, kind in zip(sinks.STAGING_COLUMNS, kinds, strict=True))
+    frame = spark.createDataFrame(rows, schema).withColumn("click_url", F.col("click_url").cast("string"))
+    sinks.register_udfs(spark)
+    got = frame.select(to_json_value().alias("want"), sinks.enriched_value().alias("got")).collect()
+    differ = [(r.want, r.got) for r in got if r.want != r.got]
+    assert not differ, f"{len(differ)} of {len(got)} differ, e.g. {differ[:2]}"
+    assert len({bytes(r.got) for r in got}) > 1_900  # the rows are varied, not a few repeated
 
 
 def test_dlq_records_are_bounded_and_state_the_full_payload(spark: SparkSession) -> None:
