@@ -83,7 +83,7 @@ def write(sink: EnrichedClicksSink, batch_id: int, rows: list[dict[str, Any]]) -
     for row in rows:
         sink.producer.produce(names.USER_CLICKS_TOPIC, key=row["uid"], value=user_click(row))
         sink.producer.poll(0)
-    keys = table.select(["click_url", "user_regionid"]).rename_columns(["url", "region"])
+    keys = sorted({(r["click_url"], r["user_regionid"]) for r in rows})
     sink.publish_totals(keys)  # flushes the producer: user_clicks are acknowledged too
 
 

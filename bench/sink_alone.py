@@ -89,6 +89,7 @@ def batch_frame(spark: SparkSession, start: int, rows: int) -> DataFrame:
         F.lit(None).cast("string").alias("error"),
         F.lit(None).cast("string").alias("source"),
         F.lit(None).cast("binary").alias("payload"),
+        F.lit(None).cast("string").alias("change_op"),
     )
 
 

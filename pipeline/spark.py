@@ -66,7 +66,9 @@ DEFAULTS = {
 # per micro-batch, a fifth of an idle batch's time). jvm/.../fs/ForklessLocalFileSystem sets permissions
 # through java.nio; the FileSystem-based checkpoint manager renames with File.renameTo. Hadoop loads the
 # file system class before spark.jars are on the classpath, hence the driver class path (the executors
-# are in the driver's JVM under a local master; other masters keep Hadoop's defaults).
+# are in the driver's JVM under a local master; other masters keep Hadoop's defaults). Every jar of the
+# folder goes there, not only ours: a class on the JVM's own class path cannot see spark.jars (the sink
+# in streamfold-join.jar uses kafka-clients and the Postgres driver).
 JOIN_JAR = "streamfold-join.jar"
 LOCAL_CHECKPOINTS = {
     "spark.hadoop.fs.file.impl": "io.streamfold.fs.ForklessLocalFileSystem",
@@ -77,16 +79,21 @@ LOCAL_CHECKPOINTS = {
 
 
 def local_checkpoints(folder: Path) -> dict[str, str]:
-    return {**LOCAL_CHECKPOINTS, "spark.driver.extraClassPath": str(folder / JOIN_JAR)}
+    class_path = [str(folder / JOIN_JAR), *(j for j in jars_in(folder) if not j.endswith(JOIN_JAR))]
+    return {**LOCAL_CHECKPOINTS, "spark.driver.extraClassPath": ":".join(class_path)}
 
 
 def jars_dir() -> Path:
     return Path(os.environ.get("STREAMFOLD_JARS", DEFAULT_JARS_DIR))
 
 
+def jars_in(folder: Path) -> list[str]:
+    return sorted(str(p) for p in folder.glob("*.jar"))
+
+
 def jars() -> list[str]:
     folder = jars_dir()
-    found = sorted(str(p) for p in folder.glob("*.jar"))
+    found = jars_in(folder)
     if not found:
         raise FileNotFoundError(f"no Spark connector jars in {folder}: run `make setup`")
     return found

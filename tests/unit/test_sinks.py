@@ -1,10 +1,12 @@
-"""The sink's retry loop, its ledger and its two write paths on a real PostgreSQL (the local stack's
-postgres service alone, in a temporary home: ~2 s), partitions landing on local Spark with the stack's
-Kafka broker, plus the text and dead-letter rules. No mocks: outages are a real stopped server, errors
-real psycopg exceptions."""
+"""The sink: the driver's retry loop, and the executors' landing (jvm/.../sink/Landing.java) on local
+Spark, a real PostgreSQL and a real Kafka broker (the local stack's services, in a temporary home): the
+ledger and its two write paths, partitions landing once each, the Kafka records byte for byte against
+Spark's own `to_json` (the spec), text Postgres can hold, bounded dead letters, a Postgres outage. No mocks:
+outages are a real stopped server, errors real exceptions."""
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import shutil
@@ -16,8 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 from compose import local_stack
 from db import schema
-from pipeline import aggregates, retry, sinks
+from pipeline import retry, sinks
 from streamfold import names
 
 
@@ -121,9 +121,30 @@ def dsn(pg_home: Path) -> str:
 
 @pytest.fixture(scope="module")
 def bootstrap(pg_home: Path) -> str:
-    """The stack's Kafka broker in the same home (started once, for the tests that produce)."""
+    """The stack's Kafka broker in the same home (started once), with the sink's topics."""
     local_stack.start_service(pg_home, "kafka")
-    return local_stack.open_stack(pg_home).env()["STREAMFOLD_KAFKA_BOOTSTRAP"]
+    bootstrap = local_stack.open_stack(pg_home).env()["STREAMFOLD_KAFKA_BOOTSTRAP"]
+    fresh_topics(bootstrap)  # the broker creates no topic on its own
+    return bootstrap
+
+
+def topic_records(bootstrap: str, topic: str, expect: int) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of every record in a topic (created empty by fresh_topics), all partitions."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"unit-{topic}", "enable.auto.commit": False}
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        got: list[tuple[bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + 30
+        while len(got) < expect and time.monotonic() < deadline:
+            message = consumer.poll(1)
+            if message is not None and not message.error():
+                got.append((message.key(), message.value()))
+        return got
+    finally:
+        consumer.close()
 
 
 def topic_counts(bootstrap: str) -> dict[str, int]:
@@ -158,38 +179,73 @@ def fresh_topics(bootstrap: str) -> None:
         future.result()
 
 
-def rows(n: int, start: int = 0, url: str = "https://e.com/") -> pa.Table:
-    """A partition of a batch as sinks.landing_columns hands it to Landing (STAGING_COLUMNS)."""
-    ids = range(start, start + n)
-    return pa.table(
+# The join's output (io.streamfold.join.TemporalJoin.OUTPUT_SCHEMA), what the sink receives.
+OUTPUT_DDL = (
+    "event_id string, uid string, click_time_ms bigint, click_url string, device_type string, "
+    "click_location string, clicks int, user_regionid string, user_gender string, "
+    "user_interests array<string>, user_registertime bigint, profile_valid_from_ms bigint, "
+    "profile_complete boolean, error string, source string, payload binary, change_op string"
+)
+FIELDS = [f.split(" ")[0] for f in OUTPUT_DDL.split(", ")]
+
+
+def clicks(n: int, start: int = 0, url: str = "https://e.com/") -> list[dict]:
+    """n enriched clicks as the join emits them: every fifth released by max_wait, a snapshot version."""
+    return [
         {
-            "event_id": [f"kafka:clicks:0:{i}" for i in ids],
-            "uid": [f"User_{i % 7}" for i in ids],
-            "click_time_ms": pa.array([1_767_225_600_123 for _ in ids], pa.int64()),
-            "click_url": [f"{url}{i % 3}" for i in ids],
-            "device_type": ["mobile\u0000" for _ in ids],
-            "click_location": [None for _ in ids],
-            "clicks": pa.array([1 + i % 2 for i in ids], pa.int32()),
-            "user_regionid": [f"Region_{i % 2}" for i in ids],
-            "user_gender": ["MALE" for _ in ids],
-            "user_interests": ['{"News","a \\"b\\""}' for _ in ids],
-            "user_registertime": pa.array([1 for _ in ids], pa.int64()),
-            "profile_valid_from_ms": pa.array([-1 for _ in ids], pa.int64()),
-            "profile_complete": [i % 5 != 0 for i in ids],
+            "event_id": f"kafka:clicks:0:{i}",
+            "uid": f"User_{i % 7}",
+            "click_time_ms": 1_767_225_600_123,
+            "click_url": f"{url}{i % 3}",
+            "device_type": "mobile\u0000",
+            "click_location": None,
+            "clicks": 1 + i % 2,
+            "user_regionid": f"Region_{i % 2}",
+            "user_gender": "MALE",
+            "user_interests": ["News", 'a "b"'],
+            "user_registertime": 1,
+            "profile_valid_from_ms": -1,
+            "profile_complete": i % 5 != 0,
         }
-    )
+        for i in range(start, start + n)
+    ]
 
 
-def write_batch(sink: sinks.EnrichedClicksSink, batch_id: int, arrow: pa.Table) -> str | None:
-    """What a partition's Landing does with its rows, here on the driver: the write path taken, or None
-    when the ledger already had the batch."""
-    table = sinks.to_table(arrow)
-    totals = aggregates.batch_totals(table)
-    path: list[str] = []
-    claimed = sink.pg.commit(
-        "q", batch_id, table.num_rows, lambda conn: path.append(sinks.write_rows(conn, table, arrow, totals))
+def rejects(n: int) -> list[dict]:
+    return [
+        {
+            "event_id": f"kafka:clicks:1:{i}",
+            "uid": f"User_{i % 7}",
+            "error": "not JSON",
+            "source": "kafka:clicks",
+            "payload": bytearray(b"\x00\xff%d" % i),
+        }
+        for i in range(n)
+    ]
+
+
+def changes(items: list[tuple[str, str, str | None, int]]) -> list[dict]:
+    """(userid, op, regionid, valid_from_ms) profile changes as the join passes them through."""
+    return [
+        {"uid": user, "change_op": op, "user_regionid": region, "profile_valid_from_ms": valid_from}
+        for user, op, region, valid_from in items
+    ]
+
+
+def frame(spark: SparkSession, rows: list[dict], partitions: int = 1, by: str = "uid") -> DataFrame:
+    """A batch of the join's output in `partitions` partitions (hashed by `by`)."""
+    full = [tuple(row.get(name) for name in FIELDS) for row in rows]
+    return spark.createDataFrame(full, OUTPUT_DDL).repartition(partitions, by)
+
+
+def land(
+    batch: DataFrame, dsn: str, bootstrap: str, ledger: str = "q:1", batch_id: int = 0, **kw
+) -> dict[int, tuple[bool, str]]:
+    """Land every partition: {partition: (landed, path)} of the non-empty ones."""
+    reports = sinks.land(
+        batch, sinks.JdbcTarget.of(dsn), bootstrap, ledger, batch_id, kw.pop("retry_s", 30), **kw
     )
-    return path[0] if claimed else None
+    return {r.partition_id: (r.landed, r.path) for r in reports if r.path != "empty"}
 
 
 def assert_totals_exact(dsn: str) -> tuple[int, int]:
@@ -213,22 +269,27 @@ def assert_totals_exact(dsn: str) -> tuple[int, int]:
         return count, total
 
 
-def sink_for(dsn: str, retry_s: float = 30) -> sinks.EnrichedClicksSink:
-    return sinks.EnrichedClicksSink("q", dsn, f"127.0.0.1:{closed_port()}", retry_s=retry_s)
+def incomplete_event_ids(dsn: str) -> set[str]:
+    """The clicks stored with profile_complete = false (clicks() marks every fifth)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT event_id FROM streamfold.enriched_clicks WHERE NOT profile_complete")
+        return {r[0] for r in rows}
 
 
-def test_undelivered_records_raise_kafka_unavailable() -> None:
-    """Only failed deliveries are reported: a broker that never answers must still fail the attempt."""
-    producer = sinks.RecordProducer(f"127.0.0.1:{closed_port()}", {"message.timeout.ms": 1000})
-    with pytest.raises(sinks.KafkaUnavailable, match="did not acknowledge every record"):
-        producer.produce_all([(names.USER_CLICKS_TOPIC, b"k", b"v")] * 3)
-    assert len(producer.failures) == 3
+def test_the_jvm_writes_the_tables_the_contract_names(spark: SparkSession) -> None:
+    pg = spark._jvm.io.streamfold.sink.PgWriter  # type: ignore[union-attr]
+    assert (pg.ENRICHED_CLICKS, pg.CLICKS_PER_REGION, pg.URL_REGION, pg.DEAD_LETTERS) == (
+        names.ENRICHED_CLICKS_TABLE,
+        names.CLICKS_PER_REGION_TABLE,
+        names.URL_REGION_TABLE,
+        names.DEAD_LETTERS_TABLE,
+    )
 
 
-def test_ledger_makes_a_replayed_batch_a_no_op(dsn: str) -> None:
-    sink = sink_for(dsn)
-    assert write_batch(sink, 0, rows(100)) == "COPY"
-    assert write_batch(sink, 0, rows(100)) is None  # the replay finds its id taken
+def test_ledger_makes_a_replayed_batch_a_no_op(spark: SparkSession, dsn: str, bootstrap: str) -> None:
+    batch = frame(spark, clicks(100))
+    assert land(batch, dsn, bootstrap, "q") == {0: (True, "COPY")}
+    assert land(batch, dsn, bootstrap, "q") == {0: (False, "replay")}  # the replay finds its id taken
     assert assert_totals_exact(dsn) == (100, 150)
     with psycopg.connect(dsn) as conn:
         assert conn.execute(
@@ -236,86 +297,23 @@ def test_ledger_makes_a_replayed_batch_a_no_op(dsn: str) -> None:
         ).fetchall() == [("q", 0, 0, 100)]
         assert conn.execute(
             "SELECT DISTINCT profile_valid_from = '-infinity', user_interests, device_type, "
-            "click_time = '2026-01-01 00:00:00.123+00' FROM streamfold.enriched_clicks"
-        ).fetchall() == [(True, ["News", 'a "b"'], "mobile\ufffd", True)]
+            "click_time = '2026-01-01 00:00:00.123+00', click_location IS NULL "
+            "FROM streamfold.enriched_clicks"
+        ).fetchall() == [(True, ["News", 'a "b"'], "mobile\ufffd", True, True)]
     assert incomplete_event_ids(dsn) == {f"kafka:clicks:0:{i}" for i in range(0, 100, 5)}
 
 
-def incomplete_event_ids(dsn: str) -> set[str]:
-    """The clicks stored with profile_complete = false (rows() marks every fifth)."""
-    with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT event_id FROM streamfold.enriched_clicks WHERE NOT profile_complete")
-        return {r[0] for r in rows}
-
-
-def test_clicks_already_there_take_the_deduplicating_path(dsn: str) -> None:
-    sink = sink_for(dsn)
-    write_batch(sink, 0, rows(100))
+def test_clicks_already_there_take_the_deduplicating_path(
+    spark: SparkSession, dsn: str, bootstrap: str
+) -> None:
+    land(frame(spark, clicks(100)), dsn, bootstrap)
     # A topic reprocessed under a new checkpoint: a new batch id, half its clicks already there.
-    assert write_batch(sink, 1, rows(100, start=50)) == "deduplicated"
+    assert land(frame(spark, clicks(100, start=50)), dsn, bootstrap, batch_id=1) == {
+        0: (True, "deduplicated")
+    }
     count, _ = assert_totals_exact(dsn)
     assert count == 150
     assert incomplete_event_ids(dsn) == {f"kafka:clicks:0:{i}" for i in range(0, 150, 5)}
-
-
-def batch_frame(
-    spark: SparkSession,
-    clicks: pa.Table,
-    rejects: int,
-    partitions: int,
-    changes: list[tuple[str, str, str | None, int]] = [],  # noqa: B006  # read only
-) -> DataFrame:
-    """A batch as EnrichedClicksSink hands it to Landing (sinks.landing_columns of the join's rows), with
-    `rejects` dead letters and the (userid, op, regionid, valid_from_ms) profile changes `changes` as the
-    join passes them through, in `partitions` partitions by uid. The clicks' interests are an array again,
-    as the join emits them: ["News", 'a "b"']."""
-    schema = clicks.schema.set(
-        clicks.schema.get_field_index("click_location"), pa.field("click_location", pa.string())
-    )
-    schema = schema.set(
-        schema.get_field_index("user_interests"), pa.field("user_interests", pa.list_(pa.string()))
-    )
-    schema = schema.append(pa.field("error", pa.string())).append(pa.field("source", pa.string()))
-    schema = schema.append(pa.field("payload", pa.binary())).append(pa.field("change_op", pa.string()))
-    valid = {name: clicks.column(name).to_pylist() for name in clicks.column_names}
-    valid["user_interests"] = [["News", 'a "b"']] * clicks.num_rows
-    valid |= {"error": [None] * clicks.num_rows, "source": ["kafka:clicks"] * clicks.num_rows}
-    valid |= {"change_op": [None] * clicks.num_rows}
-    changed = {name: [None] * len(changes) for name in schema.names}
-    changed |= {
-        "uid": [user for user, *_ in changes],
-        "change_op": [op for _, op, *_ in changes],
-        "user_regionid": [region for _, _, region, _ in changes],
-        "profile_valid_from_ms": [valid_from for *_, valid_from in changes],
-    }
-    bad = {name: [None] * rejects for name in schema.names}
-    bad |= {
-        "event_id": [f"kafka:clicks:1:{i}" for i in range(rejects)],
-        "uid": [f"User_{i % 7}" for i in range(rejects)],
-        "error": ["not JSON"] * rejects,
-        "source": ["kafka:clicks"] * rejects,
-        "payload": [b"\x00\xff%d" % i for i in range(rejects)],
-    }
-    table = pa.concat_tables(
-        [
-            pa.Table.from_pydict(valid | {"payload": [None] * clicks.num_rows}, schema),
-            pa.Table.from_pydict(changed, schema),
-            pa.Table.from_pydict(bad, schema),
-        ]
-    ).combine_chunks()  # one batch: createDataFrame stops at an empty one
-    frame = spark.createDataFrame(table).repartition(partitions, "uid")
-    sinks.register_udfs(spark)
-    return frame.select(*sinks.landing_columns())
-
-
-def land(frame: DataFrame, landing: sinks.Landing) -> dict[int, tuple[bool, str]]:
-    """Run Landing on every partition: {partition: (landed, path)} of the non-empty ones."""
-    report = frame.mapInArrow(landing, sinks.LANDED_SCHEMA).toArrow()
-    return {
-        r["partition_id"]: (r["landed"], r["path"])
-        for r in report.filter(pc.is_null(report.column("url"))).to_pylist()
-        if r["path"] != "empty"
-    }
 
 
 def test_partitions_of_a_batch_land_once_each(spark: SparkSession, dsn: str, bootstrap: str) -> None:
@@ -323,15 +321,15 @@ def test_partitions_of_a_batch_land_once_each(spark: SparkSession, dsn: str, boo
     replay nothing; another query's batch 0 is its own; totals stay exact throughout. Kafka gets every
     partition's records on every attempt (at least once)."""
     fresh_topics(bootstrap)
-    frame = batch_frame(spark, rows(300), rejects=6, partitions=3)
-    landing = sinks.Landing(dsn, bootstrap, "q:1", batch_id=0, retry_s=30)
-    assert land(frame.where(F.spark_partition_id() != 2), landing) == {0: (True, "COPY"), 1: (True, "COPY")}
+    batch = frame(spark, clicks(300) + rejects(6), partitions=3)
+    first = batch.where(F.spark_partition_id() != 2)
+    assert land(first, dsn, bootstrap) == {0: (True, "COPY"), 1: (True, "COPY")}
     assert_totals_exact(dsn)
-    assert land(frame, landing) == {0: (False, "replay"), 1: (False, "replay"), 2: (True, "COPY")}
-    assert land(frame, landing) == {p: (False, "replay") for p in range(3)}
+    assert land(batch, dsn, bootstrap) == {0: (False, "replay"), 1: (False, "replay"), 2: (True, "COPY")}
+    assert land(batch, dsn, bootstrap) == {p: (False, "replay") for p in range(3)}
     assert assert_totals_exact(dsn) == (300, 450)
-    other = sinks.Landing(dsn, bootstrap, "r:2", batch_id=0, retry_s=30)
-    assert set(land(batch_frame(spark, rows(30, start=1000), 0, 3), other).values()) == {(True, "COPY")}
+    other = frame(spark, clicks(30, start=1000), partitions=3)
+    assert set(land(other, dsn, bootstrap, ledger="r:2").values()) == {(True, "COPY")}
     assert assert_totals_exact(dsn)[0] == 330
     with psycopg.connect(dsn) as conn:
         ledger = conn.execute(
@@ -342,13 +340,15 @@ def test_partitions_of_a_batch_land_once_each(spark: SparkSession, dsn: str, boo
         ("r:2", 0, p) for p in range(3)
     ]
     assert sum(r for q, _, _, r in ledger if q == "q:1") == 306 and dead == (6,)
-    first = frame.where(F.spark_partition_id() != 2)
-    clicks, rejects = first.where("error IS NULL").count(), first.where("error IS NOT NULL").count()
-    assert 0 < clicks < 300 and 0 < rejects < 6
+    clicks_first, rejects_first = (
+        first.where("error IS NULL").count(),
+        first.where("error IS NOT NULL").count(),
+    )
+    assert 0 < clicks_first < 300 and 0 < rejects_first < 6
     assert topic_counts(bootstrap) == {
-        names.USER_CLICKS_TOPIC: clicks + 300 + 300 + 30,
+        names.USER_CLICKS_TOPIC: clicks_first + 300 + 300 + 30,
         names.USERS_CHANGELOG_TOPIC: 0,
-        names.DLQ_TOPIC: rejects + 6 + 6,
+        names.DLQ_TOPIC: rejects_first + 6 + 6,
     }
 
 
@@ -359,45 +359,31 @@ def test_profile_changes_go_to_users_changelog_in_order_and_nowhere_else(
     record, the profile as JSON (no valid_from for a snapshot row), a delete its tombstone, a user's
     records in their order; Postgres gets only clicks and dead letters."""
     fresh_topics(bootstrap)
-    changes = [("User_1", "c", "a", 5), ("User_2", "r", "b", -(2**62)), ("User_1", "d", None, 9)]
-    frame = batch_frame(spark, rows(20), rejects=2, partitions=1, changes=changes)
-    landing = sinks.Landing(dsn, bootstrap, "q:1", batch_id=0, retry_s=30)
-    report = frame.mapInArrow(landing, sinks.LANDED_SCHEMA).toArrow()
-    summary = report.filter(pc.is_null(report.column("url"))).to_pylist()
-    assert [(s["clicks"], s["changes"], s["dead"]) for s in summary] == [(20, 3, 2)]
+    items = [("User_1", "c", "a", 5), ("User_2", "r", "b", -(2**62)), ("User_1", "d", None, 9)]
+    batch = spark.createDataFrame(
+        [tuple(row.get(name) for name in FIELDS) for row in clicks(20) + changes(items) + rejects(2)],
+        OUTPUT_DDL,
+    ).coalesce(1)
+    reports = sinks.land(batch, sinks.JdbcTarget.of(dsn), bootstrap, "q:1", 0, 30)
+    assert [(r.clicks, r.changes, r.dead) for r in reports] == [(20, 3, 2)]
     assert assert_totals_exact(dsn)[0] == 20
     assert topic_counts(bootstrap) == {
         names.USER_CLICKS_TOPIC: 20,
         names.USERS_CHANGELOG_TOPIC: 3,
         names.DLQ_TOPIC: 2,
     }
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unit-changelog"})
-    try:
-        consumer.assign(
-            [
-                TopicPartition(names.USERS_CHANGELOG_TOPIC, p, 0)
-                for p in consumer.list_topics(names.USERS_CHANGELOG_TOPIC, timeout=10)
-                .topics[names.USERS_CHANGELOG_TOPIC]
-                .partitions
-            ]
-        )
-        got: list[tuple[str, str | None]] = []
-        deadline = time.monotonic() + 30
-        while len(got) < 3 and time.monotonic() < deadline:
-            message = consumer.poll(1)
-            if message is not None and not message.error():
-                value = message.value()
-                got.append((message.key().decode(), value.decode() if value is not None else None))
-    finally:
-        consumer.close()
+    got = [
+        (k.decode(), None if v is None else v.decode())
+        for k, v in topic_records(bootstrap, names.USERS_CHANGELOG_TOPIC, 3)
+        if k is not None
+    ]
     assert [v for k, v in got if k == "User_1"] == ['{"userid":"User_1","regionid":"a","valid_from":5}', None]
     assert [v for k, v in got if k == "User_2"] == ['{"userid":"User_2","regionid":"b"}']
 
 
-def test_a_url_longer_than_a_btree_key_is_counted(dsn: str) -> None:
-    sink = sink_for(dsn)
+def test_a_url_longer_than_a_btree_key_is_counted(spark: SparkSession, dsn: str, bootstrap: str) -> None:
     long_url = "https://e.com/" + "x" * 20_000
-    write_batch(sink, 0, rows(4, url=long_url))
+    land(frame(spark, clicks(4, url=long_url)), dsn, bootstrap)
     assert_totals_exact(dsn)
     with psycopg.connect(dsn) as conn:
         urls = conn.execute(
@@ -423,9 +409,12 @@ def test_old_url_region_table_is_migrated_to_the_md5_key(dsn: str) -> None:
         ).fetchall() == [("u", "r", 3, True)]
 
 
-def test_a_batch_survives_a_postgres_outage(dsn: str, pg_home: Path, caplog) -> None:
-    sink = sink_for(dsn, retry_s=120)
-    write_batch(sink, 0, rows(10))  # the sink holds a live connection
+def test_a_batch_survives_a_postgres_outage(
+    spark: SparkSession, dsn: str, bootstrap: str, pg_home: Path
+) -> None:
+    """The executors wait out a stopped Postgres (their log lines, `Postgres unavailable (...), retrying in
+    Ns`, are checked on the job's log by tests/e2e/test_outages.py), then the batch lands once."""
+    land(frame(spark, clicks(10)), dsn, bootstrap)  # the executors hold a live connection
     local_stack.stop_service(pg_home, "postgres")
 
     def come_back() -> None:
@@ -435,64 +424,92 @@ def test_a_batch_survives_a_postgres_outage(dsn: str, pg_home: Path, caplog) -> 
     restarter = threading.Thread(target=come_back)
     restarter.start()
     began = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger=retry.__name__):
-        assert write_batch(sink, 1, rows(10, start=10)) == "COPY"
+    assert land(frame(spark, clicks(10, start=10)), dsn, bootstrap, batch_id=1, retry_s=120) == {
+        0: (True, "COPY")
+    }
     restarter.join()
     assert time.monotonic() - began >= 3
-    assert any(r.getMessage().startswith("Postgres unavailable (") for r in caplog.records)
     assert assert_totals_exact(dsn)[0] == 20
 
 
-# --- text and dead letters on Spark -------------------------------------------------------------------
+def test_records_the_broker_never_acknowledges_fail_the_attempt(spark: SparkSession, dsn: str) -> None:
+    """After the Postgres commit, records to a broker that never answers fail the attempt (a Kafka outage
+    the driver then waits out), rather than being dropped."""
+    dead = f"127.0.0.1:{closed_port()}"
+    with pytest.raises(Exception) as failed:
+        land(frame(spark, clicks(3)), dsn, dead, retry_s=0, kafka_attempt_ms=2000)
+    assert sinks.is_kafka_outage(str(failed.value)), str(failed.value)[:2000]
+    assert assert_totals_exact(dsn)[0] == 3  # Postgres committed first; a retry replays it as a no-op
 
 
-def test_nul_and_invalid_utf8_become_replacement_characters() -> None:
-    invalid = pa.Array.from_buffers(
-        pa.string(),
-        2,
-        [
-            None,
-            pa.py_buffer(b"\x00\x00\x00\x00\x03\x00\x00\x00\x05\x00\x00\x00"),
-            pa.py_buffer(b"a\xffbc\x00"),
-        ],
-    )
-    assert sinks.postgres_text(pa.chunked_array([invalid])).to_pylist() == ["a\ufffdb", "c\ufffd"]
-    assert sinks.postgres_text(pa.chunked_array([["ok", None]])).to_pylist() == ["ok", None]
+# --- what the records and rows hold ---------------------------------------------------------------------
 
 
-def test_clean_text_in_spark(spark: SparkSession) -> None:
-    frame = spark.createDataFrame([("a\u0000b",)], "s string").withColumn(
-        "bad", F.unhex(F.lit("61FF62")).cast("string")
-    )
-    row = frame.select(
-        sinks.clean_text(F.col("s")).alias("s"), sinks.clean_text(F.col("bad")).alias("b")
-    ).first()
-    assert (row.s, row.b) == ("a\ufffdb", "a\ufffdb")
+def test_text_postgres_cannot_hold_becomes_replacement_characters(
+    spark: SparkSession, dsn: str, bootstrap: str
+) -> None:
+    """NUL and invalid UTF-8 (Spark strings are unchecked bytes) in any text column become U+FFFD."""
+    bad = F.unhex(F.lit("61FF62630063")).cast("string")  # a \\xff b c NUL c
+    batch = frame(spark, clicks(1)).withColumn("user_gender", bad).withColumn("click_location", bad)
+    land(batch, dsn, bootstrap)
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(
+            "SELECT user_gender, click_location FROM streamfold.enriched_clicks"
+        ).fetchone() == (
+            "a\ufffdbc\ufffdc",
+            "a\ufffdbc\ufffdc",
+        )
 
 
-def test_pg_array_literal_round_trips_through_postgres(spark: SparkSession, dsn: str) -> None:
+def test_interests_round_trip_through_postgres(spark: SparkSession, dsn: str, bootstrap: str) -> None:
     interests = [
         ["News", "Movies"],
-        ['say "hi"', "back\\slash", "\\", '"', "a,b", "{braces}", " spaced ", "NULL", "", "ünï"],
+        ['say "hi"', "back\\slash", "\\", '"', "a,b", "{braces}", " spaced ", "NULL", "", "ünï", "a\nb"],
         [],
         None,
+        ["kept", None, "null elements are left out"],
     ]
-    frame = spark.createDataFrame([(i, v) for i, v in enumerate(interests)], "i int, interests array<string>")
-    sinks.register_udfs(spark)
-    literals = [
-        r.lit
-        for r in frame.select("i", sinks.pg_array_literal(F.col("interests")).alias("lit"))
-        .sort("i")
-        .collect()
+    rows = [
+        {**row, "user_interests": value} for row, value in zip(clicks(len(interests)), interests, strict=True)
     ]
+    land(frame(spark, rows), dsn, bootstrap)
     with psycopg.connect(dsn) as conn:
-        parsed = [conn.execute("SELECT %s::text[]", (lit,)).fetchone()[0] for lit in literals]
-    assert parsed == interests
+        stored = dict(
+            conn.execute("SELECT event_id, user_interests FROM streamfold.enriched_clicks").fetchall()
+        )
+    assert [stored[row["event_id"]] for row in rows] == [
+        None if v is None else [e for e in v if e is not None] for v in interests
+    ]
+
+
+def test_times_are_stored_as_timestamptz(spark: SparkSession, dsn: str, bootstrap: str) -> None:
+    """Click times and profile valid-from as epoch ms, from 1970 to 9999 (leap days, month ends, random
+    ones), read back from Postgres as the same instants; a snapshot version is -infinity, none is NULL."""
+    rng = random.Random(7)
+    edges = [0, 951_782_400_000, 951_868_799_999, 1_767_225_599_999, 4_107_542_400_000, 253_402_300_799_999]
+    times = edges + [rng.randint(0, 253_402_300_799_999) for _ in range(300)]
+    valid_from = [-1, None, *times[2:]]
+    rows = [
+        {**row, "click_time_ms": t, "profile_valid_from_ms": v}
+        for row, t, v in zip(clicks(len(times)), times, valid_from, strict=True)
+    ]
+    land(frame(spark, rows), dsn, bootstrap)
+    with psycopg.connect(dsn) as conn:
+        got = conn.execute(
+            "SELECT event_id, (extract(epoch FROM click_time) * 1000)::bigint, "
+            "profile_valid_from = '-infinity', CASE WHEN isfinite(profile_valid_from) "
+            "THEN (extract(epoch FROM profile_valid_from) * 1000)::bigint END FROM streamfold.enriched_clicks"
+        ).fetchall()
+    stored = {e: (t, inf, v) for e, t, inf, v in got}
+    assert [stored[row["event_id"]] for row in rows] == [
+        (t, None if v is None else v < 0, None if v is None or v < 0 else v)
+        for t, v in zip(times, valid_from, strict=True)
+    ]
 
 
 def to_json_value() -> Column:
-    """The user_clicks value as Spark's to_json wrote it before the Java UDF (sinks.enriched_value): the
-    spec the UDF is held to, byte for byte."""
+    """The user_clicks value as Spark's to_json writes it: the spec the JVM landing is held to, byte for
+    byte (times in epoch ms, named without _ms, profile_valid_from left out for a snapshot version)."""
 
     def field(name: str) -> Column:
         col = F.col(name)
@@ -500,7 +517,7 @@ def to_json_value() -> Column:
             col = F.when(col < 0, F.lit(None)).otherwise(col)
         return col.alias(name.removesuffix("_ms"))
 
-    return F.to_json(F.struct(*[field(name) for name in sinks.STAGING_COLUMNS])).cast("binary")
+    return F.to_json(F.struct(*[field(name) for name in sinks.STAGING_COLUMNS]))
 
 
 def random_text(rng: random.Random) -> str | None:
@@ -510,9 +527,11 @@ def random_text(rng: random.Random) -> str | None:
     return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
 
 
-def test_user_clicks_values_are_what_to_json_wrote(spark: SparkSession) -> None:
-    """2,000 seeded rows (control characters, quotes, non-ASCII, astral and invalid UTF-8 text, nulls
-    anywhere, empty and null arrays and elements, extreme numbers): the Java UDF's bytes equal to_json's."""
+def test_user_clicks_values_are_what_to_json_writes(spark: SparkSession, dsn: str, bootstrap: str) -> None:
+    """2,000 seeded clicks (control characters, quotes, non-ASCII, astral and invalid UTF-8 text, nulls
+    wherever the join may leave one, empty and null arrays and elements, extreme numbers): each user_clicks
+    record's value equals to_json's bytes, its key is the uid, and every click is in Postgres."""
+    fresh_topics(bootstrap)
     rng = random.Random(20261125)
     big = [-(2**63), -1, 0, 1, 2**31 - 1, 2**63 - 1, -(2**62)]
 
@@ -520,90 +539,111 @@ def test_user_clicks_values_are_what_to_json_wrote(spark: SparkSession) -> None:
         return None if rng.random() < 0.1 else rng.choice([*big, rng.randint(-(10**15), 10**15)])
 
     rows = [
-        (
-            random_text(rng),
-            random_text(rng),
-            number(),
-            bytes(rng.randrange(256) for _ in range(rng.randint(0, 6))),  # invalid UTF-8 as text, below
-            random_text(rng),
-            random_text(rng),
-            None if rng.random() < 0.1 else rng.choice([1, 2, 2**31 - 1, -(2**31)]),
-            random_text(rng),
-            random_text(rng),
-            None if rng.random() < 0.15 else [random_text(rng) for _ in range(rng.randint(0, 4))],
-            number(),
-            number(),
-            rng.choice([True, False, None]),
-        )
-        for _ in range(2_000)
+        {
+            "event_id": f"kafka:clicks:0:{i}",
+            "uid": random_text(rng) or "u",
+            "click_time_ms": rng.choice([0, 1, 1_767_225_600_123, 253_402_300_799_999]),
+            "click_url": bytes(rng.randrange(256) for _ in range(rng.randint(0, 6))),  # as text below
+            "device_type": random_text(rng),
+            "click_location": random_text(rng),
+            "clicks": rng.choice([1, 2, 2**31 - 1]),
+            "user_regionid": random_text(rng) or "UNKNOWN",
+            "user_gender": random_text(rng),
+            "user_interests": None
+            if rng.random() < 0.15
+            else [random_text(rng) for _ in range(rng.randint(0, 4))],
+            "user_registertime": number(),
+            # any time a Postgres timestamptz holds; negative: a snapshot version (-infinity)
+            "profile_valid_from_ms": rng.choice([None, -(2**62), -1, 0, 1, rng.randint(0, 10**13)]),
+            "profile_complete": rng.choice([True, False]),
+        }
+        for i in range(2_000)
     ]
-    kinds = ("string", "string", "bigint", "binary", "string", "string", "int", "string", "string")
-    kinds += ("array<string>", "bigint", "bigint", "boolean")
-    schema = ", ".join(f"{name} {kind}" for name, kind in zip(sinks.STAGING_COLUMNS, kinds, strict=True))
-    frame = spark.createDataFrame(rows, schema).withColumn("click_url", F.col("click_url").cast("string"))
-    sinks.register_udfs(spark)
-    got = frame.select(to_json_value().alias("want"), sinks.enriched_value().alias("got")).collect()
-    differ = [(r.want, r.got) for r in got if r.want != r.got]
-    assert not differ, f"{len(differ)} of {len(got)} differ, e.g. {differ[:2]}"
-    assert len({bytes(r.got) for r in got}) > 1_900  # the rows are varied, not a few repeated
+    ddl = OUTPUT_DDL.replace("click_url string", "click_url binary")
+    full = [tuple(row.get(name) for name in FIELDS) for row in rows]
+    batch = (
+        spark.createDataFrame(full, ddl)
+        .withColumn("click_url", F.col("click_url").cast("string"))
+        .coalesce(2)
+    )
+    want = {
+        r.event_id: r.value.encode()
+        for r in batch.select("event_id", to_json_value().alias("value")).collect()
+    }
+    keys = {r.event_id: r.uid.encode() for r in batch.select("event_id", "uid").collect()}
+    land(batch, dsn, bootstrap)
+    got = topic_records(bootstrap, names.USER_CLICKS_TOPIC, len(rows))
+    assert len(got) == len(rows)
+    by_id = {json.loads(value)["event_id"]: (key, value) for key, value in got if value is not None}
+    differ = [(want[e], by_id.get(e)) for e in want if by_id.get(e) != (keys[e], want[e])]
+    assert not differ, f"{len(differ)} of {len(want)} differ, e.g. {differ[:2]}"
+    assert len(set(want.values())) > 1_900  # the rows are varied, not a few repeated
+    assert assert_totals_exact(dsn)[0] == len(rows)
 
 
-def test_dlq_records_are_bounded_and_state_the_full_payload(spark: SparkSession) -> None:
+def dlq_spec(dead_letters: DataFrame) -> DataFrame:
+    """A clicks_dlq value as Spark's expressions write it: the spec the JVM landing is held to."""
+    payload_bytes = 16 * 1024
+
+    def clean(col: Column) -> Column:
+        return F.replace(F.make_valid_utf8(col), F.lit("\u0000"), F.lit("\ufffd"))
+
+    payload = F.col("payload")
+    head = F.substring(payload, 1, payload_bytes)
+    return dead_letters.select(
+        F.col("event_id"),
+        F.to_json(
+            F.struct(
+                clean(F.col("event_id")).alias("dead_letter_id"),
+                clean(F.col("source")).alias("source"),
+                F.substring(clean(F.col("error")), 1, 2048).alias("reason"),
+                clean(head.cast("string")).alias("payload"),
+                # one line (Spark's base64 breaks lines every 76 characters, as MIME does)
+                F.replace(F.base64(head), F.lit("\r\n"), F.lit("")).alias("payload_base64"),
+                F.length(payload).alias("payload_bytes"),
+                F.sha2(payload, 256).alias("payload_sha256"),
+                (F.length(payload) > payload_bytes).alias("payload_truncated"),
+            )
+        ).alias("value"),
+    )
+
+
+def test_dead_letters_are_bounded_in_kafka_and_whole_in_postgres(
+    spark: SparkSession, dsn: str, bootstrap: str
+) -> None:
+    """A rejected record: its clicks_dlq value is what Spark's expressions write (reason cut at 2,048
+    characters, the payload's first 16 KiB as cleaned text and as base64, its full length and sha256), far
+    under Kafka's limit; streamfold.dead_letters keeps the full bytes and a cleaned reason."""
     import base64  # noqa: PLC0415
     import hashlib  # noqa: PLC0415
-    import json  # noqa: PLC0415
 
-    big = b'{"url": "' + b"\x00" * 100 + b"x" * (1024 * 1024) + b'"}'
-    frame = spark.createDataFrame(
-        [("kafka:clicks:0:7", "kafka:clicks", "record too large", bytearray(big))],
-        "dead_letter_id string, source string, reason string, payload binary",
+    fresh_topics(bootstrap)
+    big = b'{"url": "' + b"\x00\xff" * 300_000 + b"x" * (1024 * 1024) + b'"}'
+    dead = [
+        ("kafka:clicks:0:7", "record too large \u0000 " + "é" * 3000, "kafka:clicks", bytearray(big)),
+        ("kafka:clicks:0:8", "not JSON", "kafka:clicks", bytearray(b"ab\x00c")),
+        ("kafka:clicks:0:9", "no payload", "kinesis:clicks", None),
+    ]
+    batch = frame(
+        spark, [dict(zip(("event_id", "error", "source", "payload"), d, strict=True)) for d in dead]
     )
-    record = dlq(frame).collect()[0]
-    assert len(record.value.encode()) < 64 * 1024
-    value = json.loads(record.value)
-    assert value["payload_bytes"] == len(big)
+    want = {r.event_id: r.value.encode() for r in dlq_spec(batch).collect()}
+    land(batch, dsn, bootstrap)
+    got = {key.decode(): value for key, value in topic_records(bootstrap, names.DLQ_TOPIC, 3) if key}
+    for key in want:  # fields one by one: the values are long
+        assert json.loads(got[key]) == json.loads(want[key]), key
+    assert got == want
+    # worst case: each of 16 KiB of bytes becomes a 3-byte U+FFFD, plus base64 and the reason: ~75 KB
+    assert len(got["kafka:clicks:0:7"]) < 100 * 1024
+    value = json.loads(got["kafka:clicks:0:7"])
+    assert value["payload_bytes"] == len(big) and value["payload_truncated"] is True
     assert value["payload_sha256"] == hashlib.sha256(big).hexdigest()
-    assert value["payload_truncated"] is True
-    assert base64.b64decode(value["payload_base64"]) == big[: sinks.DLQ_PAYLOAD_BYTES]
-    assert "\u0000" not in value["payload"]
-    small = spark.createDataFrame(
-        [("id", "s", "r", bytearray(b"abc"))],
-        "dead_letter_id string, source string, reason string, payload binary",
-    )
-    assert json.loads(dlq(small).collect()[0].value)["payload_truncated"] is False
-
-
-def dlq(dead_letters: DataFrame) -> DataFrame:
-    columns = (F.col(name) for name in ("dead_letter_id", "source", "reason", "payload"))
-    return dead_letters.select(sinks.dlq_value(*columns).alias("value"))
-
-
-def test_to_table_encodes_times_for_timestamptz() -> None:
-    staged = rows(3).set_column(
-        11, "profile_valid_from_ms", pa.array([-1, None, 1_767_225_600_000], pa.int64())
-    )
-    table = sinks.to_table(staged)
-    assert table.column_names == list(sinks.TABLE_COLUMNS)
-    assert table.column("click_time").to_pylist() == ["2026-01-01T00:00:00.123Z"] * 3
-    assert table.column("profile_valid_from").to_pylist() == ["-infinity", None, "2026-01-01T00:00:00.000Z"]
-
-
-def test_dead_letters_keep_the_full_payload_and_clean_text(dsn: str) -> None:
-    rejects = pa.table(
-        {
-            "event_id": ["kafka:clicks:0:9"],
-            "error": ["bad \u0000 field"],
-            "source": ["kafka:clicks"],
-            "payload": pa.array([b"\x00\xff" * 600_000], pa.binary()),
-        }
-    )
-    dead = sinks.dead_letter_arrow(rejects)
-    with psycopg.connect(dsn) as conn, conn.transaction():
-        sinks.copy_dead_letters(conn, dead)
+    assert base64.b64decode(value["payload_base64"]) == big[: 16 * 1024]
     with psycopg.connect(dsn) as conn:
-        reason, payload = conn.execute("SELECT reason, payload FROM streamfold.dead_letters").fetchone()
-    assert reason == "bad \ufffd field"
-    assert payload == b"\x00\xff" * 600_000
+        rows = conn.execute("SELECT dead_letter_id, reason, payload FROM streamfold.dead_letters").fetchall()
+        stored = {r[0]: (r[1], r[2]) for r in rows}
+    assert stored["kafka:clicks:0:7"] == ("record too large \ufffd " + "é" * 3000, big)
+    assert stored["kafka:clicks:0:9"] == ("no payload", None)
 
 
 def test_a_batch_without_a_streaming_query_id_is_refused(spark: SparkSession) -> None:

@@ -19,7 +19,10 @@ from pipeline import spark as spark_session
 def test_local_masters_get_the_forkless_checkpoints_and_others_keep_hadoops_defaults():
     local = spark_session.settings({"spark.master": "local[2]"})
     assert local["spark.hadoop.fs.file.impl"] == "io.streamfold.fs.ForklessLocalFileSystem"
-    assert local["spark.driver.extraClassPath"].endswith("streamfold-join.jar")
+    class_path = local["spark.driver.extraClassPath"].split(":")
+    assert class_path[0].endswith("streamfold-join.jar")
+    # the sink's kafka-clients and Postgres driver too: a class on the JVM's class path cannot see spark.jars
+    assert {Path(j).name.split("-")[0] for j in class_path} >= {"kafka", "postgresql"}
     cluster = spark_session.settings({"spark.master": "spark://master:7077"})
     assert "spark.hadoop.fs.file.impl" not in cluster
     assert "spark.sql.streaming.checkpointFileManagerClass" not in cluster
