@@ -87,7 +87,7 @@ public final class Landing implements Serializable {
         .append(",\"changes\":").append(rows.changes)
         .append(",\"keys\":[");
     boolean first = true;
-    for (Map.Entry<PartitionRows.UrlRegion, Long> key : rows.urlRegions.entrySet()) {
+    for (Map.Entry<PartitionRows.UrlRegion, Long> key : rows.urlRegions().entrySet()) {
       out.append(first ? "" : ",").append("[\"");
       JsonStringEncoder.getInstance().quoteAsString(key.getKey().url(), out);
       out.append("\",\"");

@@ -2,9 +2,11 @@ package io.streamfold.sink;
 
 import java.io.Serializable;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.function.UnaryOperator;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.StructType;
@@ -45,8 +47,11 @@ final class PartitionRows {
   final PgCsv clicksCsv = new PgCsv();
   final PgCsv deadCsv = new PgCsv();
   final List<ProducerRecord<byte[], byte[]>> records = new ArrayList<>();
-  final Map<String, Long> regions = new TreeMap<>();
-  final Map<UrlRegion, Long> urlRegions = new TreeMap<>();
+  // Totals by the row's own bytes (no text decoded per click), cleaned and merged once at the end.
+  private final Map<UTF8String, long[]> rawRegions = new HashMap<>();
+  private final Map<RawKey, long[]> rawUrlRegions = new HashMap<>();
+  private Map<String, Long> regions;
+  private Map<UrlRegion, Long> urlRegions;
   long released;
   long changes;
   private final Columns c;
@@ -118,10 +123,8 @@ final class PartitionRows {
     if (!complete) {
       released++;
     }
-    // Totals over the text as stored (cleaned), so they equal the sums over enriched_clicks.
-    String regionText = Values.cleanText(region);
-    regions.merge(regionText, (long) clicks, Long::sum);
-    urlRegions.merge(new UrlRegion(Values.cleanText(url), regionText), (long) clicks, Long::sum);
+    add(rawRegions, region, UTF8String::copy, clicks);
+    add(rawUrlRegions, new RawKey(url, region), RawKey::copy, clicks);
     records.add(new ProducerRecord<>(topics.userClicks(), uid.getBytes(), userClick(row)));
   }
 
@@ -176,6 +179,41 @@ final class PartitionRows {
         .number("profile_valid_from", validFrom != null && validFrom < 0 ? null : validFrom)
         .bool("profile_complete", row.getBoolean(c.complete()))
         .bytes();
+  }
+
+  /** A (url, region) key as the row's bytes. */
+  private record RawKey(UTF8String url, UTF8String region) {
+    RawKey copy() {
+      return new RawKey(url.copy(), region.copy());
+    }
+  }
+
+  private static <K> void add(Map<K, long[]> totals, K key, UnaryOperator<K> copy, int clicks) {
+    long[] total = totals.get(key);
+    if (total == null) {  // the row's bytes may be reused by the next row: keep a copy
+      total = new long[1];
+      totals.put(copy.apply(key), total);
+    }
+    total[0] += clicks;
+  }
+
+  /** Clicks per region, over the text as stored (cleaned), so they equal the sums over enriched_clicks. */
+  Map<String, Long> regions() {
+    if (regions == null) {
+      regions = new TreeMap<>();
+      rawRegions.forEach((region, total) -> regions.merge(Values.cleanText(region), total[0], Long::sum));
+    }
+    return regions;
+  }
+
+  /** Clicks per (url, region), sorted (the upsert's order), over the text as stored. */
+  Map<UrlRegion, Long> urlRegions() {
+    if (urlRegions == null) {
+      urlRegions = new TreeMap<>();
+      rawUrlRegions.forEach((key, total) -> urlRegions.merge(
+          new UrlRegion(Values.cleanText(key.url()), Values.cleanText(key.region())), total[0], Long::sum));
+    }
+    return urlRegions;
   }
 
   private static UTF8String str(InternalRow row, int ordinal) {

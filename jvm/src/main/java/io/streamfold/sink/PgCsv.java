@@ -130,7 +130,7 @@ final class PgCsv {
    * String.format, whose pattern parsing cost a quarter of the landing's CPU). */
   static byte[] secondText(long epochSecond) {
     long days = Math.floorDiv(epochSecond, 86_400);
-    int secs = (int) Math.floorMod(epochSecond, 86_400);
+    int secs = Math.floorMod(epochSecond, 86_400);
     long z = days + 719_468;
     long era = Math.floorDiv(z, 146_097);
     long doe = z - era * 146_097;

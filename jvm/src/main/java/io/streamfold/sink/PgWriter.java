@@ -156,8 +156,8 @@ public final class PgWriter {
   }
 
   private static void upsertTotals(Connection conn, PartitionRows rows) throws SQLException, IOException {
-    String[] regions = rows.regions.keySet().toArray(new String[0]);
-    Long[] clicks = rows.regions.values().toArray(new Long[0]);
+    String[] regions = rows.regions().keySet().toArray(new String[0]);
+    Long[] clicks = rows.regions().values().toArray(new Long[0]);
     try (PreparedStatement upsert = conn.prepareStatement(REGION_UPSERT)) {
       Array regionArray = conn.createArrayOf("text", regions);
       Array clickArray = conn.createArrayOf("bigint", clicks);
@@ -166,7 +166,7 @@ public final class PgWriter {
       upsert.executeUpdate();
     }
     PgCsv csv = new PgCsv();
-    rows.urlRegions.forEach((key, total) -> {
+    rows.urlRegions().forEach((key, total) -> {
       csv.text(key.url());
       csv.text(key.region());
       csv.number(total);

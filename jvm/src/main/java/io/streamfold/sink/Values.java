@@ -1,6 +1,5 @@
 package io.streamfold.sink;
 
-import com.fasterxml.jackson.core.io.JsonStringEncoder;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
@@ -13,8 +12,7 @@ import org.apache.spark.unsafe.types.UTF8String;
 /**
  * The Kafka record values the sink writes, as compact JSON bytes with null fields left out: exactly what
  * Spark's `to_json` of the same struct writes (tests/unit/test_landing.py holds each to its Spark
- * expression, byte for byte). Text goes through Java strings as Spark's converters would hand it to
- * to_json (invalid UTF-8 decoded with U+FFFD).
+ * expression, byte for byte).
  */
 final class Values {
   /** clicks_dlq carries at most this many payload bytes (as text and as base64, ~2.4x): the full bytes
@@ -24,38 +22,57 @@ final class Values {
 
   private Values() {}
 
-  /** A JSON object written field by field; a null value leaves its field out. */
+  /**
+   * A JSON object written field by field as UTF-8 bytes; a null value leaves its field out. Text is escaped
+   * as Jackson (to_json) escapes it: `"` and `\\`, control characters as \\b \\t \\n \\f \\r or \\u00XX,
+   * everything else as it is. Valid UTF-8 is escaped byte by byte; invalid UTF-8 is first decoded the way
+   * Spark hands it to to_json (UTF8String.toString, U+FFFD for each malformed sequence).
+   */
   static final class Json {
-    private final StringBuilder out = new StringBuilder(256).append('{');
+    private static final byte[] HEX = "0123456789ABCDEF".getBytes(StandardCharsets.US_ASCII);
+    private byte[] buf = new byte[256];
+    private int len;
 
-    StringBuilder field(String name) {
-      if (out.length() > 1) {
-        out.append(',');
+    Json() {
+      buf[len++] = '{';
+    }
+
+    private void field(String name) {
+      if (len > 1) {
+        put((byte) ',');
       }
-      return out.append('"').append(name).append("\":");
+      put((byte) '"');
+      for (int i = 0; i < name.length(); i++) {
+        put((byte) name.charAt(i));
+      }
+      put((byte) '"');
+      put((byte) ':');
     }
 
     Json text(String name, String value) {
+      return text(name, value == null ? null : UTF8String.fromString(value));
+    }
+
+    Json text(String name, UTF8String value) {
       if (value != null) {
-        quoted(field(name), value);
+        field(name);
+        quoted(value);
       }
       return this;
     }
 
-    Json text(String name, UTF8String value) {
-      return text(name, value == null ? null : value.toString());
-    }
-
     Json number(String name, Long value) {
       if (value != null) {
-        field(name).append(value.longValue());
+        field(name);
+        ascii(Long.toString(value));
       }
       return this;
     }
 
     Json bool(String name, Boolean value) {
       if (value != null) {
-        field(name).append(value.booleanValue());
+        field(name);
+        ascii(value ? "true" : "false");
       }
       return this;
     }
@@ -64,29 +81,77 @@ final class Values {
       if (values == null) {
         return this;
       }
-      field(name).append('[');
+      field(name);
+      put((byte) '[');
       for (int i = 0; i < values.numElements(); i++) {
         if (i > 0) {
-          out.append(',');
+          put((byte) ',');
         }
         if (values.isNullAt(i)) {
-          out.append("null");
+          ascii("null");
         } else {
-          quoted(out, values.getUTF8String(i).toString());
+          quoted(values.getUTF8String(i));
         }
       }
-      out.append(']');
+      put((byte) ']');
       return this;
     }
 
     byte[] bytes() {
-      return out.append('}').toString().getBytes(StandardCharsets.UTF_8);
+      put((byte) '}');
+      return Arrays.copyOf(buf, len);
     }
 
-    private static void quoted(StringBuilder out, String value) {
-      out.append('"');
-      JsonStringEncoder.getInstance().quoteAsString(value, out);
-      out.append('"');
+    private void quoted(UTF8String value) {
+      byte[] bytes = value.isValid() ? value.getBytes() : value.toString().getBytes(StandardCharsets.UTF_8);
+      ensure(bytes.length + 2);
+      buf[len++] = '"';
+      for (byte b : bytes) {
+        if (b == '"' || b == '\\') {
+          put((byte) '\\');
+          put(b);
+        } else if (b >= 0 && b < 0x20) {
+          escapeControl(b);
+        } else {
+          put(b);
+        }
+      }
+      put((byte) '"');
+    }
+
+    private void escapeControl(byte b) {
+      put((byte) '\\');
+      switch (b) {
+        case '\b' -> put((byte) 'b');
+        case '\t' -> put((byte) 't');
+        case '\n' -> put((byte) 'n');
+        case '\f' -> put((byte) 'f');
+        case '\r' -> put((byte) 'r');
+        default -> {
+          ascii("u00");
+          put(HEX[b >> 4]);
+          put(HEX[b & 0xf]);
+        }
+      }
+    }
+
+    private void ascii(String value) {
+      for (int i = 0; i < value.length(); i++) {
+        put((byte) value.charAt(i));
+      }
+    }
+
+    private void put(byte b) {
+      if (len == buf.length) {
+        ensure(1);
+      }
+      buf[len++] = b;
+    }
+
+    private void ensure(int more) {
+      if (len + more > buf.length) {
+        buf = Arrays.copyOf(buf, Math.max(buf.length * 2, len + more));
+      }
     }
   }
 
