@@ -1,8 +1,8 @@
-"""`python -m bench.sink_alone [--rows N] [--batch B]`: the Postgres + Kafka sink alone, no join.
+"""`python -m bench.sink_alone [--rows N] [--batch B] [--urls U]`: the Postgres + Kafka sink alone, no join.
 
 Starts Postgres and Kafka of a local stack (in /tmp/streamfold-bench-sink unless --home), builds
 synthetic enriched batches in Spark (spark.range: N rows in batches of B, 100,000 users, ~100k distinct
-URLs x 5 regions, constant profile columns per user), caches each batch, and calls a sink's __call__
+URLs (--urls) x 5 regions, constant profile columns per user), caches each batch, and calls a sink's __call__
 per batch the way foreachBatch does (the `sql.streaming.queryId` local property set). Measures, in the
 same run and on the same batches:
   before  the sink as committed in git HEAD (staging table + INSERT..SELECT, driver-side totals loop)
@@ -69,14 +69,14 @@ def head_sink_class() -> type:
     return sinks.EnrichedClicksSink
 
 
-def batch_frame(spark: SparkSession, start: int, rows: int) -> DataFrame:
+def batch_frame(spark: SparkSession, start: int, rows: int, urls: int = URLS) -> DataFrame:
     i = F.col("id")
     user = i % USERS
     return spark.range(start, start + rows).select(
         F.concat(F.lit("kafka:clicks:0:"), i.cast("string")).alias("event_id"),
         F.concat(F.lit("User_"), user.cast("string")).alias("uid"),
         (F.lit(T0) + i).alias("click_time_ms"),
-        F.concat(F.lit("https://example.com/page/"), ((i * 7919) % URLS).cast("string")).alias("click_url"),
+        F.concat(F.lit("https://example.com/page/"), ((i * 7919) % urls).cast("string")).alias("click_url"),
         F.lit("mobile").alias("device_type"),
         F.concat(F.lit("10.0.0."), (i % 250).cast("string")).alias("click_location"),
         (F.lit(1) + (i % 3)).cast("int").alias("clicks"),
@@ -121,12 +121,12 @@ def check(admin_dsn: str, rows: int) -> dict[str, Any]:
 
 
 def measure(
-    label: str, sink: Any, spark: SparkSession, rows: int, batch: int, admin_dsn: str
+    label: str, sink: Any, spark: SparkSession, rows: int, batch: int, admin_dsn: str, urls: int = URLS
 ) -> dict[str, Any]:
     spark.sparkContext.setLocalProperty("sql.streaming.queryId", f"bench-{label}")
     seconds: list[float] = []
     for batch_id, start in enumerate(range(0, rows, batch)):
-        frame = batch_frame(spark, start, min(batch, rows - start)).persist()
+        frame = batch_frame(spark, start, min(batch, rows - start), urls).persist()
         frame.count()  # the batch exists before the clock starts: only the sink is timed
         began = time.monotonic()
         sink(frame, batch_id)
@@ -139,6 +139,7 @@ def measure(
         "sink": label,
         "rows": rows,
         "batch": batch,
+        "urls": urls,
         "seconds": round(total, 2),
         "rows_per_s": round(rows / total),
         "steady_rows_per_s": round(steady_rows / sum(steady)),
@@ -153,6 +154,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=200_000)
     parser.add_argument("--home", type=Path, default=Path("/tmp/streamfold-bench-sink"))
     parser.add_argument("--only", choices=("before", "after"), default=None)
+    parser.add_argument("--urls", type=int, default=URLS, help="distinct URLs (x regions: the totals' keys)")
     parser.add_argument("--keep", action="store_true", help="leave the stack running")
     args = parser.parse_args()
     logging.basicConfig(format="%(asctime)s %(name)s %(message)s", level=logging.WARNING)
@@ -180,13 +182,18 @@ def main() -> None:
         if args.only in (None, "before"):
             reset_schema(dsn)
             before = head_sink_class()("bench", dsn, settings.kafka_bootstrap)
-            print(json.dumps(measure("before", before, spark, args.rows, args.batch, dsn)), flush=True)
+            print(
+                json.dumps(measure("before", before, spark, args.rows, args.batch, dsn, args.urls)),
+                flush=True,
+            )
         if args.only in (None, "after"):
             from pipeline.sinks import EnrichedClicksSink  # noqa: PLC0415
 
             reset_schema(dsn)
             after = EnrichedClicksSink("bench", dsn, settings.kafka_bootstrap)
-            print(json.dumps(measure("after", after, spark, args.rows, args.batch, dsn)), flush=True)
+            print(
+                json.dumps(measure("after", after, spark, args.rows, args.batch, dsn, args.urls)), flush=True
+            )
         spark.stop()
     finally:
         if not args.keep:

@@ -1,9 +1,6 @@
 package io.streamfold.sink;
 
-import java.io.ByteArrayInputStream;
-import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
-import java.util.Arrays;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.unsafe.types.UTF8String;
 
@@ -14,12 +11,10 @@ import org.apache.spark.unsafe.types.UTF8String;
  * so does NUL. A non-null text is always quoted, so an empty string stays empty and NULL is the empty
  * unquoted field. Times are timestamptz text in UTC with milliseconds.
  */
-final class PgCsv {
+final class PgCsv extends Bytes {
   private static final byte[] REPLACEMENT = "\uFFFD".getBytes(StandardCharsets.UTF_8);
   private static final byte[] HEX = "0123456789abcdef".getBytes(StandardCharsets.US_ASCII);
 
-  private byte[] buf = new byte[1 << 16];
-  private int len;
   private boolean lineStart = true;
   private int rows;
   // Clicks of a batch fall in a few seconds: the formatted second is reused, only the millis change.
@@ -28,10 +23,6 @@ final class PgCsv {
 
   int rows() {
     return rows;
-  }
-
-  InputStream stream() {
-    return new ByteArrayInputStream(buf, 0, len);
   }
 
   void endRow() {
@@ -50,7 +41,9 @@ final class PgCsv {
       return;
     }
     put((byte) '"');
-    putClean(value);
+    if (!plain(value)) {
+      putClean(value);
+    }
     put((byte) '"');
   }
 
@@ -87,24 +80,31 @@ final class PgCsv {
       first = false;
       put((byte) '"');
       put((byte) '"');  // the element's quote, doubled for CSV
-      byte[] element = clean(values.getUTF8String(i));
-      for (byte b : element) {
-        if (b == '\\') {
-          put((byte) '\\');
-          put((byte) '\\');
-        } else if (b == '"') {
-          put((byte) '\\');
-          put((byte) '"');
-          put((byte) '"');
-        } else {
-          put(b);
-        }
+      UTF8String text = values.getUTF8String(i);
+      if (!plain(text)) {
+        escapedElement(clean(text));
       }
       put((byte) '"');
       put((byte) '"');
     }
     put((byte) '}');
     put((byte) '"');
+  }
+
+  /** An array element's bytes inside a quoted CSV field: `\\` and `"` escaped for the literal, `"` doubled. */
+  private void escapedElement(byte[] element) {
+    for (byte b : element) {
+      if (b == '\\') {
+        put((byte) '\\');
+        put((byte) '\\');
+      } else if (b == '"') {
+        put((byte) '\\');
+        put((byte) '"');
+        put((byte) '"');
+      } else {
+        put(b);
+      }
+    }
   }
 
   /** Epoch ms as timestamptz text, UTC (negative times clamp to the epoch, as the Python sink did). */
@@ -185,12 +185,6 @@ final class PgCsv {
     ascii(value);
   }
 
-  private void ascii(String value) {
-    for (int i = 0; i < value.length(); i++) {
-      put((byte) value.charAt(i));
-    }
-  }
-
   /** A text's bytes as Postgres takes them: valid UTF-8 without NUL. */
   static byte[] clean(UTF8String value) {
     UTF8String valid = value.isValid() ? value : value.makeValid();
@@ -233,16 +227,4 @@ final class PgCsv {
     lineStart = false;
   }
 
-  private void put(byte b) {
-    if (len == buf.length) {
-      ensure(1);
-    }
-    buf[len++] = b;
-  }
-
-  private void ensure(int more) {
-    if (len + more > buf.length) {
-      buf = Arrays.copyOf(buf, Math.max(buf.length * 2, len + more));
-    }
-  }
 }

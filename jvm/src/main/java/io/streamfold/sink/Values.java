@@ -28,11 +28,8 @@ final class Values {
    * everything else as it is. Valid UTF-8 is escaped byte by byte; invalid UTF-8 is first decoded the way
    * Spark hands it to to_json (UTF8String.toString, U+FFFD for each malformed sequence).
    */
-  static final class Json {
+  static final class Json extends Bytes {
     private static final byte[] HEX = "0123456789ABCDEF".getBytes(StandardCharsets.US_ASCII);
-    private byte[] buf = new byte[256];
-    private int len;
-
     Json() {
       buf[len++] = '{';
     }
@@ -99,13 +96,17 @@ final class Values {
 
     byte[] bytes() {
       put((byte) '}');
-      return Arrays.copyOf(buf, len);
+      return toBytes();
     }
 
     private void quoted(UTF8String value) {
+      put((byte) '"');
+      if (plain(value)) {
+        put((byte) '"');
+        return;
+      }
       byte[] bytes = value.isValid() ? value.getBytes() : value.toString().getBytes(StandardCharsets.UTF_8);
-      ensure(bytes.length + 2);
-      buf[len++] = '"';
+      ensure(bytes.length + 1);
       for (byte b : bytes) {
         if (b == '"' || b == '\\') {
           put((byte) '\\');
@@ -135,24 +136,6 @@ final class Values {
       }
     }
 
-    private void ascii(String value) {
-      for (int i = 0; i < value.length(); i++) {
-        put((byte) value.charAt(i));
-      }
-    }
-
-    private void put(byte b) {
-      if (len == buf.length) {
-        ensure(1);
-      }
-      buf[len++] = b;
-    }
-
-    private void ensure(int more) {
-      if (len + more > buf.length) {
-        buf = Arrays.copyOf(buf, Math.max(buf.length * 2, len + more));
-      }
-    }
   }
 
   /** A clicks_dlq record: the reason, the payload's first DLQ_PAYLOAD_BYTES as text (lossy: invalid UTF-8
