@@ -61,26 +61,31 @@ DEFAULTS = {
 }
 
 
-# Checkpoints on the local file system without a child process per file (Hadoop without its native library
-# runs `chmod` for each new file and `readlink` for each FileContext rename: dozens of forks of the Spark JVM
-# per micro-batch, a fifth of an idle batch's time). jvm/.../fs/ForklessLocalFileSystem sets permissions
-# through java.nio; the FileSystem-based checkpoint manager renames with File.renameTo. Hadoop loads the
-# file system class before spark.jars are on the classpath, hence the driver class path (the executors
-# are in the driver's JVM under a local master; other masters keep Hadoop's defaults). Every jar of the
-# folder goes there, not only ours: a class on the JVM's own class path cannot see spark.jars (the sink
-# in streamfold-join.jar uses kafka-clients and the Postgres driver).
+# Settings for a local master only. Checkpoints on the local file system without a child process per
+# file (Hadoop without its native library runs `chmod` for each new file and `readlink` for each
+# FileContext rename: dozens of forks of the Spark JVM per micro-batch, a fifth of an idle batch's time).
+# jvm/.../fs/ForklessLocalFileSystem sets permissions through java.nio; the FileSystem-based checkpoint
+# manager renames with File.renameTo. Hadoop loads the file system class before spark.jars are on the
+# classpath, hence the driver class path (the executors are in the driver's JVM under a local master;
+# other masters keep Hadoop's defaults). Every jar of the folder goes there, not only ours: a class on the
+# JVM's own class path cannot see spark.jars (the sink in streamfold-join.jar uses kafka-clients and the
+# Postgres driver).
 JOIN_JAR = "streamfold-join.jar"
-LOCAL_CHECKPOINTS = {
+LOCAL_MASTER = {
     "spark.hadoop.fs.file.impl": "io.streamfold.fs.ForklessLocalFileSystem",
     "spark.sql.streaming.checkpointFileManagerClass": (
         "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
     ),
+    # Shuffle files of a local master never leave the machine (the page cache, mostly): compressing and
+    # checksumming them is CPU for nothing (+3-6% clicks/s in reduced benches, README "Benchmark").
+    "spark.shuffle.compress": "false",
+    "spark.shuffle.checksum.enabled": "false",
 }
 
 
-def local_checkpoints(folder: Path) -> dict[str, str]:
+def local_master(folder: Path) -> dict[str, str]:
     class_path = [str(folder / JOIN_JAR), *(j for j in jars_in(folder) if not j.endswith(JOIN_JAR))]
-    return {**LOCAL_CHECKPOINTS, "spark.driver.extraClassPath": ":".join(class_path)}
+    return {**LOCAL_MASTER, "spark.driver.extraClassPath": ":".join(class_path)}
 
 
 def jars_dir() -> Path:
@@ -104,9 +109,8 @@ def master(conf: dict[str, str] | None) -> str:
 
 
 def settings(conf: dict[str, str] | None = None) -> dict[str, str]:
-    """The session's Spark settings: DEFAULTS, the local checkpoint file system under a local master, then
-    conf's spark.* keys."""
-    local = local_checkpoints(jars_dir()) if master(conf).startswith("local") else {}
+    """The session's Spark settings: DEFAULTS, LOCAL_MASTER under a local master, then conf's spark.*."""
+    local = local_master(jars_dir()) if master(conf).startswith("local") else {}
     return {**DEFAULTS, **local, **{k: v for k, v in (conf or {}).items() if k.startswith("spark.")}}
 
 
