@@ -56,9 +56,8 @@ final class TaggedRow implements Serializable {
    * multiplicative hash: a bucket's users must not share low hash bits, or every HashMap over one
    * bucket's users degenerates into one bin.
    */
-  int bucket(Row r) {
-    if (!r.isNullAt(bucket)) return r.getInt(bucket);
-    return (r.getString(userid).hashCode() * 0x9E3779B9) >>> (32 - TemporalJoin.BUCKET_BITS);
+  static Integer bucketOf(String userid) {
+    return userid == null ? null : (userid.hashCode() * 0x9E3779B9) >>> (32 - TemporalJoin.BUCKET_BITS);
   }
 
   boolean isProgress(Row r) {
