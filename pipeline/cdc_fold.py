@@ -36,11 +36,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipeline.strict_json import (
-    INT64_MIN,
-    is_int,
-    loads_strict,
-)
+from pipeline.strict_json import is_int, loads_strict
 from pipeline.temporal_state import BEGINNING_OF_TIME_MS
 from streamfold import names
 
@@ -55,6 +51,11 @@ HEARTBEAT_SAFETY_MS = 1000
 # every one of the user's enriched clicks (user_clicks records have the producer's 1 MB limit). The
 # CDC topic and Connect's producer accept up to 16 MiB (connectors/setup.py), so Debezium keeps going.
 MAX_CHANGE_BYTES = 1024 * 1024
+# A commit time (source.ts_ms, a heartbeat's ts_ms) outside 1970-01-01..9999-12-31 is a dead letter: no
+# PostgreSQL commit has one, and the join makes CDC progress a Spark timestamp (microseconds in 64 bits) and
+# valid_from a timestamptz. A forged ts_ms of 9e18 once overflowed there and failed every batch after it.
+MIN_COMMIT_MS = 0
+MAX_COMMIT_MS = 253_402_300_799_999
 # The fold in the JVM (jvm/src/main/java/io/streamfold/cdc/EnvelopeFold.java) and the row it returns.
 FOLD_UDF = "streamfold_fold_envelope"
 FOLD_TYPE = (
@@ -104,7 +105,7 @@ def parse_envelope(topic: str, key: bytes | None, value: bytes | None) -> Change
     """One Debezium record -> a Change, a Progress report, or None for a tombstone."""
     if topic == names.HEARTBEAT_TOPIC:
         beat = _json(value, "heartbeat")
-        return Progress(max(_int(beat, "ts_ms", "heartbeat") - HEARTBEAT_SAFETY_MS, INT64_MIN))
+        return Progress(_commit_ms(beat, "ts_ms", "heartbeat") - HEARTBEAT_SAFETY_MS)
     if value is None:
         return None  # the tombstone after a delete: the delete event itself carries the change
     if len(value) > MAX_CHANGE_BYTES:
@@ -116,11 +117,11 @@ def parse_envelope(topic: str, key: bytes | None, value: bytes | None) -> Change
         and source.get("schema") == HEARTBEAT_SCHEMA
         and source.get("table") == HEARTBEAT_TABLE
     ):
-        return Progress(_int(source, "ts_ms", "source"))
+        return Progress(_commit_ms(source, "ts_ms", "source"))
     op = envelope.get("op")
     if op not in ("c", "u", "d", "r") or not isinstance(source, dict):
         raise BadEnvelope(f"not a Debezium row change (op={op!r})")
-    ts_ms = _int(source, "ts_ms", "source")
+    ts_ms = _commit_ms(source, "ts_ms", "source")
     lsn = source.get("lsn")
     if lsn is not None and not is_int(lsn):
         raise BadEnvelope(f"source.lsn must be an integer, got {lsn!r}")
@@ -167,6 +168,13 @@ def _int(obj: dict[str, Any], field: str, where: str) -> int:
     value = obj.get(field)
     if not is_int(value):
         raise BadEnvelope(f"{where}.{field} must be an integer, got {value!r}")
+    return value
+
+
+def _commit_ms(obj: dict[str, Any], field: str, where: str) -> int:
+    value = _int(obj, field, where)
+    if not MIN_COMMIT_MS <= value <= MAX_COMMIT_MS:
+        raise BadEnvelope(f"{where}.{field} {value} is outside 1970-01-01..9999-12-31 (a commit time in ms)")
     return value
 
 

@@ -88,9 +88,34 @@ def tell_story(pg, streamfold_setup, kafka_sandbox):
         ("bad", b'{"userid": "big", "pad": "' + b"x" * 70_000 + b'"}'),
         *poison_records(poisoned, in_asia),
     ]
+    forged = f"forged-{uuid.uuid4().hex[:6]}"
+    produce_cdc(streamfold_setup.kafka_bootstrap, forged_cdc_records(forged))
+    records.append(click(forged, in_asia, "/forged"))
     produce(streamfold_setup.kafka_bootstrap, records)
     result = kafka_sandbox.run_once("kafka")
-    return {"alice": alice, "ghost": ghost, "poisoned": poisoned, "log": result.stderr}
+    return {"alice": alice, "ghost": ghost, "poisoned": poisoned, "forged": forged, "log": result.stderr}
+
+
+def produce_cdc(bootstrap: str, records: list[tuple[str, bytes | None, bytes]]) -> None:
+    producer = topics.producer(bootstrap, {"linger.ms": 10})
+    for topic, key, value in records:
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+
+
+def forged_cdc_records(user: str) -> list[tuple[str, bytes | None, bytes]]:
+    """CDC records no Debezium writes, with commit times a Spark timestamp cannot hold: a ts_ms of 9e18 once
+    overflowed the join's watermark column and failed every batch after it."""
+    change = {
+        "before": None,
+        "after": {"userid": user, "regionid": "forged", "interests": ["News"], "registertime": 1},
+        "source": {"schema": "public", "table": "users", "ts_ms": 9 * 10**18, "lsn": 1},
+        "op": "u",
+    }
+    return [
+        (names.CDC_USERS_TOPIC, json.dumps({"userid": user}).encode(), json.dumps(change).encode()),
+        (names.HEARTBEAT_TOPIC, user.encode(), json.dumps({"ts_ms": -(2**63)}).encode()),
+    ]
 
 
 LONG_URL = "/" + "u" * 20_000  # under the 64 KiB record limit, over a b-tree index row
@@ -192,6 +217,26 @@ def test_poison_records_join_or_reach_the_dead_letters_and_the_job_goes_on(
     big = [m.value for m in dlq if m.value["payload_sha256"] == megabyte]
     assert len(big) == 1 and big[0]["payload_truncated"] and len(big[0]["payload"]) == 16 * 1024
     assert max(len(m.raw_value) for m in dlq) < 64 * 1024
+
+
+def test_forged_cdc_commit_times_reach_the_dead_letters_and_the_job_goes_on(story, kafka_sandbox):
+    user = story["forged"]
+    with kafka_sandbox.connect() as conn:
+        reasons = [
+            r[0]
+            for r in conn.execute(
+                f"SELECT reason FROM {names.DEAD_LETTERS_TABLE} WHERE payload = ANY(%s)",
+                ([value for _, _, value in forged_cdc_records(user)],),
+            )
+        ]
+        joined = conn.execute(
+            f"SELECT click_url, user_regionid FROM {names.ENRICHED_CLICKS_TABLE} WHERE uid = %s", (user,)
+        ).fetchall()
+    assert sorted(reasons) == [
+        f"heartbeat.ts_ms {-(2**63)} is outside 1970-01-01..9999-12-31 (a commit time in ms)",
+        f"source.ts_ms {9 * 10**18} is outside 1970-01-01..9999-12-31 (a commit time in ms)",
+    ]
+    assert joined == [("/forged", names.UNKNOWN_REGION)]  # the forged version never became a profile
 
 
 def test_totals_equal_an_independent_computation_over_the_inputs(story, kafka_sandbox, streamfold_setup):

@@ -131,9 +131,10 @@ def profile_history(bootstrap: str) -> dict[str, list[tuple[int, int, str | None
 
 
 def cdc_dead_letters(bootstrap: str) -> set[str]:
-    """The CDC records the reference fold (cdc_fold.parse_envelope) rejects, by dead-letter id."""
+    """The CDC records the reference fold (cdc_fold.parse_envelope) rejects, by dead-letter id: change events
+    and Debezium's heartbeats alike (the job reads both topics)."""
     dead = set()
-    for m in read_all(bootstrap, names.CDC_USERS_TOPIC):
+    for m in [*read_all(bootstrap, names.CDC_USERS_TOPIC), *read_all(bootstrap, names.HEARTBEAT_TOPIC)]:
         try:
             parse_envelope(m.topic, m.raw_key, m.raw_value)
         except BadEnvelope:

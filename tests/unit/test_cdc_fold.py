@@ -10,6 +10,7 @@ from pipeline.cdc_fold import (
     HEARTBEAT_SCHEMA,
     HEARTBEAT_TABLE,
     MAX_CHANGE_BYTES,
+    MAX_COMMIT_MS,
     BadEnvelope,
     Change,
     Progress,
@@ -104,6 +105,28 @@ def heartbeat_row_event(op: str = "u", ts_ms: int = 7_000) -> bytes:
     return json.dumps(
         {"before": None, "after": {"id": 1, "ts": "2026-11-22T15:00:00Z"}, "op": op, "source": source}
     ).encode()
+
+
+@pytest.mark.parametrize("ts_ms", [-1, MAX_COMMIT_MS + 1, 9_000_000_000_000_000_000, -(2**63)])
+def test_a_commit_time_outside_1970_to_9999_is_a_dead_letter_in_every_form(ts_ms):
+    """A forged ts_ms of 9e18 once overflowed the join's timestamp and failed every batch after it."""
+    reason = f"ts_ms {ts_ms} is outside 1970-01-01..9999-12-31"
+    for topic, value in [
+        (TOPIC, envelope("u", after=ALICE, ts_ms=ts_ms)),
+        (TOPIC, envelope("r", after=ALICE, ts_ms=ts_ms)),
+        (TOPIC, envelope("d", before=ALICE, ts_ms=ts_ms)),
+        (TOPIC, heartbeat_row_event("u", ts_ms)),
+        (names.HEARTBEAT_TOPIC, json.dumps({"ts_ms": ts_ms}).encode()),
+    ]:
+        with pytest.raises(BadEnvelope, match=reason):
+            parse_envelope(topic, KEY, value)
+
+
+def test_the_ends_of_the_commit_time_range_fold():
+    assert parse_envelope(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=0)).valid_from_ms == 0
+    latest = parse_envelope(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=MAX_COMMIT_MS))
+    assert latest.progress_ms == MAX_COMMIT_MS
+    assert parse_envelope(TOPIC, KEY, heartbeat_row_event("u", 0)) == Progress(0)
 
 
 @pytest.mark.parametrize("op", ["c", "u", "r", "d"])

@@ -27,6 +27,9 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
 
   // pipeline/cdc_fold.py: a Debezium heartbeat is stamped when sent, so it counts a second earlier.
   static final long HEARTBEAT_SAFETY_MS = 1000;
+  // pipeline/cdc_fold.py: the range of a commit time, 1970-01-01..9999-12-31 in ms.
+  static final long MIN_COMMIT_MS = 0L;
+  static final long MAX_COMMIT_MS = 253_402_300_799_999L;
 
   private static final Object NULL = StrictJson.NULL;
 
@@ -50,8 +53,7 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
 
   private static Row heartbeat(byte[] value) throws Bad {
     Map<String, Object> beat = json(value, "heartbeat");
-    long ts = int64(beat, "ts_ms", "heartbeat");
-    long progress = ts < Long.MIN_VALUE + HEARTBEAT_SAFETY_MS ? Long.MIN_VALUE : ts - HEARTBEAT_SAFETY_MS;
+    long progress = commitMs(beat, "ts_ms", "heartbeat") - HEARTBEAT_SAFETY_MS;
     return row("progress", null, null, null, null, null, null, null, null, progress, null);
   }
 
@@ -72,14 +74,14 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
     Map<?, ?> source = sourceValue instanceof Map<?, ?> m ? m : null;
     if (source != null && PlainEnvelope.HEARTBEAT_SCHEMA.equals(source.get("schema"))
         && PlainEnvelope.HEARTBEAT_TABLE.equals(source.get("table"))) {
-      long ts = int64(source, "ts_ms", "source");
+      long ts = commitMs(source, "ts_ms", "source");
       return row("progress", null, null, null, null, null, null, null, null, ts, null);
     }
     Object opValue = envelope.get("op");
     if (!(opValue instanceof String op) || !List.of("c", "u", "d", "r").contains(op) || source == null) {
       throw new Bad("not a Debezium row change (op=" + StrictJson.shown(opValue) + ")");
     }
-    long ts = int64(source, "ts_ms", "source");
+    long ts = commitMs(source, "ts_ms", "source");
     Object lsnValue = source.get("lsn");
     if (lsnValue != null && lsnValue != NULL && !(lsnValue instanceof Long)) {
       throw new Bad("source.lsn must be an integer, got " + StrictJson.shown(lsnValue));
@@ -158,6 +160,19 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
       return l;
     }
     throw new Bad("after.registertime must be an integer, got " + StrictJson.shown(value));
+  }
+
+  /**
+   * A commit time (source.ts_ms, a heartbeat's ts_ms) in 1970-01-01..9999-12-31: no PostgreSQL commit is
+   * outside, and the join makes CDC progress a Spark timestamp (microseconds in 64 bits) and valid_from a
+   * timestamptz. A forged ts_ms of 9e18 once overflowed there and failed every batch after it.
+   */
+  private static long commitMs(Map<?, ?> object, String field, String where) throws Bad {
+    long ms = int64(object, field, where);
+    if (ms < MIN_COMMIT_MS || ms > MAX_COMMIT_MS) {
+      throw new Bad(where + "." + field + " " + ms + " is outside 1970-01-01..9999-12-31 (a commit time in ms)");
+    }
+    return ms;
   }
 
   private static long int64(Map<?, ?> object, String field, String where) throws Bad {

@@ -77,13 +77,13 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
       return null;
     }
     if (HEARTBEAT_SCHEMA.equals(source.get("schema")) && HEARTBEAT_TABLE.equals(source.get("table"))) {
-      long ts = int64(source.get("ts_ms"));
+      long ts = commitMs(source.get("ts_ms"));
       return RowFactory.create("progress", null, null, null, null, null, null, null, null, ts, null);
     }
     if (!(envelope.get("op") instanceof String op) || op.length() != 1 || "cudr".indexOf(op) < 0) {
       return null;
     }
-    long ts = int64(source.get("ts_ms"));
+    long ts = commitMs(source.get("ts_ms"));
     Object lsnValue = source.get("lsn");
     long lsn = lsnValue == null || lsnValue == NULL ? 0 : int64(lsnValue);
     Object rowValue = envelope.get("d".equals(op) ? "before" : "after");
@@ -148,6 +148,15 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
 
   private static Long optionalInt64(Object value) throws NotPlain {
     return value == null || value == NULL ? null : int64(value);
+  }
+
+  /** A commit time in range (EnvelopeFold.commitMs says why not). */
+  private static long commitMs(Object value) throws NotPlain {
+    long ms = int64(value);
+    if (ms < EnvelopeFold.MIN_COMMIT_MS || ms > EnvelopeFold.MAX_COMMIT_MS) {
+      throw new NotPlain();
+    }
+    return ms;
   }
 
   private static long int64(Object value) throws NotPlain {
