@@ -41,6 +41,19 @@ CDC_PARTITIONS = 1
 CDC_MAX_BYTES = 16 * 1024 * 1024
 
 
+# Topics whose records may pass the broker's default 1 MB: the CDC topic, and the job's outputs that carry
+# a whole profile (names.OUTPUT_RECORD_MAX_BYTES).
+RECORD_LIMITS = {
+    names.CDC_USERS_TOPIC: CDC_MAX_BYTES,
+    names.USER_CLICKS_TOPIC: names.OUTPUT_RECORD_MAX_BYTES,
+    names.USERS_CHANGELOG_TOPIC: names.OUTPUT_RECORD_MAX_BYTES,
+}
+
+
+def _record_limit(topic: str) -> dict[str, str]:
+    return {"max.message.bytes": str(RECORD_LIMITS[topic])} if topic in RECORD_LIMITS else {}
+
+
 class SetupError(RuntimeError):
     """A set-up step failed; the message says which and why (no stack trace for users)."""
 
@@ -72,25 +85,33 @@ def ensure_topics(bootstrap: str) -> list[str]:
     """Create the pipeline and CDC topics that are missing; returns the ones created."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     wanted = [
-        NewTopic(names.CDC_USERS_TOPIC, CDC_PARTITIONS, 1, config={"max.message.bytes": str(CDC_MAX_BYTES)}),
+        NewTopic(names.CDC_USERS_TOPIC, CDC_PARTITIONS, 1, config=_record_limit(names.CDC_USERS_TOPIC)),
         NewTopic(names.HEARTBEAT_TOPIC, 1, 1),
         *(
             NewTopic(
                 topic,
                 CLICK_PARTITIONS if topic == names.CLICKS_TOPIC else OUTPUT_PARTITIONS,
                 1,
-                config={"cleanup.policy": "compact"} if compacted else {},
+                config={**({"cleanup.policy": "compact"} if compacted else {}), **_record_limit(topic)},
             )
             for topic, compacted in names.PIPELINE_TOPICS
         ),
     ]
     existing = set(admin.list_topics(timeout=30).topics)
-    if names.CDC_USERS_TOPIC in existing:  # created by an older setup: raise its record size limit
-        limit = ConfigEntry(
-            "max.message.bytes", str(CDC_MAX_BYTES), incremental_operation=AlterConfigOpType.SET
+    # Topics created by an older setup: raise their record size limits.
+    resources = [
+        ConfigResource(
+            ResourceType.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry("max.message.bytes", str(limit), incremental_operation=AlterConfigOpType.SET)
+            ],
         )
-        resource = ConfigResource(ResourceType.TOPIC, names.CDC_USERS_TOPIC, incremental_configs=[limit])
-        for future in admin.incremental_alter_configs([resource]).values():
+        for topic, limit in RECORD_LIMITS.items()
+        if topic in existing
+    ]
+    if resources:
+        for future in admin.incremental_alter_configs(resources).values():
             future.result()
     missing = [t for t in wanted if t.topic not in existing]
     if not missing:

@@ -82,8 +82,10 @@ CREATE TEMP TABLE IF NOT EXISTS batch_clicks (
 ) ON COMMIT DELETE ROWS
 """
 
-# The producers' request limit (the broker's default message.max.bytes is ~1 MB).
-KAFKA_MAX_REQUEST_BYTES = 1024 * 1024
+# The executors' producer request limit: a user_clicks record holds a profile and a click, over 1 MB at most
+# (the topics take it: names.OUTPUT_RECORD_MAX_BYTES). At 1 MB, a 1 MB profile and a 60 KB click once made a
+# record Kafka refused at every retry, and the batch never landed.
+KAFKA_MAX_REQUEST_BYTES = names.OUTPUT_RECORD_MAX_BYTES
 # How long one attempt of the executors' producer waits for the broker before it is retried.
 KAFKA_ATTEMPT_MS = 60_000
 _JVM_LANDING = "io.streamfold.sink.Landing"

@@ -25,6 +25,11 @@ PIPELINE_TOPICS: tuple[tuple[str, bool], ...] = (
     (DLQ_TOPIC, False),
 )
 
+# The largest record the job writes to user_clicks or users_changelog, and those topics' max.message.bytes
+# (`streamfold setup`): a record carries a profile (from a change event of up to 1 MiB,
+# pipeline.cdc_fold.MAX_CHANGE_BYTES) and a click (up to 64 KiB), so it can pass the broker's default 1 MB.
+OUTPUT_RECORD_MAX_BYTES = 4 * 1024 * 1024
+
 CONNECTOR_NAME = "streamfold-users"
 SLOT_NAME = "streamfold_users"
 PUBLICATION_NAME = "streamfold_users"

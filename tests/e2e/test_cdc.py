@@ -182,16 +182,19 @@ def test_setup_against_an_unreachable_database_exits_1_without_a_traceback(strea
     assert status.json()["connector"]["state"] == "RUNNING"
 
 
-def test_topics_exist_with_the_right_cleanup_policy(streamfold_setup):
+def test_topics_exist_with_the_right_cleanup_policy_and_record_limit(streamfold_setup):
     from confluent_kafka.admin import AdminClient, ConfigResource
 
     admin = AdminClient({"bootstrap.servers": streamfold_setup.kafka_bootstrap})
     topics = admin.list_topics(timeout=10).topics
+    big_records = {names.USER_CLICKS_TOPIC, names.USERS_CHANGELOG_TOPIC}
     for topic, compacted in names.PIPELINE_TOPICS:
         assert topic in topics
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        policy = admin.describe_configs([resource])[resource].result()["cleanup.policy"].value
-        assert ("compact" in policy) == compacted, topic
+        configs = admin.describe_configs([resource])[resource].result()
+        assert ("compact" in configs["cleanup.policy"].value) == compacted, topic
+        limit = int(configs["max.message.bytes"].value)
+        assert (limit == 4 * 1024 * 1024) if topic in big_records else (limit < 2 * 1024 * 1024), topic
 
 
 def test_a_2_mb_row_does_not_stop_the_connector(pg, streamfold_setup):

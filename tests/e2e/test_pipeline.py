@@ -57,6 +57,11 @@ def tell_story(pg, streamfold_setup, kafka_sandbox):
     alice, ghost = f"alice-{uuid.uuid4().hex[:6]}", f"ghost-{uuid.uuid4().hex[:6]}"
     poisoned = f"poisoned-{uuid.uuid4().hex[:6]}"
     before_alice = now_ms() - 5_000
+    big = f"big-{uuid.uuid4().hex[:6]}"  # a profile of ~1 MB: its user_clicks record passes 1 MB
+    pg.execute(
+        "INSERT INTO public.users (userid, regionid, interests) VALUES (%s, 'bigregion', %s)",
+        (big, BIG_INTERESTS),
+    )
     pg.execute(
         "INSERT INTO public.users (userid, name, email, regionid, gender, interests, contactinfo, "
         "registertime) VALUES (%s, %s, %s, 'asia', 'FEMALE', ARRAY['News','Movies'], %s, 1665780360439)",
@@ -87,13 +92,21 @@ def tell_story(pg, streamfold_setup, kafka_sandbox):
         ),
         ("bad", b'{"userid": "big", "pad": "' + b"x" * 70_000 + b'"}'),
         *poison_records(poisoned, in_asia),
+        click(big, in_asia, LONG_URL * 3),  # 60 KB, under the 64 KiB record limit
     ]
     forged = f"forged-{uuid.uuid4().hex[:6]}"
     produce_cdc(streamfold_setup.kafka_bootstrap, forged_cdc_records(forged))
     records.append(click(forged, in_asia, "/forged"))
     produce(streamfold_setup.kafka_bootstrap, records)
     result = kafka_sandbox.run_once("kafka")
-    return {"alice": alice, "ghost": ghost, "poisoned": poisoned, "forged": forged, "log": result.stderr}
+    return {
+        "alice": alice,
+        "ghost": ghost,
+        "poisoned": poisoned,
+        "forged": forged,
+        "big": big,
+        "log": result.stderr,
+    }
 
 
 def produce_cdc(bootstrap: str, records: list[tuple[str, bytes | None, bytes]]) -> None:
@@ -118,6 +131,7 @@ def forged_cdc_records(user: str) -> list[tuple[str, bytes | None, bytes]]:
     ]
 
 
+BIG_INTERESTS = ["i" * 10_200] * 100  # a change event just under cdc_fold.MAX_CHANGE_BYTES
 LONG_URL = "/" + "u" * 20_000  # under the 64 KiB record limit, over a b-tree index row
 
 
@@ -237,6 +251,28 @@ def test_forged_cdc_commit_times_reach_the_dead_letters_and_the_job_goes_on(stor
         f"source.ts_ms {9 * 10**18} is outside 1970-01-01..9999-12-31 (a commit time in ms)",
     ]
     assert joined == [("/forged", names.UNKNOWN_REGION)]  # the forged version never became a profile
+
+
+def test_a_1_mb_profile_with_a_60_kb_click_reaches_postgres_and_user_clicks(
+    story, kafka_sandbox, streamfold_setup
+):
+    """Over the broker's default 1 MB together: once Kafka refused the record at every retry and the batch
+    never landed (the topic and the job's producer now take names.OUTPUT_RECORD_MAX_BYTES)."""
+    user = story["big"]
+    with kafka_sandbox.connect() as conn:
+        joined = conn.execute(
+            f"SELECT user_regionid, cardinality(user_interests), length(click_url) "
+            f"FROM {names.ENRICHED_CLICKS_TABLE} WHERE uid = %s",
+            (user,),
+        ).fetchall()
+    assert joined == [("bigregion", 100, 60_003)]
+    records = [
+        m for m in read_all(streamfold_setup.kafka_bootstrap, names.USER_CLICKS_TOPIC) if m.key == user
+    ]
+    assert records and all(len(m.raw_value) > 1024 * 1024 for m in records)
+    assert {(m.value["user_regionid"], tuple(m.value["user_interests"])) for m in records} == {
+        ("bigregion", tuple(BIG_INTERESTS))
+    }
 
 
 def test_totals_equal_an_independent_computation_over_the_inputs(story, kafka_sandbox, streamfold_setup):
