@@ -36,6 +36,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from pipeline.clicks import within_key_limit
 from pipeline.strict_json import is_int, loads_strict
 from pipeline.temporal_state import BEGINNING_OF_TIME_MS
 from streamfold import names
@@ -136,6 +137,7 @@ def parse_envelope(topic: str, key: bytes | None, value: bytes | None) -> Change
         userid = _key_userid(key)
     if not isinstance(userid, str) or not userid:
         raise BadEnvelope("change event without a userid")
+    within_key_limit(userid, "userid", BadEnvelope)
     valid_from = BEGINNING_OF_TIME_MS if op == "r" else ts_ms
     if op == "d":
         return Change(userid, op, valid_from, lsn or 0, ts_ms)
@@ -145,7 +147,7 @@ def parse_envelope(topic: str, key: bytes | None, value: bytes | None) -> Change
         valid_from,
         lsn or 0,
         ts_ms,
-        regionid=_profile_text(profile, "regionid"),
+        regionid=_region(profile),
         gender=_profile_text(profile, "gender"),
         interests=_profile_interests(profile),
         registertime=_profile_int(profile, "registertime"),
@@ -194,6 +196,11 @@ def _profile_text(row: dict[str, Any], field: str) -> str | None:
     if is_int(value):
         return str(value)
     raise BadEnvelope(f"after.{field} must be a string (or an integer), got {value!r}")
+
+
+def _region(row: dict[str, Any]) -> str | None:
+    region = _profile_text(row, "regionid")
+    return None if region is None else within_key_limit(region, "after.regionid", BadEnvelope)
 
 
 def _profile_interests(row: dict[str, Any]) -> list[str | None] | None:

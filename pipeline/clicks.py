@@ -37,6 +37,10 @@ MIN_EVENT_MS = 946_684_800_000
 # (and would hold back `--once`, which waits for the watermark to pass every click).
 MAX_FUTURE_MS = 60 * 1000
 MAX_CLICKS = 1_000_000
+# A userid (and a profile's regionid, pipeline/cdc_fold.py) longer than this, in UTF-8, is a dead letter:
+# Postgres indexes them (enriched_clicks (uid, click_time), clicks_per_region), a B-tree row holds ~2.7 KB,
+# and a 10,000-character userid once failed the batch at every restart.
+MAX_KEY_BYTES = 1024
 PARSE_UDF = "streamfold_parse_click"
 # The row ClickParse returns (jvm/src/main/java/io/streamfold/clicks/ClickParse.java), field by field.
 PARSE_TYPE = (
@@ -86,13 +90,21 @@ def parse_click(payload: bytes | None, now_ms: int) -> Click:
     if not is_int(clicks) or not 1 <= clicks <= MAX_CLICKS:
         raise Rejected(f"clicks must be an integer in 1..{MAX_CLICKS}, got {clicks!r}")
     return Click(
-        userid=_text(obj, "userid"),
+        userid=within_key_limit(_text(obj, "userid"), "userid", Rejected),
         url=_text(obj, "url"),
         device_id=_text(obj, "device_id"),
         ip=_text(obj, "ip"),
         event_time_ms=_event_time(obj, now_ms),
         clicks=clicks,
     )
+
+
+def within_key_limit(value: str, where: str, error: type[ValueError]) -> str:
+    """A userid or regionid of at most MAX_KEY_BYTES, else `error` with the reason."""
+    size = len(value.encode())
+    if size > MAX_KEY_BYTES:
+        raise error(f"{where} of {size} bytes exceeds the {MAX_KEY_BYTES}-byte limit")
+    return value
 
 
 def _text(obj: dict[str, Any], field: str) -> str:

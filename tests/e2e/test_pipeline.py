@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+import string
 import time
 import uuid
 
@@ -57,6 +59,8 @@ def tell_story(pg, streamfold_setup, kafka_sandbox):
     alice, ghost = f"alice-{uuid.uuid4().hex[:6]}", f"ghost-{uuid.uuid4().hex[:6]}"
     poisoned = f"poisoned-{uuid.uuid4().hex[:6]}"
     before_alice = now_ms() - 5_000
+    odd = f"odd-{uuid.uuid4().hex[:6]}"  # a regionid of 10,000 characters: the change is a dead letter
+    pg.execute("INSERT INTO public.users (userid, regionid) VALUES (%s, %s)", (odd, UNINDEXABLE))
     big = f"big-{uuid.uuid4().hex[:6]}"  # a profile of ~1 MB: its user_clicks record passes 1 MB
     pg.execute(
         "INSERT INTO public.users (userid, regionid, interests) VALUES (%s, 'bigregion', %s)",
@@ -93,6 +97,7 @@ def tell_story(pg, streamfold_setup, kafka_sandbox):
         ("bad", b'{"userid": "big", "pad": "' + b"x" * 70_000 + b'"}'),
         *poison_records(poisoned, in_asia),
         click(big, in_asia, LONG_URL * 3),  # 60 KB, under the 64 KiB record limit
+        click(odd, in_asia, "/odd"),
     ]
     forged = f"forged-{uuid.uuid4().hex[:6]}"
     produce_cdc(streamfold_setup.kafka_bootstrap, forged_cdc_records(forged))
@@ -105,6 +110,7 @@ def tell_story(pg, streamfold_setup, kafka_sandbox):
         "poisoned": poisoned,
         "forged": forged,
         "big": big,
+        "odd": odd,
         "log": result.stderr,
     }
 
@@ -133,6 +139,9 @@ def forged_cdc_records(user: str) -> list[tuple[str, bytes | None, bytes]]:
 
 BIG_INTERESTS = ["i" * 10_200] * 100  # a change event just under cdc_fold.MAX_CHANGE_BYTES
 LONG_URL = "/" + "u" * 20_000  # under the 64 KiB record limit, over a b-tree index row
+# 10,000 characters Postgres cannot compress into an index row (~2.7 KB): as a userid or regionid, once a
+# failed COPY at every restart; now over pipeline.clicks.MAX_KEY_BYTES, so a dead letter.
+UNINDEXABLE = "".join(random.Random(7).choices(string.ascii_letters + string.digits, k=10_000))
 
 
 def poison_records(user: str, t: int) -> list[tuple[str, bytes]]:
@@ -146,6 +155,7 @@ def poison_records(user: str, t: int) -> list[tuple[str, bytes]]:
         (user, b'{"url": "/n", ' + fields + b', "clicks": ' + b"9" * 5_000 + b"}"),
         (user, b'{"url": "/\\ud800", ' + fields + b"}"),  # a lone surrogate escape
         (user, b'\xff\xfe{"url": "/utf", ' + fields + b"}"),  # not UTF-8
+        click(user + UNINDEXABLE, t, "/long-userid"),  # over a B-tree row: a dead letter, not a failed COPY
     ]
 
 
@@ -218,12 +228,13 @@ def test_poison_records_join_or_reach_the_dead_letters_and_the_job_goes_on(
     assert long_total == [(1,)]
     for reason in (
         "exceeds the 65536-byte limit",
+        f"userid of {len(user) + 10_000} bytes exceeds the 1024-byte limit",
         "nesting deeper than 1000",
         "lone UTF-16 surrogate",
         "invalid UTF-8",
     ):
         assert any(reason in r for r in reasons), (reason, reasons)
-    assert len(reasons) == 5
+    assert len(reasons) == 6
     dlq = [
         m for m in read_all(streamfold_setup.kafka_bootstrap, names.DLQ_TOPIC) if m.key and "kafka:" in m.key
     ]
@@ -273,6 +284,23 @@ def test_a_1_mb_profile_with_a_60_kb_click_reaches_postgres_and_user_clicks(
     assert {(m.value["user_regionid"], tuple(m.value["user_interests"])) for m in records} == {
         ("bigregion", tuple(BIG_INTERESTS))
     }
+
+
+def test_a_profile_whose_regionid_postgres_cannot_index_is_a_dead_letter(story, kafka_sandbox):
+    user = story["odd"]
+    with kafka_sandbox.connect() as conn:
+        reasons = [
+            r[0]
+            for r in conn.execute(
+                f"SELECT reason FROM {names.DEAD_LETTERS_TABLE} WHERE position(%s IN payload) > 0",
+                (user.encode(),),
+            )
+        ]
+        joined = conn.execute(
+            f"SELECT click_url, user_regionid FROM {names.ENRICHED_CLICKS_TABLE} WHERE uid = %s", (user,)
+        ).fetchall()
+    assert reasons == ["after.regionid of 10000 bytes exceeds the 1024-byte limit"]
+    assert joined == [("/odd", names.UNKNOWN_REGION)]  # no version of the user was ever valid
 
 
 def test_totals_equal_an_independent_computation_over_the_inputs(story, kafka_sandbox, streamfold_setup):

@@ -122,6 +122,19 @@ def test_a_commit_time_outside_1970_to_9999_is_a_dead_letter_in_every_form(ts_ms
             parse_envelope(topic, KEY, value)
 
 
+def test_a_userid_or_regionid_over_1024_utf8_bytes_is_a_dead_letter():
+    """Postgres indexes both: a 10,000-character one once failed the batch at every restart."""
+    longest = {**ALICE, "userid": "é" * 512, "regionid": "r" * 1024}
+    fits = parse_envelope(TOPIC, KEY, envelope("u", after=longest))
+    assert (fits.userid, fits.regionid) == ("é" * 512, "r" * 1024)
+    with pytest.raises(BadEnvelope, match="^userid of 1026 bytes exceeds the 1024-byte limit$"):
+        parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "userid": "é" * 513}))
+    with pytest.raises(BadEnvelope, match="^userid of 1025 bytes exceeds the 1024-byte limit$"):
+        parse_envelope(TOPIC, KEY, envelope("d", before={**ALICE, "userid": "u" * 1025}))
+    with pytest.raises(BadEnvelope, match="^after.regionid of 1028 bytes exceeds the 1024-byte limit$"):
+        parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": "😀" * 257}))
+
+
 def test_the_ends_of_the_commit_time_range_fold():
     assert parse_envelope(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=0)).valid_from_ms == 0
     latest = parse_envelope(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=MAX_COMMIT_MS))

@@ -18,6 +18,10 @@ def test_valid_click_defaults_clicks_to_one():
     assert parse_click(raw(), NOW) == Click("User_1", "/home", "mobile", "10.0.0.1", NOW - 5, 1)
 
 
+def test_a_userid_of_1024_utf8_bytes_is_a_click():
+    assert parse_click(raw(userid="😀" * 256), NOW).userid == "😀" * 256
+
+
 def test_explicit_clicks_kept():
     assert parse_click(raw(clicks=3), NOW).clicks == 3
 
@@ -43,6 +47,8 @@ def test_explicit_clicks_kept():
         (raw(clicks="2"), "clicks must be an integer"),
         (b'{"pad": "' + b"x" * MAX_RECORD_BYTES + b'"}', "exceeds"),
         (raw(userid=" \t\u3000"), "userid must be"),
+        (raw(userid="u" * 1025), "^userid of 1025 bytes exceeds the 1024-byte limit$"),
+        (raw(userid="😀" * 256 + "é"), "^userid of 1026 bytes exceeds the 1024-byte limit$"),
         (raw(clicks=True), "clicks must be an integer"),
         (raw(clicks=None), "clicks must be an integer"),
         (raw(event_time=2**63), "event_time must be epoch milliseconds"),

@@ -37,6 +37,7 @@ CLICK_CATEGORIES = (
     "expected a JSON object",
     "clicks must be",
     "userid must be",
+    "userid of",
     "url must be",
     "device_id must be",
     "ip must be",
@@ -54,6 +55,8 @@ CDC_CATEGORIES = (
     "change event is not a JSON object",
     "not a Debezium row change",
     "source.ts_ms must be",
+    "userid of",
+    "after.regionid of",
     "source.ts_ms is outside",
     "source.lsn must be",
     "without an 'after' row",
@@ -95,6 +98,11 @@ def junk_value(rng: random.Random, depth: int = 0) -> Any:
     }
 
 
+# Around clicks.MAX_KEY_BYTES (1,024 UTF-8 bytes): ASCII, 2-byte and 4-byte characters (a surrogate pair in
+# Java, escaped as two \u escapes by json.dumps(ensure_ascii=True)).
+LONG_KEYS = ("u" * 1024, "u" * 1025, "é" * 512, "é" * 513, "😀" * 256, "😀" * 256 + "u", "日" * 5000)
+
+
 def click_payloads(rng: random.Random) -> list[bytes | None]:
     out: list[bytes | None] = [
         None,
@@ -121,6 +129,8 @@ def click_payloads(rng: random.Random) -> list[bytes | None]:
                 obj[field] = junk_value(rng)
         if rng.random() < 0.05:
             obj["event_time"] = rng.choice([NOW + 60_000, NOW + 60_001, 946_684_800_000, 946_684_799_999])
+        if rng.random() < 0.05:
+            obj["userid"] = rng.choice(LONG_KEYS)
         text = json.dumps(obj, ensure_ascii=rng.random() < 0.5)
         mutation = rng.randrange(20)
         if mutation == 0:
@@ -323,8 +333,8 @@ def profile_row(rng: random.Random) -> Any:
     if rng.random() < 0.05:
         return junk_value(rng)
     row: dict[str, Any] = {
-        "userid": rng.choice(["alice", "bob", "é日本"]),
-        "regionid": rng.choice(["asia", "europe", None]),
+        "userid": rng.choice(["alice", "bob", "é日本", "alice", "bob", rng.choice(LONG_KEYS)]),
+        "regionid": rng.choice(["asia", "europe", None, "asia", "europe", rng.choice(LONG_KEYS)]),
         "gender": rng.choice(["FEMALE", "MALE", None]),
         "interests": rng.choice([["News"], [], None, ["a", None]]),
         "registertime": rng.choice([1, 1_700_000_000_000, None]),

@@ -1,5 +1,6 @@
 package io.streamfold.cdc;
 
+import io.streamfold.json.PlainJson;
 import io.streamfold.json.StrictJson;
 import java.util.List;
 import java.util.Map;
@@ -103,11 +104,13 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
     if (!(userid instanceof String user) || user.isEmpty()) {
       throw new Bad("change event without a userid");
     }
+    key(user, "userid");
     long validFrom = "r".equals(op) ? PlainEnvelope.BEGINNING_OF_TIME_MS : ts;
     if (delete) {
       return row("change", user, op, validFrom, lsn, null, null, null, null, ts, null);
     }
-    return row("change", user, op, validFrom, lsn, text(profile, "regionid"), text(profile, "gender"),
+    return row("change", user, op, validFrom, lsn, key(text(profile, "regionid"), "after.regionid"),
+        text(profile, "gender"),
         strings(profile), optionalInt64(profile), ts, null);
   }
 
@@ -138,6 +141,15 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
       return Long.toString(l);
     }
     throw new Bad("after." + field + " must be a string (or an integer), got " + StrictJson.shown(value));
+  }
+
+  /** A userid or regionid: at most PlainJson.MAX_KEY_BYTES (Postgres indexes them). */
+  private static String key(String value, String where) throws Bad {
+    int bytes = value == null ? 0 : PlainJson.utf8Length(value);
+    if (bytes > PlainJson.MAX_KEY_BYTES) {
+      throw new Bad(where + " of " + bytes + " bytes exceeds the " + PlainJson.MAX_KEY_BYTES + "-byte limit");
+    }
+    return value;
   }
 
   private static String[] strings(Map<?, ?> profile) throws Bad {

@@ -91,11 +91,18 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
       return null; // a delete without its 'before' row (no REPLICA IDENTITY FULL) takes the full fold too
     }
     String userid = userid(row.get("userid"), key);
+    if (PlainJson.utf8Length(userid) > PlainJson.MAX_KEY_BYTES) {
+      return null;
+    }
     long validFrom = "r".equals(op) ? BEGINNING_OF_TIME_MS : ts;
     if ("d".equals(op)) {
       return RowFactory.create("change", userid, op, validFrom, lsn, null, null, null, null, ts, null);
     }
-    return RowFactory.create("change", userid, op, validFrom, lsn, text(row.get("regionid")),
+    String regionid = text(row.get("regionid"));
+    if (regionid != null && PlainJson.utf8Length(regionid) > PlainJson.MAX_KEY_BYTES) {
+      return null;
+    }
+    return RowFactory.create("change", userid, op, validFrom, lsn, regionid,
         text(row.get("gender")), strings(row.get("interests")), optionalInt64(row.get("registertime")), ts,
         null);
   }

@@ -1,5 +1,6 @@
 package io.streamfold.clicks;
 
+import io.streamfold.json.PlainJson;
 import io.streamfold.json.StrictJson;
 import java.util.Map;
 import org.apache.spark.sql.Row;
@@ -69,8 +70,18 @@ public final class ClickParse implements UDF2<byte[], Long, Row> {
       throw new Rejected("clicks must be an integer in 1.." + PlainClick.MAX_CLICKS + ", got "
           + StrictJson.shown(clicks));
     }
-    return RowFactory.create(text(obj, "userid"), text(obj, "url"), text(obj, "device_id"), text(obj, "ip"),
+    return RowFactory.create(userid(obj), text(obj, "url"), text(obj, "device_id"), text(obj, "ip"),
         eventTime(obj, nowMs), n.intValue(), null);
+  }
+
+  /** The userid: a text of at most PlainJson.MAX_KEY_BYTES (Postgres indexes it). */
+  private static String userid(Map<?, ?> obj) throws Rejected {
+    String userid = text(obj, "userid");
+    int bytes = PlainJson.utf8Length(userid);
+    if (bytes > PlainJson.MAX_KEY_BYTES) {
+      throw new Rejected("userid of " + bytes + " bytes exceeds the " + PlainJson.MAX_KEY_BYTES + "-byte limit");
+    }
+    return userid;
   }
 
   /** A string with a character that is not whitespace (Python's str.isspace()). */

@@ -18,11 +18,37 @@ public final class PlainJson {
   /** A number literal longer than this is not plain. */
   public static final int MAX_NUMBER_CHARS = 100;
 
+  /**
+   * A userid or regionid longer than this (UTF-8 bytes) is a dead letter (pipeline/clicks.py MAX_KEY_BYTES):
+   * Postgres indexes them, and a B-tree row holds ~2.7 KB.
+   */
+  public static final int MAX_KEY_BYTES = 1024;
+
   /** Duplicate keys at any depth make a record not JSON (strict JSON, pipeline/strict_json.py). */
   public static final JsonFactory FACTORY =
       JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
 
   private PlainJson() {}
+
+  /** The length of s in UTF-8 (a surrogate pair is one 4-byte character). */
+  public static int utf8Length(String s) {
+    int n = s.length();
+    int bytes = 0;
+    for (int i = 0; i < n; i++) {
+      char c = s.charAt(i);
+      if (c < 0x80) {
+        bytes += 1;
+      } else if (c < 0x800) {
+        bytes += 2;
+      } else if (Character.isHighSurrogate(c) && i + 1 < n && Character.isLowSurrogate(s.charAt(i + 1))) {
+        bytes += 4;
+        i++;
+      } else {
+        bytes += 3;
+      }
+    }
+    return bytes;
+  }
 
   /**
    * The payload as text if it is strict UTF-8 (no overlong forms, no encoded surrogates) and starts, after
