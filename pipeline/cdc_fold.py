@@ -49,7 +49,7 @@ HEARTBEAT_TABLE = "cdc_heartbeat"
 # may still be on its way from the WAL: count it as progress up to a second earlier.
 HEARTBEAT_SAFETY_MS = 1000
 # A change event larger than this is dead-lettered, not folded: the profile it carries would ride on
-# every one of the user's enriched clicks (user_clicks records have the producer's 1 MB limit). The
+# every one of the user's enriched clicks (user_clicks records take names.OUTPUT_RECORD_MAX_BYTES). The
 # CDC topic and Connect's producer accept up to 16 MiB (connectors/setup.py), so Debezium keeps going.
 MAX_CHANGE_BYTES = 1024 * 1024
 # A commit time (source.ts_ms, a heartbeat's ts_ms) outside 1970-01-01..9999-12-31 is a dead letter: no

@@ -192,6 +192,17 @@ def test_unknown_users_count_as_unknown_and_snapshot_rows_join_from_the_start(st
     assert y2k == [(SNAPSHOT_USERS[0][1], "-infinity")]
 
 
+def dead_letter_reasons(conn: psycopg.Connection, where: str, params: tuple[object, ...]) -> list[str]:
+    query = f"SELECT reason FROM {names.DEAD_LETTERS_TABLE} WHERE {where}"
+    return [r[0] for r in conn.execute(query, params)]
+
+
+def urls_and_regions(conn: psycopg.Connection, user: str) -> list[tuple[str, str]]:
+    return conn.execute(
+        f"SELECT click_url, user_regionid FROM {names.ENRICHED_CLICKS_TABLE} WHERE uid = %s", (user,)
+    ).fetchall()
+
+
 def test_malformed_records_reach_the_dead_letters_with_a_reason(story, kafka_sandbox, streamfold_setup):
     with kafka_sandbox.connect() as conn:
         reasons = [r[0] for r in conn.execute(f"SELECT reason FROM {names.DEAD_LETTERS_TABLE}")]
@@ -216,14 +227,11 @@ def test_poison_records_join_or_reach_the_dead_letters_and_the_job_goes_on(
         long_total = conn.execute(
             f"SELECT click_count FROM {names.URL_REGION_TABLE} WHERE url = %s", (LONG_URL,)
         ).fetchall()
-        reasons = [
-            r[0]
-            for r in conn.execute(
-                f"SELECT reason FROM {names.DEAD_LETTERS_TABLE} "
-                "WHERE position(%s IN payload) > 0 OR payload = ANY(%s)",
-                (user.encode(), [v for _, v in poison_records(user, 0)[2:4]]),
-            )
-        ]
+        reasons = dead_letter_reasons(
+            conn,
+            "position(%s IN payload) > 0 OR payload = ANY(%s)",
+            (user.encode(), [v for _, v in poison_records(user, 0)[2:4]]),
+        )
     assert joined == [("/nul\ufffdhere",), (LONG_URL,)]
     assert long_total == [(1,)]
     for reason in (
@@ -247,16 +255,10 @@ def test_poison_records_join_or_reach_the_dead_letters_and_the_job_goes_on(
 def test_forged_cdc_commit_times_reach_the_dead_letters_and_the_job_goes_on(story, kafka_sandbox):
     user = story["forged"]
     with kafka_sandbox.connect() as conn:
-        reasons = [
-            r[0]
-            for r in conn.execute(
-                f"SELECT reason FROM {names.DEAD_LETTERS_TABLE} WHERE payload = ANY(%s)",
-                ([value for _, _, value in forged_cdc_records(user)],),
-            )
-        ]
-        joined = conn.execute(
-            f"SELECT click_url, user_regionid FROM {names.ENRICHED_CLICKS_TABLE} WHERE uid = %s", (user,)
-        ).fetchall()
+        reasons = dead_letter_reasons(
+            conn, "payload = ANY(%s)", ([value for _, _, value in forged_cdc_records(user)],)
+        )
+        joined = urls_and_regions(conn, user)
     assert sorted(reasons) == [
         f"heartbeat.ts_ms {-(2**63)} is outside 1970-01-01..9999-12-31 (a commit time in ms)",
         f"source.ts_ms {9 * 10**18} is outside 1970-01-01..9999-12-31 (a commit time in ms)",
@@ -289,16 +291,8 @@ def test_a_1_mb_profile_with_a_60_kb_click_reaches_postgres_and_user_clicks(
 def test_a_profile_whose_regionid_postgres_cannot_index_is_a_dead_letter(story, kafka_sandbox):
     user = story["odd"]
     with kafka_sandbox.connect() as conn:
-        reasons = [
-            r[0]
-            for r in conn.execute(
-                f"SELECT reason FROM {names.DEAD_LETTERS_TABLE} WHERE position(%s IN payload) > 0",
-                (user.encode(),),
-            )
-        ]
-        joined = conn.execute(
-            f"SELECT click_url, user_regionid FROM {names.ENRICHED_CLICKS_TABLE} WHERE uid = %s", (user,)
-        ).fetchall()
+        reasons = dead_letter_reasons(conn, "position(%s IN payload) > 0", (user.encode(),))
+        joined = urls_and_regions(conn, user)
     assert reasons == ["after.regionid of 10000 bytes exceeds the 1024-byte limit"]
     assert joined == [("/odd", names.UNKNOWN_REGION)]  # no version of the user was ever valid
 

@@ -145,9 +145,9 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
 
   /** A userid or regionid: at most PlainJson.MAX_KEY_BYTES (Postgres indexes them). */
   private static String key(String value, String where) throws Bad {
-    int bytes = value == null ? 0 : PlainJson.utf8Length(value);
-    if (bytes > PlainJson.MAX_KEY_BYTES) {
-      throw new Bad(where + " of " + bytes + " bytes exceeds the " + PlainJson.MAX_KEY_BYTES + "-byte limit");
+    String tooLong = value == null ? null : PlainJson.overKeyLimit(value, where);
+    if (tooLong != null) {
+      throw new Bad(tooLong);
     }
     return value;
   }

@@ -91,7 +91,7 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
       return null; // a delete without its 'before' row (no REPLICA IDENTITY FULL) takes the full fold too
     }
     String userid = userid(row.get("userid"), key);
-    if (PlainJson.utf8Length(userid) > PlainJson.MAX_KEY_BYTES) {
+    if (!PlainJson.fitsKey(userid)) {
       return null;
     }
     long validFrom = "r".equals(op) ? BEGINNING_OF_TIME_MS : ts;
@@ -99,7 +99,7 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
       return RowFactory.create("change", userid, op, validFrom, lsn, null, null, null, null, ts, null);
     }
     String regionid = text(row.get("regionid"));
-    if (regionid != null && PlainJson.utf8Length(regionid) > PlainJson.MAX_KEY_BYTES) {
+    if (regionid != null && !PlainJson.fitsKey(regionid)) {
       return null;
     }
     return RowFactory.create("change", userid, op, validFrom, lsn, regionid,

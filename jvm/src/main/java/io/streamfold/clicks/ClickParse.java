@@ -77,9 +77,9 @@ public final class ClickParse implements UDF2<byte[], Long, Row> {
   /** The userid: a text of at most PlainJson.MAX_KEY_BYTES (Postgres indexes it). */
   private static String userid(Map<?, ?> obj) throws Rejected {
     String userid = text(obj, "userid");
-    int bytes = PlainJson.utf8Length(userid);
-    if (bytes > PlainJson.MAX_KEY_BYTES) {
-      throw new Rejected("userid of " + bytes + " bytes exceeds the " + PlainJson.MAX_KEY_BYTES + "-byte limit");
+    String tooLong = PlainJson.overKeyLimit(userid, "userid");
+    if (tooLong != null) {
+      throw new Rejected(tooLong);
     }
     return userid;
   }

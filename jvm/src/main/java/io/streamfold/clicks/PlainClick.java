@@ -100,7 +100,7 @@ public final class PlainClick implements UDF2<byte[], Long, Row> {
       return null; // trailing data
     }
     if (userid == null || url == null || deviceId == null || ip == null || eventTime == null
-        || PlainJson.utf8Length(userid) > PlainJson.MAX_KEY_BYTES) {
+        || !PlainJson.fitsKey(userid)) {
       return null;
     }
     if (clicks < 1 || clicks > MAX_CLICKS || eventTime < MIN_EVENT_MS || eventTime > nowMs + MAX_FUTURE_MS) {

@@ -30,8 +30,20 @@ public final class PlainJson {
 
   private PlainJson() {}
 
+  /** Whether a userid or regionid is within MAX_KEY_BYTES. */
+  public static boolean fitsKey(String value) {
+    return utf8Length(value) <= MAX_KEY_BYTES;
+  }
+
+  /** Why a userid or regionid (named `where` in the reason) is not within MAX_KEY_BYTES; null if it is. */
+  public static String overKeyLimit(String value, String where) {
+    int bytes = utf8Length(value);
+    return bytes <= MAX_KEY_BYTES ? null
+        : where + " of " + bytes + " bytes exceeds the " + MAX_KEY_BYTES + "-byte limit";
+  }
+
   /** The length of s in UTF-8 (a surrogate pair is one 4-byte character). */
-  public static int utf8Length(String s) {
+  private static int utf8Length(String s) {
     int n = s.length();
     int bytes = 0;
     for (int i = 0; i < n; i++) {
