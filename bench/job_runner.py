@@ -11,8 +11,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from py4j.protocol import Py4JError
-
 from pipeline import job
 from pipeline import spark as spark_session
 from streamfold import config
@@ -25,8 +23,8 @@ def main(progress_file: str, conf: dict[str, str]) -> int:
     conf = {**conf, spark_session.PROGRESS_LOG_CONF: str(Path(progress_file).resolve())}
     try:
         job.run(config.load(), SOURCE, once=False, conf=conf, echo=print)
-    except (KeyboardInterrupt, Py4JError):
-        pass  # a SIGINT can surface as either, depending on where the driver was waiting
+    except KeyboardInterrupt:
+        pass  # a SIGINT before the job took over SIGINT (while the Spark session starts)
     except job.JobError as exc:
         print(f"job failed: {exc}", file=sys.stderr)
         return 1

@@ -142,16 +142,19 @@ def run(
         raise JobError(str(exc)) from None
     interval_ms = trigger_ms(conf)
     _log_sink_batches()
-    # `docker compose stop` and process managers send SIGTERM, people Ctrl-C: stop the queries cleanly.
     stop = StopRequest()
     gate = BatchGate()
-    if not once:
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
     with exclusive(settings.home / "run.lock"):
         # The JVM listener (pipeline/spark.py) prints a line per batch and writes status/<query>.json.
         status = {spark_session.STATUS_DIR_CONF: str(status_files.status_dir(settings.home))}
         spark = spark_session.session(f"streamfold-{source}", {**conf, **status})
+        if not once:
+            # `docker compose stop` and process managers send SIGTERM, people Ctrl-C: stop the queries
+            # cleanly. After the session: SparkContext installs its own SIGINT handler, which calls the JVM
+            # from inside the signal handler; when the main thread is itself in a Py4J call (it mostly
+            # is, waiting on the queries), that breaks the Py4J connection and Ctrl-C ended in a traceback.
+            signal.signal(signal.SIGTERM, stop)
+            signal.signal(signal.SIGINT, stop)
         status_files.write_job(settings.home, source, spark)
         clicks = topology.flow(spark, settings, source, join, once)
         try:
