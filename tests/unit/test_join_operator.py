@@ -111,7 +111,8 @@ class Histories:
             "event_id": f"e{self.clicks}",
             "userid": user,
             "event_time_ms": t,
-            "url": rng.choice(["/a", "/b", None]),
+            # Texts the state codec must keep exactly: none, empty, non-ASCII (2-, 3- and 4-byte UTF-8).
+            "url": rng.choice(["/a", "/b", None, "", "/caf\u00e9/\u6771\u4eac/\U0001f3cc"]),
             "device_id": rng.choice(["ios", "android", None]),
             "ip": "10.0.0.1",
             "clicks": rng.choice([1, 1, 2, None]),
@@ -132,9 +133,9 @@ class Histories:
         change: dict[str, Any] = {"userid": user, "op": op, "valid_from_ms": valid_from, "lsn": self.lsn}
         if op != "d":
             change |= {
-                "regionid": rng.choice(["asia", "europe", "", None]),
+                "regionid": rng.choice(["asia", "europe", "", None, "\u6771\u4eac"]),
                 "gender": rng.choice(["F", "M", None]),
-                "interests": rng.choice([["golf", "chess"], [], None]),
+                "interests": rng.choice([["golf", "chess"], [], None, ["\u00e9checs \u265f", None, ""]]),
                 "registertime": rng.choice([7, None]),
             }
         self.sent.append(change)
