@@ -15,6 +15,10 @@ CDC progress (the largest source.ts_ms seen) drives the temporal join's complete
 - Debezium's own heartbeat topic ({"ts_ms": ...}, stamped when sent, not in commit order with the
   changes): kept as a fallback, counted HEARTBEAT_SAFETY_MS earlier. With table heartbeats flowing it
   is always behind them, so it no longer sets the pace.
+CDC progress moves the join's watermark for good, so `fold` counts it at most MAX_PROGRESS_LEAD_MS past the
+batch's time: one commit time far ahead (a forged record, a database clock running ahead) would otherwise
+release every waiting click as complete and expire versions later clicks still need. The record itself
+folds as recorded (a change keeps its valid_from).
 
 Profile fields are typed leniently where a source column type changes: regionid and gender accept a
 JSON string or an integer (a number becomes its decimal text: the column was changed to a number type);
@@ -36,7 +40,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipeline.clicks import within_key_limit
+from pipeline.clicks import MAX_FUTURE_MS, within_key_limit
 from pipeline.strict_json import is_int, loads_strict
 from pipeline.temporal_state import BEGINNING_OF_TIME_MS
 from streamfold import names
@@ -57,6 +61,8 @@ MAX_CHANGE_BYTES = 1024 * 1024
 # valid_from a timestamptz. A forged ts_ms of 9e18 once overflowed there and failed every batch after it.
 MIN_COMMIT_MS = 0
 MAX_COMMIT_MS = 253_402_300_799_999
+# How far past a batch's time CDC progress counts: the clock drift a click may have (pipeline/clicks.py).
+MAX_PROGRESS_LEAD_MS = MAX_FUTURE_MS
 # The fold in the JVM (jvm/src/main/java/io/streamfold/cdc/EnvelopeFold.java) and the row it returns.
 FOLD_UDF = "streamfold_fold_envelope"
 FOLD_TYPE = (
@@ -219,8 +225,15 @@ def _profile_int(row: dict[str, Any], field: str) -> int | None:
 
 def fold(cdc_raw: DataFrame) -> DataFrame:
     """Raw CDC records (topic, key, value, record_id) -> the join's CDC input, FOLDED_COLUMNS: every change,
-    progress and unfoldable record ("error", a dead letter the join passes through); skipped ones dropped."""
-    return fold_records(cdc_raw).where("kind IN ('change', 'progress', 'error')")
+    progress and unfoldable record ("error", a dead letter the join passes through); skipped ones dropped.
+    progress_ms counts at most MAX_PROGRESS_LEAD_MS past the batch's time (fixed on replay)."""
+    limit = F.unix_millis(F.current_timestamp()) + F.lit(MAX_PROGRESS_LEAD_MS)
+    progress = F.col("progress_ms")
+    return (
+        fold_records(cdc_raw)
+        .where("kind IN ('change', 'progress', 'error')")
+        .withColumn("progress_ms", F.when(progress > limit, limit).otherwise(progress))  # null stays null
+    )
 
 
 def fold_records(cdc_raw: DataFrame) -> DataFrame:
