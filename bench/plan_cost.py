@@ -52,8 +52,8 @@ def main() -> None:
         "event_id string, source string, payload binary, now_ms bigint",
     )
     raw_cdc = spark.createDataFrame(
-        [("cdc.public.users", b'{"userid": "u1"}', b"{}", "r1")],
-        "topic string, key binary, value binary, record_id string",
+        [("cdc.public.users", b'{"userid": "u1"}', b"{}", "r1", 1)],
+        "topic string, key binary, value binary, record_id string, written_ms bigint",
     )
     measure("clicks.parse", clicks.parse(raw_clicks))
     measure("cdc_fold.fold", cdc_fold.fold(raw_cdc))

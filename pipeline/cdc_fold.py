@@ -16,9 +16,12 @@ CDC progress (the largest source.ts_ms seen) drives the temporal join's complete
   changes): kept as a fallback, counted HEARTBEAT_SAFETY_MS earlier. With table heartbeats flowing it
   is always behind them, so it no longer sets the pace.
 CDC progress moves the join's watermark for good, so `fold` counts it at most MAX_PROGRESS_LEAD_MS past the
-batch's time: one commit time far ahead (a forged record, a database clock running ahead) would otherwise
-release every waiting click as complete and expire versions later clicks still need. The record itself
-folds as recorded (a change keeps its valid_from).
+record's Kafka timestamp: one commit time far ahead (a forged record, a database clock running ahead)
+would otherwise release every waiting click as complete and expire versions later clicks still need. The
+record itself folds as recorded (a change keeps its valid_from). Why the record's timestamp and not the
+batch's time: a Spark batch time is a literal in the generated code, so every batch compiled the fold
+again (2 compilations, ~40 ms). Kafka brokers (4.0+) refuse a timestamp more than an hour ahead of their
+clock (`message.timestamp.after.max.ms`), so a forged one moves progress at most that far.
 
 Profile fields are typed leniently where a source column type changes: regionid and gender accept a
 JSON string or an integer (a number becomes its decimal text: the column was changed to a number type);
@@ -61,7 +64,8 @@ MAX_CHANGE_BYTES = 1024 * 1024
 # valid_from a timestamptz. A forged ts_ms of 9e18 once overflowed there and failed every batch after it.
 MIN_COMMIT_MS = 0
 MAX_COMMIT_MS = 253_402_300_799_999
-# How far past a batch's time CDC progress counts: the clock drift a click may have (pipeline/clicks.py).
+# How far past its record's Kafka timestamp CDC progress counts: the clock drift a click may have
+# (pipeline/clicks.py).
 MAX_PROGRESS_LEAD_MS = MAX_FUTURE_MS
 # The fold in the JVM (jvm/src/main/java/io/streamfold/cdc/EnvelopeFold.java) and the row it returns.
 FOLD_UDF = "streamfold_fold_envelope"
@@ -224,29 +228,29 @@ def _profile_int(row: dict[str, Any], field: str) -> int | None:
 
 
 def fold(cdc_raw: DataFrame) -> DataFrame:
-    """Raw CDC records (topic, key, value, record_id) -> the join's CDC input, FOLDED_COLUMNS: every change,
-    progress and unfoldable record ("error", a dead letter the join passes through); skipped ones dropped.
-    progress_ms counts at most MAX_PROGRESS_LEAD_MS past the batch's time (fixed on replay)."""
-    limit = F.unix_millis(F.current_timestamp()) + F.lit(MAX_PROGRESS_LEAD_MS)
+    """Raw CDC records (topic, key, value, record_id, written_ms) -> the join's CDC input, FOLDED_COLUMNS:
+    every change, progress and unfoldable record ("error", a dead letter the join passes through); skipped
+    ones dropped. progress_ms counts at most MAX_PROGRESS_LEAD_MS past written_ms, the record's Kafka
+    timestamp."""
+    folded = fold_records(cdc_raw, "written_ms").where("kind IN ('change', 'progress', 'error')")
+    limit = F.col("written_ms") + F.lit(MAX_PROGRESS_LEAD_MS)
     progress = F.col("progress_ms")
-    return (
-        fold_records(cdc_raw)
-        .where("kind IN ('change', 'progress', 'error')")
-        .withColumn("progress_ms", F.when(progress > limit, limit).otherwise(progress))  # null stays null
-    )
+    capped = F.when(progress > limit, limit).otherwise(progress)  # null stays null
+    return folded.withColumn("progress_ms", capped).drop("written_ms")
 
 
-def fold_records(cdc_raw: DataFrame) -> DataFrame:
+def fold_records(cdc_raw: DataFrame, *keep: str) -> DataFrame:
     """parse_envelope in the JVM: every record -> FOLDED_COLUMNS, tagged by kind.
 
     One Java UDF (jvm/src/main/java/io/streamfold/cdc/EnvelopeFold.java) folds a record or says why it
     cannot, so the plan is two small projections (a fold in Spark's native functions was a 16-deep chain
-    of them, planned and code-generated again every micro-batch).
+    of them, planned and code-generated again every micro-batch). `keep` names input columns to carry along.
     """
     cdc_raw.sparkSession.udf.registerJavaFunction(FOLD_UDF, "io.streamfold.cdc.EnvelopeFold", FOLD_TYPE)
     folded = cdc_raw.select(
         "record_id",
         "value",
+        *keep,
         F.call_function(FOLD_UDF, F.col("topic") == names.HEARTBEAT_TOPIC, "key", "value").alias("_fold"),
     )
     error = F.col("_fold.kind") == "error"
@@ -254,4 +258,5 @@ def fold_records(cdc_raw: DataFrame) -> DataFrame:
         *(F.col(f"_fold.{name}").alias(name) for name in FOLDED_COLUMNS[:-2]),
         F.when(error, F.col("record_id")).alias("record_id"),
         F.when(error, F.col("value")).alias("payload"),
+        *keep,
     )

@@ -79,7 +79,8 @@ def kinesis_clicks(spark: SparkSession, max_records: int | None = DEFAULT_MAX_RE
 
 
 def cdc(spark: SparkSession, bootstrap: str, max_records: int = DEFAULT_MAX_RECORDS_PER_BATCH) -> DataFrame:
-    """Debezium change events and heartbeats: topic, key, value, record_id."""
+    """Debezium change events and heartbeats: topic, key, value, record_id, written_ms (the record's Kafka
+    timestamp: when Connect wrote it, or the commit time Debezium gave it)."""
     raw = _kafka(spark, bootstrap, f"{names.CDC_USERS_TOPIC},{names.HEARTBEAT_TOPIC}", max_records)
     return raw.select(
         "topic",
@@ -88,4 +89,5 @@ def cdc(spark: SparkSession, bootstrap: str, max_records: int = DEFAULT_MAX_RECO
         _position(
             "kafka", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string")
         ).alias("record_id"),
+        F.unix_millis("timestamp").alias("written_ms"),
     )

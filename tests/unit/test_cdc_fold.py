@@ -1,7 +1,6 @@
 """Debezium envelopes (JSON converter, schemas off) folded into typed changes and progress."""
 
 import json
-import time
 
 import pytest
 
@@ -171,7 +170,8 @@ def test_fold_tags_every_record(spark):
         (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": {"x": 1}}), "g"),
         (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": "x" * MAX_CHANGE_BYTES}), "h"),
     ]
-    frame = spark.createDataFrame(rows, "topic string, key binary, value binary, record_id string")
+    schema = "topic string, key binary, value binary, record_id string, written_ms bigint"
+    frame = spark.createDataFrame([(*r, 10_000) for r in rows], schema)
     records = fold_records(frame).collect()
     assert tuple(records[0].asDict()) == FOLDED_COLUMNS
     assert [r["kind"] for r in records] == [
@@ -202,24 +202,24 @@ def test_fold_tags_every_record(spark):
 
 
 @pytest.mark.spark
-def test_cdc_progress_counts_at_most_a_minute_past_the_batch_time(spark):
+def test_cdc_progress_counts_at_most_a_minute_past_the_records_kafka_timestamp(spark):
     """One commit time far ahead (year 9999, or a database clock an hour fast) would move the watermark for
     good: every waiting click released as complete, versions expired that later clicks need."""
-    now = int(time.time() * 1000)
-    future = [now + 3_600_000, MAX_COMMIT_MS]
+    written = 1_764_000_000_000
+    future = [written + 3_600_000, MAX_COMMIT_MS]
     rows = [
-        (TOPIC, KEY, envelope("u", after=ALICE, ts_ms=now - 5_000), "a"),
-        (TOPIC, b'{"id": 1}', heartbeat_row_event("u", now - 1_000), "b"),
+        (TOPIC, KEY, envelope("u", after=ALICE, ts_ms=written - 5_000), "a"),
+        (TOPIC, b'{"id": 1}', heartbeat_row_event("u", written + 60_000), "b"),  # a minute ahead: kept
         *[(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=ts), f"c{ts}") for ts in future],
         *[(TOPIC, b'{"id": 1}', heartbeat_row_event("u", ts), f"h{ts}") for ts in future],
         *[(names.HEARTBEAT_TOPIC, None, json.dumps({"ts_ms": ts}).encode(), f"d{ts}") for ts in future],
         (TOPIC, None, b"{bad", "e"),
     ]
-    frame = spark.createDataFrame(rows, "topic string, key binary, value binary, record_id string")
-    cdc = fold(frame).collect()
-    after = int(time.time() * 1000)
-    assert [r["progress_ms"] for r in cdc[:2]] == [now - 5_000, now - 1_000]  # behind the clock: as committed
+    schema = "topic string, key binary, value binary, record_id string, written_ms bigint"
+    cdc = fold(spark.createDataFrame([(*r, written) for r in rows], schema)).collect()
+    assert tuple(cdc[0].asDict()) == FOLDED_COLUMNS
+    assert [r["progress_ms"] for r in cdc[:2]] == [written - 5_000, written + 60_000]
     capped = cdc[2:-1]
-    assert len(capped) == 6 and all(now + 60_000 <= r["progress_ms"] <= after + 60_000 for r in capped)
+    assert [r["progress_ms"] for r in capped] == [written + 60_000] * 6
     assert [r["valid_from_ms"] for r in capped[:2]] == future  # the changes fold as recorded
     assert cdc[-1]["kind"] == "error" and cdc[-1]["progress_ms"] is None  # no progress from a dead letter
