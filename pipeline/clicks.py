@@ -17,7 +17,7 @@ there, Python's repr here):
     not JSON: <why> | expected a JSON object, got <type> |
     clicks must be an integer in 1..1000000, got <value> | <field> must be a non-empty string, got <value> |
     event_time must be epoch milliseconds (integer), got <value> |
-    event_time N is outside the plausible range (2000-01-01 .. now + 1 minute)
+    event_time N is outside the plausible range (2000-01-01 .. arrival + 1 minute)
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from pipeline.strict_json import is_int, loads_strict
 MAX_RECORD_BYTES = 64 * 1024
 # Event times before this are not real clicks (2000-01-01T00:00:00Z).
 MIN_EVENT_MS = 946_684_800_000
-# Device clocks drift a little; a click stamped further ahead of the batch's processing time is bogus
-# (and would hold back `--once`, which waits for the watermark to pass every click).
+# Device clocks drift a little; a click stamped further ahead of the time its record reached the source
+# (Kafka's record timestamp, Kinesis's arrival time) is bogus (and would hold back `--once`, which waits
+# for the watermark to pass every click).
 MAX_FUTURE_MS = 60 * 1000
 MAX_CLICKS = 1_000_000
 # A userid (and a profile's regionid, pipeline/cdc_fold.py) longer than this, in UTF-8, is a dead letter:
@@ -119,7 +120,8 @@ def _event_time(obj: dict[str, Any], now_ms: int) -> int:
     if not is_int(value):
         raise Rejected(f"event_time must be epoch milliseconds (integer), got {value!r}")
     if value < MIN_EVENT_MS or value > now_ms + MAX_FUTURE_MS:
-        raise Rejected(f"event_time {value} is outside the plausible range (2000-01-01 .. now + 1 minute)")
+        plausible = "(2000-01-01 .. arrival + 1 minute)"
+        raise Rejected(f"event_time {value} is outside the plausible range {plausible}")
     return value
 
 

@@ -35,7 +35,7 @@ public final class ClickParse implements UDF2<byte[], Long, Row> {
   @Override
   public Row call(byte[] payload, Long nowMs) {
     if (nowMs == null) {
-      throw new IllegalArgumentException("now_ms must be set (the sources set it)");
+      throw new IllegalArgumentException("now_ms must be set (the sources set it: the record's arrival)");
     }
     try {
       return click(payload, nowMs);
@@ -99,7 +99,7 @@ public final class ClickParse implements UDF2<byte[], Long, Row> {
           + StrictJson.shown(obj.get("event_time")));
     }
     if (value < PlainClick.MIN_EVENT_MS || value > nowMs + PlainClick.MAX_FUTURE_MS) {
-      throw new Rejected("event_time " + value + " is outside the plausible range (2000-01-01 .. now + 1 minute)");
+      throw new Rejected("event_time " + value + " is outside the plausible range (2000-01-01 .. arrival + 1 minute)");
     }
     return value;
   }
