@@ -19,13 +19,13 @@ STATUS_DIR_CONF = "spark.streamfold.status.dir"
 PROGRESS_LOG_CONF = "spark.streamfold.progress.log"
 
 # The click parser's whole-stage generated code is one method above HotSpot's 8,000-byte JIT limit, so by
-# default it runs interpreted: compiling it makes the parse 2.5x faster. Spark generates and compiles new
-# classes every micro-batch (the batch's time is a literal in the code), so the optimising C2 compiler
-# recompiles the huge methods again and again: it took half the job's CPU in `make bench`. C1 alone
-# compiles them in a fraction of that time, and the job ran 20% faster (README "Benchmark"). But C1 alone
-# also shrinks the code cache to 48 MB, which the job fills: HotSpot then flushes compiled methods and
-# compiles them again (jstat: 14 s of compile time per 90 s of a loaded job, ~1 s with 256 MB).
-JIT = "-XX:-DontCompileHugeMethods -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
+# default it runs interpreted: compiling it makes the parse 2.5x faster. While the batch's time was a literal
+# in the parser's generated code, Spark compiled new classes every micro-batch and the optimising C2
+# compiler recompiled the huge methods again and again, so the job ran C1 only. Since the parser checks
+# against the record's arrival (pipeline/sources.py) nothing is compiled per batch, and C2 halves the
+# executors' CPU per click (README "Benchmark"). A 256 MB code cache keeps HotSpot from flushing and
+# recompiling methods (jstat: 14 s of compile time per 90 s of a loaded job with 48 MB, ~1 s with 256 MB).
+JIT = "-XX:-DontCompileHugeMethods -XX:ReservedCodeCacheSize=256m"
 
 DEFAULTS = {
     "spark.master": "local[*]",
