@@ -996,10 +996,21 @@ def restart_service(home: Path, name: str) -> None:
 def kill_service(home: Path, name: str) -> None:
     """SIGKILL one service, as a crash would (no graceful shutdown)."""
     stack = _existing_stack(home)
-    pid = service(stack, name).pid() if stack else None
-    if pid is not None:
+    svc = service(stack, name) if stack else None
+    pid = svc.pid() if svc else None
+    if svc is not None and pid is not None:
         os.killpg(pid, signal.SIGKILL)
         _wait_gone(pid, 10)
+        _wait_ports_free(svc, 30)
+
+
+def _wait_ports_free(svc: Service, timeout: float) -> None:
+    """A killed JVM's group leader can be a zombie (gone, for _wait_gone) before its last threads have
+    exited and closed its sockets: a restart straight after the kill once found the port still bound."""
+    deadline = time.monotonic() + timeout
+    ports = [svc.stack.ports[name] for name in svc.port_names]
+    while not all(port_free(port) for port in ports) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 @dataclass(frozen=True)
