@@ -898,12 +898,24 @@ def service(stack: Stack, name: str) -> Service:
 # ---------------------------------------------------------------- lifecycle
 
 
+def _busy_ports(svc: Service) -> list[tuple[str, int]]:
+    """The service's ports (name, number) that something holds."""
+    ports = [(name, svc.stack.ports[name]) for name in svc.port_names]
+    return [(name, port) for name, port in ports if not port_free(port)]
+
+
 def _check_ports(services: Sequence[Service]) -> None:
     for svc in services:
-        for port_name in svc.port_names:
-            port = svc.stack.ports[port_name]
-            if not port_free(port):
-                raise StackError(f"port {port} needed by {port_name} is already in use")
+        for port_name, port in _busy_ports(svc):
+            raise StackError(f"port {port} needed by {port_name} is already in use")
+
+
+def _wait_ports_free(svc: Service, timeout: float) -> None:
+    """A killed JVM's group leader can be a zombie (gone, for _wait_gone) before its last threads have
+    exited and closed its sockets: a restart straight after the kill once found the port still bound."""
+    deadline = time.monotonic() + timeout
+    while _busy_ports(svc) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _wait_healthy(svc: Service, started: float) -> None:
@@ -996,21 +1008,14 @@ def restart_service(home: Path, name: str) -> None:
 def kill_service(home: Path, name: str) -> None:
     """SIGKILL one service, as a crash would (no graceful shutdown)."""
     stack = _existing_stack(home)
-    svc = service(stack, name) if stack else None
-    pid = svc.pid() if svc else None
-    if svc is not None and pid is not None:
+    if stack is None:
+        return
+    svc = service(stack, name)
+    pid = svc.pid()
+    if pid is not None:
         os.killpg(pid, signal.SIGKILL)
         _wait_gone(pid, 10)
         _wait_ports_free(svc, 30)
-
-
-def _wait_ports_free(svc: Service, timeout: float) -> None:
-    """A killed JVM's group leader can be a zombie (gone, for _wait_gone) before its last threads have
-    exited and closed its sockets: a restart straight after the kill once found the port still bound."""
-    deadline = time.monotonic() + timeout
-    ports = [svc.stack.ports[name] for name in svc.port_names]
-    while not all(port_free(port) for port in ports) and time.monotonic() < deadline:
-        time.sleep(0.2)
 
 
 @dataclass(frozen=True)
