@@ -283,8 +283,9 @@ class Pending:
     latest_ms: int | None
 
 
-def pending_clicks(spark: SparkSession, checkpoint: str) -> Pending:
-    """Reads the join operator's last committed state with Spark's state data source (no query running)."""
+def pending_clicks(spark: SparkSession, checkpoint: str, tasks: int | None = None) -> Pending:
+    """Reads the join operator's last committed state with Spark's state data source; in at most `tasks`
+    tasks when given (the state partitions are then restored one after another)."""
     operator_id = _join_operator_id(spark, checkpoint)
     if operator_id is None:
         return Pending(0, None, None)
@@ -295,6 +296,8 @@ def pending_clicks(spark: SparkSession, checkpoint: str) -> Pending:
         .option("stateVarName", _STATE_NAME)
         .load()
     )
+    if tasks is not None:
+        state = state.coalesce(tasks)
     total, earliest, latest = state.agg(
         F.sum("value.pending"), F.min("value.pending_min_ms"), F.max("value.pending_max_ms")
     ).first()  # type: ignore[misc]

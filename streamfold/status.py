@@ -3,7 +3,8 @@
 - source lag: the checkpoint's last committed offsets (what the job processed) against the Kafka end offsets,
   or per Kinesis shard MillisBehindLatest and the records after the committed sequence number;
 - CDC progress age: the newest Debezium timestamp among the CDC records the clicks query has processed;
-- batches and clicks waiting in the join: the files the running job writes (pipeline/status_files.py);
+- batches and clicks waiting in the join: the files the running job writes (pipeline/status_files.py); the
+  waiting count is taken when asked, so status asks the running job and waits up to COUNT_WAIT_S for it;
 - dead letters of the last hour (Postgres), and the Debezium connector's state (Kafka Connect REST).
 
 Each section is gathered on its own: a service that is down turns its section into an error, not the screen.
@@ -23,7 +24,7 @@ import requests
 from botocore.config import Config
 from confluent_kafka import Consumer, TopicPartition
 
-from pipeline.status_files import JOB_FILE, WAITING_FILE, now_ms, status_dir
+from pipeline.status_files import JOB_FILE, WAITING_FILE, now_ms, read_json, request_count, status_dir
 from pipeline.temporal_join import committed_batches
 from streamfold import config, names
 
@@ -31,6 +32,8 @@ TIMEOUT_S = 5.0
 # Counting the records a Kinesis shard still holds stops here (MillisBehindLatest says the rest).
 KINESIS_COUNT_CAP = 100_000
 KINESIS_CONFIG = Config(retries={"max_attempts": 2}, connect_timeout=TIMEOUT_S, read_timeout=TIMEOUT_S)
+# A count of the clicks waiting in the join takes the running job a few seconds (pipeline/status_files.py).
+COUNT_WAIT_S = 15.0
 
 
 def collect(settings: config.Settings) -> dict[str, Any]:
@@ -44,7 +47,7 @@ def collect(settings: config.Settings) -> dict[str, Any]:
         "kafka_lag": section(lambda: kafka_lag(settings.kafka_bootstrap, checkpoints)),
         "kinesis_lag": section(lambda: kinesis_lag(checkpoints)),
         "cdc_progress": section(lambda: cdc_progress(settings.kafka_bootstrap, checkpoints)),
-        "join_waiting": section(lambda: read_json(status_dir(home) / WAITING_FILE)),
+        "join_waiting": section(lambda: join_waiting(home)),
         "dead_letters_last_hour": section(lambda: dead_letters_last_hour(settings.reader_dsn)),
         "connector": section(lambda: connector(settings.connect_url)),
     }
@@ -55,13 +58,6 @@ def section(gather: Callable[[], Any]) -> Any:
         return gather()
     except Exception as exc:  # one unreachable service must not hide the others
         return {"error": f"{type(exc).__name__}: {exc}"}
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
 
 
 # --- the job and its queries -----------------------------------------------------------------------------
@@ -78,6 +74,23 @@ def job(home: Path) -> dict[str, Any] | None:
         "running": alive(int(started["pid"])),
         "prometheus": f"{ui}/metrics/prometheus" if ui else None,
     }
+
+
+def join_waiting(home: Path) -> Any:
+    """The running job's fresh count of the clicks waiting in the join (asked for, then awaited up to
+    COUNT_WAIT_S); otherwise the last count taken, whose as_of_ms says how old it is."""
+    path = status_dir(home) / WAITING_FILE
+    started = job(home)
+    if started is None or not started["running"]:
+        return read_json(path)
+    requested_ms = request_count(home)
+    deadline = time.monotonic() + COUNT_WAIT_S
+    while time.monotonic() < deadline:
+        counted = read_json(path)
+        if counted is not None and counted["as_of_ms"] >= requested_ms:
+            return counted
+        time.sleep(0.2)
+    return read_json(path)
 
 
 def alive(pid: int) -> bool:

@@ -90,7 +90,7 @@ def cdc_line(progress: Any) -> str:
 
 def waiting_line(waiting: Any) -> str:
     if waiting is None:
-        return "not counted yet (the running job counts every 10 s)"
+        return "not counted yet (a running job counts when status asks)"
     return error(waiting) or f"{waiting['clicks']} (counted {ago(waiting['as_of_ms'])})"
 
 
