@@ -83,7 +83,10 @@ def join_waiting(home: Path) -> Any:
     started = job(home)
     if started is None or not started["running"]:
         return read_json(path)
-    requested_ms = request_count(home)
+    try:
+        requested_ms = request_count(home)
+    except OSError:  # a status directory this user cannot write: the last count, with its age
+        return read_json(path)
     deadline = time.monotonic() + COUNT_WAIT_S
     while time.monotonic() < deadline:
         counted = read_json(path)
