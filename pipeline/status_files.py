@@ -67,10 +67,19 @@ def request_count(home: Path) -> int:
 
 
 def read_json(path: Path) -> Any:
+    """The file's JSON; None if it is missing or not JSON (ValueError: JSONDecodeError, or bytes that are
+    not UTF-8)."""
     try:
         return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (FileNotFoundError, ValueError):
         return None
+
+
+def requested_ms(request: Any) -> int | None:
+    """When `streamfold status` asked for a count (request_count writes {"requested_ms": int}); None for no
+    request or a file that is not one: the job's poll loop must never fail on it."""
+    value = request.get("requested_ms") if isinstance(request, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class WaitingClicks:
@@ -87,13 +96,13 @@ class WaitingClicks:
         self.failing = False
 
     def refresh(self, spark: SparkSession) -> None:
-        asked = read_json(self.request)
-        if not asked or asked["requested_ms"] <= self.answered_ms:
+        asked = requested_ms(read_json(self.request))
+        if asked is None or asked <= self.answered_ms:
             return
         if time.monotonic() - self.last_s < WAITING_EVERY_S:
             return
         self.last_s = time.monotonic()
-        self.answered_ms = asked["requested_ms"]
+        self.answered_ms = asked
         try:
             pending = pending_clicks(spark, str(self.checkpoint), tasks=1)
         except Exception as exc:  # a status figure must never stop the job: say so once, try again later

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from pipeline.status_files import REQUEST_FILE, WAITING_FILE, WaitingClicks, request_count, status_dir
 from streamfold.status import committed_offsets, envelope_ts, section
 from streamfold.status_view import render
 
@@ -77,3 +78,22 @@ def test_the_screen_renders_errors_and_empty_sections():
     text = console.export_text()
     assert "never started" in text and "broker down" in text and "Kinesis lag: none" in text
     assert "ConnectionError: refused" in text
+
+
+def test_the_job_counts_on_a_request_and_ignores_a_file_that_is_not_one(tmp_path):
+    """WaitingClicks.refresh runs in the job's poll loop: whatever lies in status/join.request, it must
+    not raise, and only a real request makes it count (here a checkpoint with no join state yet: 0)."""
+    said: list[str] = []
+    waiting = WaitingClicks(tmp_path, tmp_path / "checkpoint", said.append)
+    request = status_dir(tmp_path) / REQUEST_FILE
+    answer = status_dir(tmp_path) / WAITING_FILE
+    request.parent.mkdir(parents=True)
+    for junk in (b"[1]", b'{"requested_ms": "soon"}', b'{"requested_ms": true}', b"{}", b"\xff\xfe", b"{"):
+        request.write_bytes(junk)
+        waiting.refresh(None)  # type: ignore[arg-type]
+        assert not answer.exists(), junk
+
+    asked = request_count(tmp_path)
+    waiting.refresh(None)  # type: ignore[arg-type]
+    counted = json.loads(answer.read_text())
+    assert counted["clicks"] == 0 and counted["as_of_ms"] >= asked and said == []
