@@ -14,7 +14,8 @@ demo: setup
 lint: setup
 	$(VENV)/ruff check .
 	$(VENV)/ruff format --check .
-	$(VENV)/mypy streamfold pipeline connectors db compose
+	$(VENV)/mypy common streamfold pipeline connectors db compose
+	$(VENV)/lint-imports
 
 # Unit tests first (seconds), then the end-to-end suite on one shared local stack, then the compose
 # stack and the containers-backed tests on a real Docker Engine (started by the tests when none runs).

@@ -32,7 +32,7 @@ import psycopg
 
 from bench.procmem import Sampler
 from bench.stack import Bench
-from streamfold import names
+from common import names
 
 ROOT = Path(__file__).resolve().parents[1]
 CLICKS_QUERY = "clicks-kafka"

@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from common import config
 from pipeline import job
 from pipeline import spark as spark_session
-from streamfold import config
 
 SOURCE = "kafka"
 

@@ -32,7 +32,8 @@ import psycopg
 from confluent_kafka import Message, Producer
 
 from bench.load import ProfileUpdater
-from streamfold import generate, names, topics
+from common import names, topics
+from streamfold import generate
 
 SAMPLES_PER_S = 100
 # Serve the producer's delivery reports every this many clicks (5 ms at 20,000/s): often enough to register

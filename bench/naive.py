@@ -20,10 +20,10 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from bench.measured import emit, parse_offsets
 from bench.stack import Offsets
+from common import config, names
 from pipeline import aggregates
 from pipeline.clicks import Rejected, parse_click
 from pipeline.sinks import STAGING_COLUMNS, EnrichedClicksSink, copy_rows
-from streamfold import config, names
 
 BATCH = 2000
 LOOKUP = "SELECT regionid, gender, interests, registertime FROM public.users WHERE userid = %s"

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench.measured import emit, parse_offsets
 from bench.stack import Offsets
-from streamfold import names
+from common import names
 
 
 def consume(bootstrap: str, offsets: Offsets) -> dict[str, float]:

@@ -31,7 +31,8 @@ from rich.console import Console
 
 from bench import job, latency, load, measured, plots, profile, report, stack
 from bench.stack import Bench
-from streamfold import generate, names
+from common import names
+from streamfold import generate
 
 console = Console(stderr=True, highlight=False)
 app = typer.Typer(add_completion=False)

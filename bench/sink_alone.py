@@ -31,9 +31,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from common import config, names
 from compose import local_stack
 from db import schema
-from streamfold import config, names
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_700_000_000_000

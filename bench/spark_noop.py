@@ -18,9 +18,9 @@ from pyspark.sql import functions as F
 
 from bench.measured import emit, parse_offsets
 from bench.stack import Offsets
+from common import names
 from pipeline import clicks
 from pipeline import spark as spark_session
-from streamfold import names
 
 
 def read(spark: SparkSession, bootstrap: str, offsets: Offsets) -> DataFrame:

@@ -14,9 +14,9 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from common import config, names
 from compose import local_stack
 from connectors.setup import run_setup
-from streamfold import config, names
 
 SINK_TABLES = (
     names.ENRICHED_CLICKS_TABLE,

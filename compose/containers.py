@@ -25,7 +25,7 @@ from pathlib import Path
 from psycopg.conninfo import make_conninfo
 from testcontainers.compose import DockerCompose
 
-from streamfold import config
+from common import config
 
 COMPOSE_DIR = Path(__file__).resolve().parent
 COMPOSE_FILE = "docker-compose.yml"

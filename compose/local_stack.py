@@ -39,7 +39,7 @@ from botocore.config import Config as BotoConfig
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
 
-from streamfold.config import DEBEZIUM_ROLE
+from common.config import DEBEZIUM_ROLE
 
 REPO = Path(__file__).resolve().parents[1]
 KAFKA_LIB = REPO / "lib" / "kafka"
@@ -1054,7 +1054,7 @@ def env_lines(home: Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from streamfold.config import home as default_home
+    from common.config import home as default_home
 
     parser = argparse.ArgumentParser(prog="python -m compose.local_stack")
     parser.add_argument("command", choices=["up", "down", "status", "env", "start", "stop", "restart"])

@@ -24,12 +24,12 @@ from confluent_kafka.admin import (
 )
 from psycopg.conninfo import conninfo_to_dict
 
+from common import config, names
 from db import schema
-from streamfold import config, names
 
 CLICK_PARTITIONS = 3
 # The keyed topics streamfold writes have as many partitions as clicks, and every producer places keys by
-# murmur2 as Java clients do (streamfold.topics.producer): a Kafka Streams or ksqlDB application can join
+# murmur2 as Java clients do (common.topics.producer): a Kafka Streams or ksqlDB application can join
 # them with each other and with clicks (co-partitioned: same key, same count, same partitioner).
 OUTPUT_PARTITIONS = CLICK_PARTITIONS
 # One partition: change events stay in commit order, and CDC progress never runs ahead of a change
@@ -206,7 +206,7 @@ def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[
     created = ensure_topics(settings.kafka_bootstrap)
     echo(f"topics: created {', '.join(created)}" if created else "topics: all present")
     if settings.kinesis_endpoint or config.aws_settings()["region_name"]:
-        from streamfold import kinesis
+        from common import kinesis
 
         kinesis.ensure_stream(kinesis.client(), names.CLICKS_STREAM, shards=CLICK_PARTITIONS)
         echo(f"kinesis stream {names.CLICKS_STREAM}: active")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 from psycopg.types.string import TextLoader
 
-from streamfold import names
+from common import names
 
 NAMED = {
     "clicks_per_region": (

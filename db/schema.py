@@ -16,8 +16,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from psycopg import sql
 
+from common import config, names
 from db import tables
-from streamfold import config, names
 
 # The columns that may leave the database. name, email and contactinfo are PII and stay behind.
 PUBLIC_USER_COLUMNS = ("userid", "regionid", "gender", "interests", "registertime")

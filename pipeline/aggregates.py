@@ -22,7 +22,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from streamfold import names
+from common import names
 
 
 @dataclass(frozen=True)

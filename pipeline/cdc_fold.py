@@ -43,10 +43,10 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from common import names
 from pipeline.clicks import MAX_FUTURE_MS, within_key_limit
 from pipeline.strict_json import is_int, loads_strict
 from pipeline.temporal_state import BEGINNING_OF_TIME_MS
-from streamfold import names
 
 PROFILE_FIELDS = ("regionid", "gender", "interests", "registertime")
 # The heartbeat table (db/tables.py) whose change events Debezium routes into the CDC users topic.

@@ -18,11 +18,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from rich.markup import escape
 
+from common.config import Settings
 from pipeline import spark as spark_session
 from pipeline import status_files, topology
 from pipeline.temporal_join import JoinConfig, run_until_drained
 from pipeline.temporal_state import parse_duration_ms
-from streamfold.config import Settings
 
 
 class JobError(RuntimeError):

@@ -23,9 +23,9 @@ parents are closed and read to their end. When a parent finishes and its child s
 both are read by the same Spark task, parent first; otherwise one task reads one shard. So for every
 partition key, records of a parent come before those of its children.
 
-The only project dependencies are `streamfold.config.aws_settings()` (boto3 client arguments: default
+The only project dependencies are `common.config.aws_settings()` (boto3 client arguments: default
 endpoint, region, credentials; make it return `{}` to use the connector elsewhere) and the one Kinesis client
-factory, `streamfold.kinesis.client`.
+factory, `common.kinesis.client`.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ from botocore.exceptions import (
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
+from common import kinesis
+from common.config import aws_settings
 from pipeline.retry import retry_budget_s, retrying
-from streamfold import kinesis
-from streamfold.config import aws_settings
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")

@@ -52,9 +52,9 @@ from confluent_kafka import KafkaException
 from psycopg.conninfo import conninfo_to_dict
 from pyspark.sql import DataFrame
 
+from common import names, topics
 from pipeline import aggregates
 from pipeline.retry import one_line, retry_budget_s, retrying
-from streamfold import names, topics
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamfold import names
+from common import names
 
 # The most records a micro-batch reads from one source while it catches up on a backlog (after a start, an
 # outage, a burst). Each batch costs a fixed ~0.6 s (planning, scheduling, commits) and keeps the JIT

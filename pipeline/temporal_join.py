@@ -60,8 +60,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from common import names
 from pipeline.temporal_state import BEGINNING_OF_TIME_MS, LATEST, JoinConfig
-from streamfold import names
 
 __all__ = [
     "BEGINNING_OF_TIME_MS",

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from streamfold.names import UNKNOWN_REGION
+from common.names import UNKNOWN_REGION
 
 # Valid-from of snapshot rows (op=r): before any click. Same value as cdc_fold uses; small enough to be
 # below every real time, far enough from the long range that adding a retention cannot overflow.

@@ -21,10 +21,10 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from common.config import Settings
 from pipeline import cdc_fold, clicks, sources
 from pipeline.sinks import EnrichedClicksSink
 from pipeline.temporal_join import JoinConfig, temporal_join
-from streamfold.config import Settings
 
 
 @dataclass(frozen=True)

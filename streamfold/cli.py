@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from streamfold import config
+from common import config
 
 app = typer.Typer(help="streamfold: CDC ingestion and enrichment appliance.", no_args_is_help=True)
 stack_app = typer.Typer(help="The local stack: every service as a native process under STREAMFOLD_HOME.")
@@ -206,7 +206,7 @@ def topic(
     count: Annotated[int, typer.Option(help="how many of the latest records per partition")] = 5,
 ) -> None:
     """Print the latest records of a Kafka topic (key, value, partition, offset)."""
-    from streamfold.topics import latest_records
+    from common.topics import latest_records
 
     try:
         records = latest_records(config.load().kafka_bootstrap, name, count)

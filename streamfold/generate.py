@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from streamfold import names, topics
+from common import names, topics
 
 REGIONS = tuple(f"Region_{i}" for i in range(1, 10))
 GENDERS = ("FEMALE", "MALE", "OTHER")
@@ -141,7 +141,7 @@ def send_kafka(bootstrap: str, records: Iterator[tuple[str, bytes]], on_sent: Ca
 
 
 def send_kinesis(records: Iterator[tuple[str, bytes]], on_sent: Callable[[int], None]) -> int:
-    from streamfold import kinesis
+    from common import kinesis
 
     client = kinesis.client()
     sent = 0

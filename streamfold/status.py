@@ -24,9 +24,9 @@ import requests
 from botocore.config import Config
 from confluent_kafka import Consumer, TopicPartition
 
+from common import config, names
 from pipeline.status_files import JOB_FILE, WAITING_FILE, now_ms, read_json, request_count, status_dir
 from pipeline.temporal_join import committed_batches
-from streamfold import config, names
 
 TIMEOUT_S = 5.0
 # Counting the records a Kinesis shard still holds stops here (MillisBehindLatest says the rest).

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context
 
+from common import config
 from db import schema, tables
-from streamfold import config
 
 
 def run(connection: sa.Connection) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from streamfold import config
+from common import config
 from tests.support import engine as docker_engine
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from common import config
 from connectors.setup import run_setup
 from db import schema
-from streamfold import config
 
 # Users that exist before the connector is registered: Debezium must deliver them as snapshot reads.
 SNAPSHOT_USERS = [("snap_1", "asia"), ("snap_2", "europe"), ("snap_3", "americas")]

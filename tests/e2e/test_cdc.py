@@ -11,8 +11,8 @@ import uuid
 import pytest
 import requests
 
+from common import names
 from connectors import setup as connector_setup
-from streamfold import names
 from tests.e2e.conftest import SNAPSHOT_USERS
 from tests.support.kafka import Message, wait_for
 

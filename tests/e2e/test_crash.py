@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from streamfold import kinesis, names, topics
+from common import kinesis, names, topics
 from streamfold.generate import ClickSpec, clicks
 from tests.support import pipeline as sp
 

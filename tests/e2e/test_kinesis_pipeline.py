@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from streamfold import kinesis, names, topics
+from common import kinesis, names, topics
 from streamfold.generate import ClickSpec, clicks
 from tests.support import pipeline as sp
 

@@ -27,8 +27,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from common import kinesis
 from pipeline.kinesis_source import SCHEMA, KinesisDataSource
-from streamfold import kinesis
 
 pytestmark = pytest.mark.e2e
 

@@ -17,8 +17,8 @@ from alembic.runtime.migration import MigrationContext
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from common import config
 from db import schema, tables
-from streamfold import config
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,8 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from streamfold import generate, names
+from common import names
+from streamfold import generate
 from tests.support import pipeline as sp
 from tests.support.kafka import java_partition, read_all
 

@@ -17,7 +17,7 @@ import uuid
 import psycopg
 import pytest
 
-from streamfold import names, topics
+from common import names, topics
 from tests.e2e.conftest import SNAPSHOT_USERS
 from tests.support import pipeline as sp
 from tests.support.kafka import read_all

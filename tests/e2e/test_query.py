@@ -5,8 +5,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from common import config
 from db import queries
-from streamfold import config
 
 pytestmark = pytest.mark.e2e
 

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from common import names, topics
 from db.schema import PUBLIC_USER_COLUMNS
-from streamfold import names, topics
 from tests.support import pipeline as sp
 from tests.support.kafka import read_all
 

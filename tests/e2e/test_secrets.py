@@ -12,8 +12,8 @@ import psycopg
 import pytest
 import requests
 
+from common import config, names
 from compose import local_stack
-from streamfold import config, names
 
 pytestmark = pytest.mark.e2e
 

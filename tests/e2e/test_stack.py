@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from common import kinesis
 from compose import local_stack
-from streamfold import kinesis
 
 pytestmark = pytest.mark.e2e
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import requests
 
+from common import config, kinesis, names, topics
 from compose import local_stack
 from connectors import setup as connector_setup
-from streamfold import config, kinesis, names, topics
 from streamfold.generate import ClickSpec, clicks
 from tests.support import pipeline as sp
 

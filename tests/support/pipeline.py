@@ -23,10 +23,10 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from common import kinesis, names
 from db import schema
 from pipeline.cdc_fold import BadEnvelope, parse_envelope
 from pipeline.clicks import Rejected, parse_click
-from streamfold import kinesis, names
 from tests.support.kafka import Message, read_all
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from common import names
 from pipeline.cdc_fold import (
     BEGINNING_OF_TIME_MS,
     FOLDED_COLUMNS,
@@ -18,7 +19,6 @@ from pipeline.cdc_fold import (
     fold_records,
     parse_envelope,
 )
-from streamfold import names
 
 TOPIC = names.CDC_USERS_TOPIC
 ALICE = {"userid": "alice", "regionid": "asia", "gender": "FEMALE", "interests": ["News"], "registertime": 1}

@@ -2,8 +2,8 @@
 
 Debian's docker-compose validates the files and renders the model the engine would run; that model is
 then held to the rules the two stacks share: one source for versions (pom.xml, requirements.txt,
-package-lock.json, Debian bookworm), for names (streamfold/names.py) and for settings
-(streamfold/config.py).
+package-lock.json, Debian bookworm), for names (common/names.py) and for settings
+(common/config.py).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pytest
 import yaml
 from psycopg.conninfo import conninfo_to_dict
 
+from common import config, names
 from compose import containers, local_stack
-from streamfold import config, names
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "compose"
@@ -35,7 +35,7 @@ FILESETS = {
 DOCKERFILE = COMPOSE / "Dockerfile"
 DOCKERFILES = sorted(COMPOSE.glob("Dockerfile*"))
 # Python code that runs inside compose services. The launchers run on the host, never in a service.
-CODE_DIRS = ("streamfold", "pipeline", "connectors", "db", "compose")
+CODE_DIRS = ("common", "streamfold", "pipeline", "connectors", "db", "compose")
 HOST_ONLY = {"compose/local_stack.py", "compose/containers.py"}
 # The Dockerfile's service targets, and the stages only the builds use.
 TARGETS = {"postgres", "kafka", "kinesis", "pipeline"}
@@ -205,9 +205,9 @@ def test_the_job_connects_as_the_writer_role_and_setup_as_the_superuser() -> Non
 
 
 def pipeline_names() -> set[str]:
-    """Topic, stream, connector, slot, publication and table names: streamfold/names.py and the
+    """Topic, stream, connector, slot, publication and table names: common/names.py and the
     literal (non-template) names in connectors/*.json."""
-    tree = ast.parse((REPO / "streamfold" / "names.py").read_text())
+    tree = ast.parse((REPO / "common" / "names.py").read_text())
     constants = [
         n.targets[0].id for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
     ]
@@ -231,7 +231,7 @@ def test_compose_names_no_topic_stream_or_connector() -> None:
     ]
     texts += [args for dockerfile in DOCKERFILES for _, args in instructions(dockerfile)]
     tokens = {token for text in texts for token in re.split(r"[^A-Za-z0-9_.-]+", text)}
-    assert not tokens & wanted, f"use streamfold/names.py, not literals: {sorted(tokens & wanted)}"
+    assert not tokens & wanted, f"use common/names.py, not literals: {sorted(tokens & wanted)}"
 
 
 # ---------------------------------------------------------------- (4) the images build from the repo's files

@@ -1,10 +1,10 @@
-"""PutRecords request splitting in streamfold.kinesis."""
+"""PutRecords request splitting in common.kinesis."""
 
 from __future__ import annotations
 
 import pytest
 
-from streamfold.kinesis import MAX_BATCH_BYTES, MAX_BATCH_RECORDS, MAX_RECORD_BYTES, batches
+from common.kinesis import MAX_BATCH_BYTES, MAX_BATCH_RECORDS, MAX_RECORD_BYTES, batches
 
 
 def test_batches_hold_at_most_500_records_in_order() -> None:

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from common import names
 from pipeline import cdc_fold, clicks
 from pipeline.cdc_fold import BadEnvelope, Change, Progress, parse_envelope
 from pipeline.clicks import MAX_RECORD_BYTES, Rejected, parse_click
-from streamfold import names
 
 pytestmark = pytest.mark.spark
 

@@ -24,10 +24,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from common import names
 from compose import local_stack
 from db import schema
 from pipeline import retry, sinks
-from streamfold import names
 
 
 def closed_port() -> int:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from common.names import UNKNOWN_REGION
 from pipeline.temporal_join import (
     BEGINNING_OF_TIME_MS,
     OUTPUT_SCHEMA,
@@ -21,7 +22,6 @@ from pipeline.temporal_join import (
     run_until_drained,
 )
 from pipeline.temporal_state import Enriched
-from streamfold.names import UNKNOWN_REGION
 from tests.support.join_harness import Harness
 
 pytestmark = pytest.mark.spark

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from common.names import UNKNOWN_REGION
 from pipeline.temporal_state import (
     BEGINNING_OF_TIME_MS,
     Click,
@@ -20,7 +21,6 @@ from pipeline.temporal_state import (
     parse_duration_ms,
     version_at,
 )
-from streamfold.names import UNKNOWN_REGION
 
 NOON = 1_700_000_000_000  # Alice moves from asia to europe at "12:00"
 MINUTE = 60_000

@@ -57,7 +57,7 @@ final class PartitionRows {
   private final Columns c;
   private final Topics topics;
 
-  /** The output topics' names (streamfold/names.py). */
+  /** The output topics' names (common/names.py). */
   record Topics(String userClicks, String changelog, String deadLetters) implements Serializable {}
 
   PartitionRows(Columns columns, Topics topics) {

@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from streamfold import config
+from common import config
 
 log = logging.getLogger(__name__)
 
