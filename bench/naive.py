@@ -9,6 +9,7 @@ user_clicks and the aggregate topics in Kafka, then the consumer offsets.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import time
@@ -16,18 +17,73 @@ from typing import Any
 
 import psycopg
 import pyarrow as pa
+import pyarrow.csv as pacsv
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from bench.measured import emit, parse_offsets
 from bench.stack import Offsets
 from common import config, names
-from pipeline import aggregates
 from pipeline.clicks import Rejected, parse_click
-from pipeline.sinks import STAGING_COLUMNS, EnrichedClicksSink, copy_rows
+from pipeline.sinks import EnrichedClicksSink
 
 BATCH = 2000
 LOOKUP = "SELECT regionid, gender, interests, registertime FROM public.users WHERE userid = %s"
 QUERY = "naive"
+
+# A poll batch is staged in a temporary table, then inserted and folded into the totals by one statement.
+STAGING_COLUMNS = (
+    "event_id",
+    "uid",
+    "click_time_ms",
+    "click_url",
+    "device_type",
+    "click_location",
+    "clicks",
+    "user_regionid",
+    "user_gender",
+    "user_interests",
+    "user_registertime",
+    "profile_valid_from_ms",
+    "profile_complete",
+)
+STAGING_DDL = """
+CREATE TEMP TABLE IF NOT EXISTS batch_clicks (
+    event_id text, uid text, click_time_ms bigint, click_url text, device_type text, click_location text,
+    clicks integer, user_regionid text, user_gender text, user_interests text, user_registertime bigint,
+    profile_valid_from_ms bigint, profile_complete boolean
+) ON COMMIT DELETE ROWS
+"""
+# The deduplicating insert of streamfold's sink (jvm/.../sink/PgWriter.java), over pg_temp.batch_clicks.
+INSERT_AND_AGGREGATE = f"""
+WITH inserted AS (
+    INSERT INTO {names.ENRICHED_CLICKS_TABLE} (
+        event_id, uid, click_time, click_url, device_type, click_location, clicks,
+        user_regionid, user_gender, user_interests, user_registertime, profile_valid_from, profile_complete)
+    SELECT event_id, uid, to_timestamp(click_time_ms / 1000.0), click_url, device_type, click_location,
+           clicks, user_regionid, user_gender, user_interests::text[], user_registertime,
+           CASE WHEN profile_valid_from_ms IS NULL THEN NULL
+                WHEN profile_valid_from_ms < 0 THEN '-infinity'::timestamptz
+                ELSE to_timestamp(profile_valid_from_ms / 1000.0) END,
+           profile_complete
+    FROM pg_temp.batch_clicks
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING click_url, user_regionid, clicks
+), per_region AS (
+    INSERT INTO {names.CLICKS_PER_REGION_TABLE} AS t (region, clicks)
+    SELECT user_regionid, sum(clicks) FROM inserted GROUP BY user_regionid ORDER BY 1
+    ON CONFLICT (region) DO UPDATE SET clicks = t.clicks + excluded.clicks
+), per_url_region AS (
+    INSERT INTO {names.URL_REGION_TABLE} AS t (url, region, click_count)
+    SELECT click_url, user_regionid, sum(clicks) FROM inserted
+    GROUP BY click_url, user_regionid ORDER BY 1, 2
+    ON CONFLICT (url_md5, region) DO UPDATE SET click_count = t.click_count + excluded.click_count
+)
+SELECT count(*) FROM inserted
+"""
+CLAIM = (
+    "INSERT INTO streamfold.sink_batches (query, batch_id, partition_id, rows) "
+    "VALUES (%s, %s, 0, %s) ON CONFLICT DO NOTHING RETURNING 1"
+)
 
 
 def pg_array(values: list[str] | None) -> str | None:
@@ -75,11 +131,21 @@ def user_click(row: dict[str, Any]) -> bytes:
 def write(sink: EnrichedClicksSink, batch_id: int, rows: list[dict[str, Any]]) -> None:
     table = staged(rows)
 
-    def insert(conn: psycopg.Connection) -> None:
-        copy_rows(conn, "pg_temp.batch_clicks", STAGING_COLUMNS, table)
-        conn.execute(aggregates.INSERT_AND_AGGREGATE)
+    csv = io.BytesIO()
+    pacsv.write_csv(table, csv, pacsv.WriteOptions(include_header=False))
 
-    sink.pg.commit(QUERY, batch_id, table.num_rows, insert)
+    def insert(conn: psycopg.Connection) -> None:
+        """Claim the batch id in the ledger, then stage, insert and fold it; a claimed batch is skipped."""
+        if not conn.execute(CLAIM, (QUERY, batch_id, table.num_rows)).fetchone():
+            return
+        conn.execute(STAGING_DDL)
+        with conn.cursor().copy(
+            f"COPY pg_temp.batch_clicks ({', '.join(STAGING_COLUMNS)}) FROM STDIN (FORMAT csv)"
+        ) as copy:
+            copy.write(csv.getvalue())
+        conn.execute(INSERT_AND_AGGREGATE)
+
+    sink.pg.transaction(insert)
     for row in rows:
         sink.producer.produce(names.USER_CLICKS_TOPIC, key=row["uid"], value=user_click(row))
         sink.producer.poll(0)

@@ -37,7 +37,6 @@ about half of the job's CPU (README, "Benchmark").
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import time
@@ -46,8 +45,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
-import pyarrow as pa
-import pyarrow.csv as pacsv
 from confluent_kafka import KafkaException
 from psycopg.conninfo import conninfo_to_dict
 from pyspark.sql import DataFrame
@@ -57,30 +54,6 @@ from pipeline import aggregates
 from pipeline.retry import one_line, retry_budget_s, retrying
 
 log = logging.getLogger(__name__)
-
-# The staging table of the naive baseline (bench/naive.py) and of aggregates.INSERT_AND_AGGREGATE.
-STAGING_COLUMNS = (
-    "event_id",
-    "uid",
-    "click_time_ms",
-    "click_url",
-    "device_type",
-    "click_location",
-    "clicks",
-    "user_regionid",
-    "user_gender",
-    "user_interests",
-    "user_registertime",
-    "profile_valid_from_ms",
-    "profile_complete",
-)
-STAGING_DDL = """
-CREATE TEMP TABLE IF NOT EXISTS batch_clicks (
-    event_id text, uid text, click_time_ms bigint, click_url text, device_type text, click_location text,
-    clicks integer, user_regionid text, user_gender text, user_interests text, user_registertime bigint,
-    profile_valid_from_ms bigint, profile_complete boolean
-) ON COMMIT DELETE ROWS
-"""
 
 # The executors' producer request limit: a user_clicks record holds a profile and a click, over 1 MB at most
 # (the topics take it: names.OUTPUT_RECORD_MAX_BYTES). At 1 MB, a 1 MB profile and a 60 KB click once made a
@@ -95,24 +68,11 @@ R = TypeVar("R")
 PG_TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
-# --- Postgres from Python: the driver's reads, and the naive baseline's writes ---------------------------
-
-
-def to_csv(table: pa.Table) -> bytes:
-    buffer = io.BytesIO()
-    pacsv.write_csv(table, buffer, pacsv.WriteOptions(include_header=False))
-    return buffer.getvalue()
-
-
-def copy_rows(conn: psycopg.Connection, table: str, columns: tuple[str, ...], rows: pa.Table) -> None:
-    if rows.num_rows == 0:
-        return
-    with conn.cursor().copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT csv)") as copy:
-        copy.write(to_csv(rows))
+# --- Postgres from the driver: the current totals it publishes ------------------------------------
 
 
 class PostgresBatches:
-    """One writer connection; `commit` runs a batch's writes under its claimed batch id."""
+    """One connection of the driver; `transaction` runs some work in one transaction, through outages."""
 
     def __init__(self, dsn: str, retry_s: float | None = None) -> None:
         self.dsn = dsn
@@ -123,49 +83,20 @@ class PostgresBatches:
     def conn(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
             self._conn = psycopg.connect(self.dsn, connect_timeout=10)
-            self._conn.execute(STAGING_DDL)
-            self._conn.commit()
         return self._conn
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
 
-    def commit(
-        self,
-        query: str,
-        batch_id: int,
-        rows: int,
-        write: Callable[[psycopg.Connection], None],
-        partition: int = 0,
-    ) -> bool:
-        """Claim (query, batch_id, partition) and run `write` in one transaction; False if already claimed.
-        Retried through a Postgres outage (the ledger makes a retry safe)."""
+    def transaction(self, work: Callable[[psycopg.Connection], R]) -> R:
+        """`work` in one transaction, retried through a Postgres outage (it must be safe to run again)."""
 
-        def attempt() -> bool:
-            try:
-                conn = self.conn
-                with conn.transaction():
-                    claimed = conn.execute(
-                        "INSERT INTO streamfold.sink_batches (query, batch_id, partition_id, rows) "
-                        "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
-                        (query, batch_id, partition, rows),
-                    ).fetchone()
-                    if claimed:
-                        write(conn)
-                return bool(claimed)
-            except PG_TRANSIENT:
-                self.close()  # reconnect on the next attempt
-                raise
-
-        return retrying("Postgres", attempt, PG_TRANSIENT, self.retry_s)
-
-    def read(self, fetch: Callable[[psycopg.Connection], R]) -> R:
         def once() -> R:
             try:
                 conn = self.conn
                 with conn.transaction():
-                    return fetch(conn)
+                    return work(conn)
             except PG_TRANSIENT:
                 self.close()
                 raise
@@ -359,7 +290,7 @@ class EnrichedClicksSink:
         wanted = aggregates.Totals(
             [(region, 0) for region in {region for _, region in keys}], [(u, r, 0) for u, r in keys]
         )
-        totals = self.pg.read(lambda conn: aggregates.current_totals(conn, wanted))
+        totals = self.pg.transaction(lambda conn: aggregates.current_totals(conn, wanted))
         produce = self.producer.produce
         for region, total in totals.regions:
             produce(

@@ -9,8 +9,8 @@ import time
 
 from bench import job, procmem, profile, report
 from bench.latency import Observations, percentile, summary
-from bench.naive import pg_array, user_click
-from pipeline.sinks import STAGING_COLUMNS
+from bench.naive import STAGING_COLUMNS, pg_array, user_click
+from tests.support.records import USER_CLICKS_FIELDS
 
 
 def test_percentile_is_nearest_rank():
@@ -48,9 +48,8 @@ def test_pg_array_quotes_like_the_sink():
     assert pg_array(None) is None
 
 
-def test_naive_user_clicks_carry_the_sink_field_names():
-    row = {name: None for name in STAGING_COLUMNS}
-    assert set(json.loads(user_click(row))) == {name.removesuffix("_ms") for name in STAGING_COLUMNS}
+def test_naive_user_clicks_carry_the_fields_of_streamfolds_user_clicks():
+    assert set(json.loads(user_click(dict.fromkeys(STAGING_COLUMNS)))) == set(USER_CLICKS_FIELDS)
 
 
 def test_profile_fold_attributes_samples_to_the_innermost_process():

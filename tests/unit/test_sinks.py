@@ -28,6 +28,7 @@ from common import names
 from compose import local_stack
 from db import schema
 from pipeline import retry, sinks
+from tests.support.records import USER_CLICKS_FIELDS
 
 
 def closed_port() -> int:
@@ -512,12 +513,11 @@ def to_json_value() -> Column:
     byte (times in epoch ms, named without _ms, profile_valid_from left out for a snapshot version)."""
 
     def field(name: str) -> Column:
-        col = F.col(name)
-        if name == "profile_valid_from_ms":
-            col = F.when(col < 0, F.lit(None)).otherwise(col)
-        return col.alias(name.removesuffix("_ms"))
+        if name == "profile_valid_from":
+            return F.when(F.col("profile_valid_from_ms") >= 0, F.col("profile_valid_from_ms")).alias(name)
+        return F.col(f"{name}_ms" if name == "click_time" else name).alias(name)
 
-    return F.to_json(F.struct(*[field(name) for name in sinks.STAGING_COLUMNS]))
+    return F.to_json(F.struct(*[field(name) for name in USER_CLICKS_FIELDS]))
 
 
 def random_text(rng: random.Random) -> str | None:
