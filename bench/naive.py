@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from bench.measured import emit, parse_offsets
 from bench.stack import Offsets
 from common import config, names
+from pipeline import records
 from pipeline.clicks import Rejected, parse_click
 from pipeline.sinks import EnrichedClicksSink
 
@@ -31,21 +32,7 @@ LOOKUP = "SELECT regionid, gender, interests, registertime FROM public.users WHE
 QUERY = "naive"
 
 # A poll batch is staged in a temporary table, then inserted and folded into the totals by one statement.
-STAGING_COLUMNS = (
-    "event_id",
-    "uid",
-    "click_time_ms",
-    "click_url",
-    "device_type",
-    "click_location",
-    "clicks",
-    "user_regionid",
-    "user_gender",
-    "user_interests",
-    "user_registertime",
-    "profile_valid_from_ms",
-    "profile_complete",
-)
+STAGING_COLUMNS = records.names(records.ENRICHED)
 STAGING_DDL = """
 CREATE TEMP TABLE IF NOT EXISTS batch_clicks (
     event_id text, uid text, click_time_ms bigint, click_url text, device_type text, click_location text,

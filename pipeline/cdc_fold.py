@@ -42,8 +42,10 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField
 
 from common import names
+from pipeline import records
 from pipeline.clicks import MAX_FUTURE_MS, within_key_limit
 from pipeline.strict_json import is_int, loads_strict
 from pipeline.temporal_state import BEGINNING_OF_TIME_MS
@@ -69,25 +71,11 @@ MAX_COMMIT_MS = 253_402_300_799_999
 MAX_PROGRESS_LEAD_MS = MAX_FUTURE_MS
 # The fold in the JVM (jvm/src/main/java/io/streamfold/cdc/EnvelopeFold.java) and the row it returns.
 FOLD_UDF = "streamfold_fold_envelope"
-FOLD_TYPE = (
-    "struct<kind:string,userid:string,op:string,valid_from_ms:bigint,lsn:bigint,regionid:string,"
-    "gender:string,interests:array<string>,registertime:bigint,progress_ms:bigint,error:string>"
-)
-FOLDED_COLUMNS = (
-    "kind",  # change | progress | skip | error
-    "userid",
-    "op",
-    "valid_from_ms",
-    "lsn",
-    "regionid",
-    "gender",
-    "interests",
-    "registertime",
-    "progress_ms",
-    "error",
-    "record_id",
-    "payload",
-)
+_KIND = StructField("kind", StringType())  # change | progress | skip | error
+_PROGRESS = StructField("progress_ms", LongType())
+FOLD_TYPE = records.udf_type(_KIND, *records.CHANGE.fields, _PROGRESS, records.REJECT["error"])
+# What `fold_records` returns: the UDF's row, and the record's id and bytes when it is an error.
+FOLDED_COLUMNS = ("kind", *records.names(records.CHANGE), "progress_ms", "error", "record_id", "payload")
 
 
 @dataclass(frozen=True)

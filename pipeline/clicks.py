@@ -28,6 +28,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from pipeline import records
 from pipeline.strict_json import is_int, loads_strict
 
 MAX_RECORD_BYTES = 64 * 1024
@@ -43,22 +44,11 @@ MAX_CLICKS = 1_000_000
 # and a 10,000-character userid once failed the batch at every restart.
 MAX_KEY_BYTES = 1024
 PARSE_UDF = "streamfold_parse_click"
-# The row ClickParse returns (jvm/src/main/java/io/streamfold/clicks/ClickParse.java), field by field.
-PARSE_TYPE = (
-    "struct<userid:string,url:string,device_id:string,ip:string,event_time_ms:bigint,clicks:int,error:string>"
-)
-PARSED_COLUMNS = (
-    "event_id",
-    "userid",
-    "event_time_ms",
-    "url",
-    "device_id",
-    "ip",
-    "clicks",
-    "error",
-    "source",
-    "payload",
-)
+# The row ClickParse returns (jvm/src/main/java/io/streamfold/clicks/ClickParse.java): the click's fields, all
+# null on a reject, and the reason.
+PARSE_TYPE = records.udf_type(*records.CLICK.fields[1:], records.REJECT["error"])
+# What `parse` returns: a click and the reject columns (null on a click).
+PARSED_COLUMNS = (*records.names(records.CLICK), *records.names(records.REJECT))
 
 
 @dataclass(frozen=True)
@@ -146,7 +136,8 @@ def parse(raw: DataFrame) -> DataFrame:
     )
     return parsed.select(
         "event_id",
-        *(F.col(f"_click.{name}").alias(name) for name in PARSED_COLUMNS[1:-2]),
+        *(F.col(f"_click.{name}").alias(name) for name in records.names(records.CLICK)[1:]),
+        "_click.error",
         "source",
         F.when(F.col("_click.error").isNotNull(), F.col("payload")).alias("payload"),
     )

@@ -50,9 +50,6 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
     IntegerType,
     LongType,
     StringType,
@@ -61,6 +58,7 @@ from pyspark.sql.types import (
 )
 
 from common import names
+from pipeline import records
 from pipeline.temporal_state import BEGINNING_OF_TIME_MS, LATEST, JoinConfig
 
 __all__ = [
@@ -77,59 +75,12 @@ __all__ = [
     "temporal_join",
 ]
 
-_STR, _LONG, _INT, _STRS = StringType(), LongType(), IntegerType(), ArrayType(StringType())
+_STR, _LONG, _INT = StringType(), LongType(), IntegerType()
 
-CLICKS_SCHEMA = StructType(
-    [
-        StructField("event_id", _STR),
-        StructField("userid", _STR),
-        StructField("event_time_ms", _LONG),
-        StructField("url", _STR),
-        StructField("device_id", _STR),
-        StructField("ip", _STR),
-        StructField("clicks", _INT),
-    ]
-)
-CHANGES_SCHEMA = StructType(
-    [
-        StructField("userid", _STR),
-        StructField("op", _STR),  # c | u | d | r
-        StructField("valid_from_ms", _LONG),  # source.ts_ms; BEGINNING_OF_TIME_MS for op=r
-        StructField("lsn", _LONG),
-        StructField("regionid", _STR),
-        StructField("gender", _STR),
-        StructField("interests", _STRS),
-        StructField("registertime", _LONG),
-    ]
-)
-REJECT_FIELDS = (
-    StructField("error", _STR),
-    StructField("source", _STR),
-    StructField("payload", BinaryType()),
-)
-OUTPUT_SCHEMA = StructType(
-    [
-        StructField("event_id", _STR),
-        StructField("uid", _STR),
-        StructField("click_time_ms", _LONG),
-        StructField("click_url", _STR),
-        StructField("device_type", _STR),
-        StructField("click_location", _STR),
-        StructField("clicks", _INT),
-        StructField("user_regionid", _STR),
-        StructField("user_gender", _STR),
-        StructField("user_interests", _STRS),
-        StructField("user_registertime", _LONG),
-        StructField("profile_valid_from_ms", _LONG),
-        # False when join.max_wait released the click before CDC progress reached it (CDC stalled).
-        StructField("profile_complete", BooleanType()),
-        # Rejected records passed through the operator (see temporal_join): null on joined rows.
-        *REJECT_FIELDS,
-        # A profile change passed through the operator (c, u, d or r; see temporal_join): null on the
-        # other rows. Such a row has uid and the change's profile in the user_* columns.
-        StructField("change_op", _STR),
-    ]
-)
+CLICKS_SCHEMA = records.CLICK
+CHANGES_SCHEMA = records.CHANGE
+REJECT_FIELDS = tuple(records.REJECT.fields)
+OUTPUT_SCHEMA = records.JOIN_OUTPUT
 
 # The operator's input: one row shape for clicks, CDC rows and rejects (io.streamfold.join.TaggedRow). ts_ms
 # is a click's event time or a change's valid_from; the fields of the other kinds are null.

@@ -23,11 +23,12 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from common import names
 from compose import local_stack
 from db import schema
-from pipeline import retry, sinks
+from pipeline import records, retry, sinks
 from tests.support.records import USER_CLICKS_FIELDS
 
 
@@ -181,13 +182,8 @@ def fresh_topics(bootstrap: str) -> None:
 
 
 # The join's output (io.streamfold.join.TemporalJoin.OUTPUT_SCHEMA), what the sink receives.
-OUTPUT_DDL = (
-    "event_id string, uid string, click_time_ms bigint, click_url string, device_type string, "
-    "click_location string, clicks int, user_regionid string, user_gender string, "
-    "user_interests array<string>, user_registertime bigint, profile_valid_from_ms bigint, "
-    "profile_complete boolean, error string, source string, payload binary, change_op string"
-)
-FIELDS = [f.split(" ")[0] for f in OUTPUT_DDL.split(", ")]
+OUTPUT = records.JOIN_OUTPUT
+FIELDS = list(OUTPUT.fieldNames())
 
 
 def clicks(n: int, start: int = 0, url: str = "https://e.com/") -> list[dict]:
@@ -236,7 +232,7 @@ def changes(items: list[tuple[str, str, str | None, int]]) -> list[dict]:
 def frame(spark: SparkSession, rows: list[dict], partitions: int = 1, by: str = "uid") -> DataFrame:
     """A batch of the join's output in `partitions` partitions (hashed by `by`)."""
     full = [tuple(row.get(name) for name in FIELDS) for row in rows]
-    return spark.createDataFrame(full, OUTPUT_DDL).repartition(partitions, by)
+    return spark.createDataFrame(full, OUTPUT).repartition(partitions, by)
 
 
 def land(
@@ -363,7 +359,7 @@ def test_profile_changes_go_to_users_changelog_in_order_and_nowhere_else(
     items = [("User_1", "c", "a", 5), ("User_2", "r", "b", -(2**62)), ("User_1", "d", None, 9)]
     batch = spark.createDataFrame(
         [tuple(row.get(name) for name in FIELDS) for row in clicks(20) + changes(items) + rejects(2)],
-        OUTPUT_DDL,
+        OUTPUT,
     ).coalesce(1)
     reports = sinks.land(batch, sinks.JdbcTarget.of(dsn), bootstrap, "q:1", 0, 30)
     assert [(r.clicks, r.changes, r.dead) for r in reports] == [(20, 3, 2)]
@@ -559,7 +555,9 @@ def test_user_clicks_values_are_what_to_json_writes(spark: SparkSession, dsn: st
         }
         for i in range(2_000)
     ]
-    ddl = OUTPUT_DDL.replace("click_url string", "click_url binary")
+    ddl = StructType(
+        [StructField(f.name, BinaryType()) if f.name == "click_url" else f for f in OUTPUT.fields]
+    )
     full = [tuple(row.get(name) for name in FIELDS) for row in rows]
     batch = (
         spark.createDataFrame(full, ddl)
