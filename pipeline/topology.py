@@ -1,15 +1,22 @@
 """The pipeline, top to bottom: sources -> CDC fold -> temporal join -> aggregates + sinks.
 
-One streaming query, clicks-<source>, per micro-batch:
-  clicks (and click rejects) + CDC changes, progress (and CDC rejects) -> temporal join
-    -> enriched clicks, dead letters, and each change as a users_changelog record
-landed by one sink: Postgres exactly once, then Kafka (pipeline/sinks.py). The aggregates are folded in
-the sink's Postgres transaction (pipeline/aggregates.py).
+One streaming query, clicks-<source>, per micro-batch (records: pipeline/records.py):
+  1. sources: clicks from Kafka or Kinesis, Debezium change events and heartbeats from Kafka
+  2. parse the clicks, fold the change events (rejects of either carry their reason)
+  3. temporal join: each click with the profile version valid at its time; rejects and profile changes pass
+     through
+  4. sink, per partition of the join's output (pipeline/sinks.py): one Postgres transaction that claims the
+     partition in the batch ledger, COPYs the enriched clicks and dead letters, and adds the partition's
+     totals per region and per URL x region (the aggregates, pipeline/aggregates.py); then its Kafka records
+     (user_clicks, users_changelog, clicks_dlq); then the driver publishes the totals the batch touched.
 
 Why one query and one path: a second query for users_changelog re-planned, checkpointed and scheduled its
 own batches in the same 2 task slots, and its tasks queued behind the join's (an idle batch of it waited up
 to 16 s); a second branch over the CDC topic read and parsed it twice per batch and doubled the fold's share
-of each batch's planning. So rejects and changes pass through the join operator.
+of each batch's planning. So rejects and changes pass through the join operator. The aggregates are summed
+in the sink, not by a Spark aggregation: a groupBy would shuffle every batch a second time and write its
+totals apart from the rows; summed from the rows a partition COPYs, in the same transaction, they equal the
+sum over enriched_clicks in every committed state.
 """
 
 from __future__ import annotations
@@ -51,7 +58,9 @@ def flow(spark: SparkSession, settings: Settings, source: str, join: JoinConfig,
     joined = temporal_join(parsed, changes, join)  # enriched clicks, dead letters, users_changelog rows
 
     name = f"clicks-{source}"
-    return Flow(name, joined, EnrichedClicksSink(name, settings.writer_dsn, settings.kafka_bootstrap))
+    # Postgres (enriched clicks, aggregates, dead letters) exactly once, then Kafka.
+    sink = EnrichedClicksSink(name, settings.writer_dsn, settings.kafka_bootstrap)
+    return Flow(name, joined, sink)
 
 
 def start(flow: Flow, checkpoints: Path, interval_ms: int | None = None) -> StreamingQuery:
