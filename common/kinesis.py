@@ -34,10 +34,11 @@ RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 10}, connect_
 Record = tuple[str, bytes]  # (partition key, data)
 
 
-def client(**overrides: Any) -> Any:
-    """A Kinesis client from the standard AWS settings plus STREAMFOLD_KINESIS_ENDPOINT."""
+def client(retries: Config = RETRY_CONFIG, **overrides: Any) -> Any:
+    """A Kinesis client from the standard AWS settings plus STREAMFOLD_KINESIS_ENDPOINT; `retries`: how
+    patient it is (the job's default, or a quick one for `streamfold status`)."""
     settings = {**config.aws_settings(), **overrides}
-    return boto3.client("kinesis", config=RETRY_CONFIG, **settings)
+    return boto3.client("kinesis", config=retries, **settings)
 
 
 def ensure_stream(kinesis: Any, name: str, shards: int) -> None:

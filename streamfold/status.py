@@ -18,13 +18,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import psycopg
 import requests
 from botocore.config import Config
 from confluent_kafka import Consumer, TopicPartition
 
-from common import config, names
+from common import config, kinesis, names
 from pipeline.status_files import JOB_FILE, WAITING_FILE, now_ms, read_json, request_count, status_dir
 from pipeline.temporal_join import committed_batches
 
@@ -262,7 +261,7 @@ def kinesis_lag(checkpoints: dict[str, Committed]) -> list[dict[str, Any]]:
     for query, committed in checkpoints.items():
         for offset in committed.kinesis():
             states = decode_offset(offset)
-            client = boto3.client("kinesis", config=KINESIS_CONFIG, **config.aws_settings())
+            client = kinesis.client(KINESIS_CONFIG)
             pages = client.get_paginator("list_shards").paginate(StreamName=names.CLICKS_STREAM)
             for shard_id in sorted(shard["ShardId"] for page in pages for shard in page["Shards"]):
                 state = states.get(shard_id)
