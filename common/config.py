@@ -12,6 +12,8 @@ from pathlib import Path
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from common import names
+
 # The contract (README: "Using it") plus the role passwords and AWS settings.
 ENDPOINT_VARS = (
     "STREAMFOLD_PG_DSN",
@@ -25,6 +27,9 @@ SECRET_VARS = (
     "STREAMFOLD_READER_PASSWORD",
 )
 AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+# Where the clicks come from, if not the contract's `clicks` topic and stream: several pipelines can share
+# a broker, and each test scenario reads only its own input.
+INPUT_VARS = ("STREAMFOLD_CLICKS_TOPIC", "STREAMFOLD_CLICKS_STREAM")
 
 # Least-privilege roles created by `streamfold setup` (db/schema.py).
 DEBEZIUM_ROLE = "streamfold_debezium"
@@ -74,6 +79,8 @@ class Settings:
     connect_url: str
     kinesis_endpoint: str
     home: Path
+    clicks_topic: str = names.CLICKS_TOPIC
+    clicks_stream: str = names.CLICKS_STREAM
 
     def role_dsn(self, role: str, password_var: str) -> str:
         """The admin DSN with another role's credentials (same host, port, database)."""
@@ -96,6 +103,8 @@ def load() -> Settings:
         connect_url=lookup("STREAMFOLD_CONNECT_URL").rstrip("/"),
         kinesis_endpoint=lookup("STREAMFOLD_KINESIS_ENDPOINT", ""),
         home=home(),
+        clicks_topic=lookup("STREAMFOLD_CLICKS_TOPIC", names.CLICKS_TOPIC),
+        clicks_stream=lookup("STREAMFOLD_CLICKS_STREAM", names.CLICKS_STREAM),
     )
 
 

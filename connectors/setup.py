@@ -81,12 +81,14 @@ def connector_config(settings: config.Settings) -> dict[str, str]:
     return {key: string.Template(value).substitute(values) for key, value in rendered.items()}
 
 
-def ensure_topics(bootstrap: str) -> list[str]:
-    """Create the pipeline and CDC topics that are missing; returns the ones created."""
+def ensure_topics(bootstrap: str, clicks_topic: str = names.CLICKS_TOPIC) -> list[str]:
+    """Create the pipeline and CDC topics that are missing (and `clicks_topic` if it is another one);
+    returns the ones created."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     wanted = [
         NewTopic(names.CDC_USERS_TOPIC, CDC_PARTITIONS, 1, config=_record_limit(names.CDC_USERS_TOPIC)),
         NewTopic(names.HEARTBEAT_TOPIC, 1, 1),
+        *([NewTopic(clicks_topic, CLICK_PARTITIONS, 1)] if clicks_topic != names.CLICKS_TOPIC else []),
         *(
             NewTopic(
                 topic,
@@ -203,13 +205,13 @@ def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[
     before, after = schema.apply(settings.pg_dsn)
     moved = "" if before == after else f", upgraded from {before or 'no revision'}"
     echo(f"schema at revision {after} (head{moved}); roles and publication applied")
-    created = ensure_topics(settings.kafka_bootstrap)
+    created = ensure_topics(settings.kafka_bootstrap, settings.clicks_topic)
     echo(f"topics: created {', '.join(created)}" if created else "topics: all present")
     if settings.kinesis_endpoint or config.aws_settings()["region_name"]:
         from common import kinesis
 
-        kinesis.ensure_stream(kinesis.client(), names.CLICKS_STREAM, shards=CLICK_PARTITIONS)
-        echo(f"kinesis stream {names.CLICKS_STREAM}: active")
+        kinesis.ensure_stream(kinesis.client(), settings.clicks_stream, shards=CLICK_PARTITIONS)
+        echo(f"kinesis stream {settings.clicks_stream}: active")
     changed = register_connector(settings.connect_url, names.CONNECTOR_NAME, connector_config(settings))
     echo(
         f"connector {names.CONNECTOR_NAME}: {'registered' if changed else 'unchanged'}; waiting until it runs"

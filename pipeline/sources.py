@@ -53,21 +53,28 @@ def _position(*parts: Column | str) -> Column:
 
 
 def kafka_clicks(
-    spark: SparkSession, bootstrap: str, max_records: int = DEFAULT_MAX_RECORDS_PER_BATCH
+    spark: SparkSession,
+    bootstrap: str,
+    topic: str = names.CLICKS_TOPIC,
+    max_records: int = DEFAULT_MAX_RECORDS_PER_BATCH,
 ) -> DataFrame:
     """event_id, source, payload, now_ms (when the record reached Kafka: its timestamp; see _arrival_ms)."""
-    raw = _kafka(spark, bootstrap, names.CLICKS_TOPIC, max_records)
+    raw = _kafka(spark, bootstrap, topic, max_records)
     return raw.select(
         _position(
             "kafka", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string")
         ).alias("event_id"),
-        F.lit(f"kafka:{names.CLICKS_TOPIC}").alias("source"),
+        F.lit(f"kafka:{topic}").alias("source"),
         F.col("value").alias("payload"),
         _arrival_ms("timestamp"),
     )
 
 
-def kinesis_clicks(spark: SparkSession, max_records: int | None = DEFAULT_MAX_RECORDS_PER_BATCH) -> DataFrame:
+def kinesis_clicks(
+    spark: SparkSession,
+    stream: str = names.CLICKS_STREAM,
+    max_records: int | None = DEFAULT_MAX_RECORDS_PER_BATCH,
+) -> DataFrame:
     """The same columns as kafka_clicks, from the Kinesis stream through our Python data source.
 
     max_records=None reads everything available in one batch: `--once` runs are single batches
@@ -76,16 +83,14 @@ def kinesis_clicks(spark: SparkSession, max_records: int | None = DEFAULT_MAX_RE
     from pipeline.kinesis_source import KinesisDataSource
 
     spark.dataSource.register(KinesisDataSource)
-    reader = spark.readStream.format("kinesis").option("streamName", names.CLICKS_STREAM)
+    reader = spark.readStream.format("kinesis").option("streamName", stream)
     reader = reader.option("startingPosition", "TRIM_HORIZON")
     if max_records is not None:
         reader = reader.option("maxRecordsPerBatch", str(max_records))
     raw = reader.load()
     return raw.select(
-        _position("kinesis", names.CLICKS_STREAM, F.col("shard_id"), F.col("sequence_number")).alias(
-            "event_id"
-        ),
-        F.lit(f"kinesis:{names.CLICKS_STREAM}").alias("source"),
+        _position("kinesis", stream, F.col("shard_id"), F.col("sequence_number")).alias("event_id"),
+        F.lit(f"kinesis:{stream}").alias("source"),
         F.col("data").alias("payload"),
         _arrival_ms("approximate_arrival_timestamp"),
     )

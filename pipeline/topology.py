@@ -45,8 +45,9 @@ class Flow:
 
 def read_clicks(spark: SparkSession, settings: Settings, source: str, once: bool) -> DataFrame:
     if source == "kinesis":
-        return sources.kinesis_clicks(spark, None if once else sources.DEFAULT_MAX_RECORDS_PER_BATCH)
-    return sources.kafka_clicks(spark, settings.kafka_bootstrap)
+        cap = None if once else sources.DEFAULT_MAX_RECORDS_PER_BATCH
+        return sources.kinesis_clicks(spark, settings.clicks_stream, cap)
+    return sources.kafka_clicks(spark, settings.kafka_bootstrap, settings.clicks_topic)
 
 
 def flow(spark: SparkSession, settings: Settings, source: str, join: JoinConfig, once: bool = False) -> Flow:

@@ -140,7 +140,10 @@ def generate_users(count: Annotated[int, typer.Option(help="number of users")] =
 def generate_clicks(
     count: Annotated[int, typer.Option(help="number of clicks")] = 10_000,
     users: Annotated[int, typer.Option(help="clicks are spread over User_1..User_M")] = 1000,
-    sink: Annotated[Source, typer.Option(help="kafka topic or kinesis stream `clicks`")] = Source.kafka,
+    sink: Annotated[
+        Source,
+        typer.Option(help="kafka topic or kinesis stream `clicks` (or STREAMFOLD_CLICKS_TOPIC / _STREAM)"),
+    ] = Source.kafka,
     rate: Annotated[
         float | None, typer.Option(help="clicks per second (default: as fast as possible)")
     ] = None,
@@ -153,13 +156,16 @@ def generate_clicks(
 
     spec = generate.ClickSpec(count=count, users=users, seed=seed, rate=rate, user_offset=user_offset)
     records = generate.encoded(spec, bad_every=bad_every)
+    settings = config.load()
+    target = settings.clicks_topic if sink is Source.kafka else settings.clicks_stream
     with progress() as bar:
-        task = bar.add_task(f"clicks -> {sink.value}", total=count)
+        task = bar.add_task(f"clicks -> {sink.value} {target}", total=count)
+        advance = lambda n: bar.advance(task, n)  # noqa: E731
         if sink is Source.kafka:
-            sent = generate.send_kafka(config.load().kafka_bootstrap, records, lambda n: bar.advance(task, n))
+            sent = generate.send_kafka(settings.kafka_bootstrap, records, advance, target)
         else:
-            sent = generate.send_kinesis(records, lambda n: bar.advance(task, n))
-    console.print(f"{sent} clicks sent to {sink.value}")
+            sent = generate.send_kinesis(records, advance, target)
+    console.print(f"{sent} clicks sent to {sink.value} {target}")
 
 
 @app.command()

@@ -118,7 +118,12 @@ class Pacer:
                 time.sleep(ahead)
 
 
-def send_kafka(bootstrap: str, records: Iterator[tuple[str, bytes]], on_sent: Callable[[int], None]) -> int:
+def send_kafka(
+    bootstrap: str,
+    records: Iterator[tuple[str, bytes]],
+    on_sent: Callable[[int], None],
+    topic: str = names.CLICKS_TOPIC,
+) -> int:
     producer = topics.producer(
         bootstrap, {"linger.ms": 20, "batch.size": 1 << 20, "enable.idempotence": True}
     )
@@ -126,7 +131,7 @@ def send_kafka(bootstrap: str, records: Iterator[tuple[str, bytes]], on_sent: Ca
     for key, value in records:
         while True:
             try:
-                producer.produce(names.CLICKS_TOPIC, key=key, value=value)
+                producer.produce(topic, key=key, value=value)
                 break
             except BufferError:  # local queue full: let the client drain it
                 producer.poll(0.1)
@@ -140,7 +145,9 @@ def send_kafka(bootstrap: str, records: Iterator[tuple[str, bytes]], on_sent: Ca
     return sent
 
 
-def send_kinesis(records: Iterator[tuple[str, bytes]], on_sent: Callable[[int], None]) -> int:
+def send_kinesis(
+    records: Iterator[tuple[str, bytes]], on_sent: Callable[[int], None], stream: str = names.CLICKS_STREAM
+) -> int:
     from common import kinesis
 
     client = kinesis.client()
@@ -149,12 +156,12 @@ def send_kinesis(records: Iterator[tuple[str, bytes]], on_sent: Callable[[int], 
     for record in records:
         batch.append(record)
         if len(batch) == 500:
-            kinesis.put_records(client, names.CLICKS_STREAM, batch)
+            kinesis.put_records(client, stream, batch)
             sent += len(batch)
             on_sent(len(batch))
             batch = []
     if batch:
-        kinesis.put_records(client, names.CLICKS_STREAM, batch)
+        kinesis.put_records(client, stream, batch)
         sent += len(batch)
         on_sent(len(batch))
     return sent

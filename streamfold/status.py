@@ -44,7 +44,7 @@ def collect(settings: config.Settings) -> dict[str, Any]:
         "job": section(lambda: job(home)),
         "queries": section(lambda: queries(home, checkpoints)),
         "kafka_lag": section(lambda: kafka_lag(settings.kafka_bootstrap, checkpoints)),
-        "kinesis_lag": section(lambda: kinesis_lag(checkpoints)),
+        "kinesis_lag": section(lambda: kinesis_lag(settings.clicks_stream, checkpoints)),
         "cdc_progress": section(lambda: cdc_progress(settings.kafka_bootstrap, checkpoints)),
         "join_waiting": section(lambda: join_waiting(home)),
         "dead_letters_last_hour": section(lambda: dead_letters_last_hour(settings.reader_dsn)),
@@ -253,7 +253,7 @@ def envelope_ts(raw: bytes) -> int | None:
 # --- Kinesis ---------------------------------------------------------------------------------------------
 
 
-def kinesis_lag(checkpoints: dict[str, Committed]) -> list[dict[str, Any]]:
+def kinesis_lag(stream: str, checkpoints: dict[str, Committed]) -> list[dict[str, Any]]:
     """Per shard: MillisBehindLatest at the committed position, and how many records follow it."""
     from pipeline.kinesis_source import decode_offset
 
@@ -262,12 +262,12 @@ def kinesis_lag(checkpoints: dict[str, Committed]) -> list[dict[str, Any]]:
         for offset in committed.kinesis():
             states = decode_offset(offset)
             client = kinesis.client(KINESIS_CONFIG)
-            pages = client.get_paginator("list_shards").paginate(StreamName=names.CLICKS_STREAM)
+            pages = client.get_paginator("list_shards").paginate(StreamName=stream)
             for shard_id in sorted(shard["ShardId"] for page in pages for shard in page["Shards"]):
                 state = states.get(shard_id)
                 if state is not None and state.done:
                     continue
-                behind_ms, records = shard_behind(client, shard_id, state)
+                behind_ms, records = shard_behind(client, stream, shard_id, state)
                 rows.append(
                     {
                         "query": query,
@@ -279,14 +279,14 @@ def kinesis_lag(checkpoints: dict[str, Committed]) -> list[dict[str, Any]]:
     return rows
 
 
-def shard_behind(client: Any, shard_id: str, state: Any) -> tuple[int | None, int]:
+def shard_behind(client: Any, stream: str, shard_id: str, state: Any) -> tuple[int | None, int]:
     if state is not None and state.after:
         start = {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": state.after}
     elif state is not None and state.since_ms is not None:
         start = {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": state.since_ms / 1000}
     else:
         start = {"ShardIteratorType": "TRIM_HORIZON"}
-    iterator = client.get_shard_iterator(StreamName=names.CLICKS_STREAM, ShardId=shard_id, **start)
+    iterator = client.get_shard_iterator(StreamName=stream, ShardId=shard_id, **start)
     iterator = iterator["ShardIterator"]
     behind_ms, records = None, 0
     while iterator and records < KINESIS_COUNT_CAP:

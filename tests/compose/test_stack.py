@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from common import names
 from tests.compose.conftest import IMAGES, PROJECT, REPO, Compose, assert_project_gone, phase
 from tests.support import pipeline as sp
 
@@ -209,7 +210,9 @@ def wait_for_totals(host_env: dict[str, str], kinesis: bool, timeout_s: float) -
 
 def oracle(host_env: dict[str, str], kinesis: bool) -> sp.Expected:
     bootstrap = host_env["STREAMFOLD_KAFKA_BOOTSTRAP"]
-    inputs = sp.kafka_inputs(bootstrap) + (sp.kinesis_inputs() if kinesis else [])
+    # The compose pipeline reads the contract's topic and stream.
+    inputs = sp.kafka_inputs(bootstrap, names.CLICKS_TOPIC)
+    inputs += sp.kinesis_inputs(names.CLICKS_STREAM) if kinesis else []
     return sp.expected(inputs, sp.profile_history(bootstrap), sp.cdc_dead_letters(bootstrap))
 
 

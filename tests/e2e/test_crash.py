@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from common import kinesis, names, topics
+from common import kinesis, topics
 from streamfold.generate import ClickSpec, clicks
 from tests.support import pipeline as sp
 
@@ -19,29 +19,25 @@ pytestmark = pytest.mark.e2e
 KILLS = 3
 
 
-def kafka_sender(bootstrap: str) -> Callable[[list[tuple[str, bytes]]], None]:
+def kafka_sender(bootstrap: str, topic: str) -> Callable[[list[tuple[str, bytes]]], None]:
     producer = topics.producer(bootstrap, {"linger.ms": 5})
 
     def send(records: list[tuple[str, bytes]]) -> None:
         for key, value in records:
-            producer.produce(names.CLICKS_TOPIC, key=key, value=value)
+            producer.produce(topic, key=key, value=value)
         assert producer.flush(30) == 0
 
     return send
 
 
-def kinesis_sender() -> Callable[[list[tuple[str, bytes]]], None]:
+def kinesis_sender(stream: str) -> Callable[[list[tuple[str, bytes]]], None]:
     client = kinesis.client()
-    return lambda records: kinesis.put_records(client, names.CLICKS_STREAM, records)
+    return lambda records: kinesis.put_records(client, stream, records)
 
 
 def batches(sandbox: sp.Sandbox) -> int:
     with sandbox.connect() as conn:
         return conn.execute("SELECT count(*) FROM streamfold.sink_batches").fetchone()[0]
-
-
-def inputs(source: str, bootstrap: str) -> list[sp.Input]:
-    return sp.kinesis_inputs() if source == "kinesis" else sp.kafka_inputs(bootstrap)
 
 
 @pytest.mark.parametrize("source", ["kafka", "kinesis"])
@@ -55,7 +51,11 @@ def test_kill_9_at_random_points_loses_and_doubles_nothing(source, pg, streamfol
         "INSERT INTO public.users (userid, regionid) VALUES (%s, %s) ON CONFLICT DO NOTHING",
         [(u, f"R{i % 4}") for i, u in enumerate(users)],
     )
-    send = kinesis_sender() if source == "kinesis" else kafka_sender(bootstrap)
+    send = (
+        kinesis_sender(sandbox.clicks_stream)
+        if source == "kinesis"
+        else kafka_sender(bootstrap, sandbox.clicks_topic)
+    )
     stop = threading.Event()
 
     def traffic() -> None:
@@ -95,7 +95,7 @@ def test_kill_9_at_random_points_loses_and_doubles_nothing(source, pg, streamfol
     sandbox.run_once(source)
 
     want = sp.expected(
-        inputs(source, bootstrap), sp.profile_history(bootstrap), sp.cdc_dead_letters(bootstrap)
+        sandbox.inputs(source, bootstrap), sp.profile_history(bootstrap), sp.cdc_dead_letters(bootstrap)
     )
     with sandbox.connect() as conn:
         sp.assert_matches(conn, want)

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from streamfold import generate
 from tests.support import pipeline as sp
 
 pytestmark = pytest.mark.e2e
@@ -29,6 +30,8 @@ def committed_batches(sandbox: sp.Sandbox) -> int:
 )
 def test_a_signal_stops_the_job_cleanly(streamfold_setup, tmp_path_factory, name, send) -> None:
     sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, f"sink_{name.lower()}", tmp_path_factory.mktemp(name))
+    clicks = generate.encoded(generate.ClickSpec(count=50, users=5))
+    generate.send_kafka(streamfold_setup.kafka_bootstrap, clicks, lambda _sent: None, sandbox.clicks_topic)
     log = sandbox.home / "job.log"
     job = sandbox.start("kafka", log)
     try:

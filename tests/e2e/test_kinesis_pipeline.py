@@ -46,16 +46,15 @@ def test_kinesis_and_kafka_give_the_same_postgres_totals(pg, streamfold_setup, t
             time.sleep(1)
             pg.execute("UPDATE public.users SET regionid = 'moved' WHERE userid = ANY(%s)", (users[::2],))
             time.sleep(1)
-    producer = topics.producer(streamfold_setup.kafka_bootstrap)
-    for key, value in records:
-        producer.produce(names.CLICKS_TOPIC, key=key, value=value)
-    assert producer.flush(30) == 0
-    kinesis.put_records(kinesis.client(), names.CLICKS_STREAM, records)
-
     via_kafka = sp.make_sandbox(streamfold_setup.pg_dsn, "sink_eq_kafka", tmp_path_factory.mktemp("eq-kafka"))
     via_kinesis = sp.make_sandbox(
         streamfold_setup.pg_dsn, "sink_eq_kinesis", tmp_path_factory.mktemp("eq-kin")
     )
+    producer = topics.producer(streamfold_setup.kafka_bootstrap)
+    for key, value in records:
+        producer.produce(via_kafka.clicks_topic, key=key, value=value)
+    assert producer.flush(30) == 0
+    kinesis.put_records(kinesis.client(), via_kinesis.clicks_stream, records)
     via_kafka.run_once("kafka")
     via_kinesis.run_once("kinesis")
 
@@ -66,7 +65,7 @@ def test_kinesis_and_kafka_give_the_same_postgres_totals(pg, streamfold_setup, t
     assert "moved" in {region for region, _, _ in per_region}
     # And everything the Kinesis job wrote matches the independent computation over the stream.
     want = sp.expected(
-        sp.kinesis_inputs(),
+        via_kinesis.inputs("kinesis", streamfold_setup.kafka_bootstrap),
         sp.profile_history(streamfold_setup.kafka_bootstrap),
         sp.cdc_dead_letters(streamfold_setup.kafka_bootstrap),
     )

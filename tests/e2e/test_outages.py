@@ -103,10 +103,10 @@ def test_job_survives_an_outage_with_exact_totals(service, pg, streamfold_setup,
 
     def send(records: list[tuple[str, bytes]]) -> None:
         if source == "kinesis":
-            kinesis.put_records(stream, names.CLICKS_STREAM, records)
+            kinesis.put_records(stream, sandbox.clicks_stream, records)
             return
         for key, value in records:
-            producer.produce(names.CLICKS_TOPIC, key=key, value=value)
+            producer.produce(sandbox.clicks_topic, key=key, value=value)
         producer.flush(30)
 
     def traffic() -> None:
@@ -154,7 +154,8 @@ def test_job_survives_an_outage_with_exact_totals(service, pg, streamfold_setup,
     assert "|FAIL|rdkafka" not in text  # one line per retry, not librdkafka's line per reconnect
 
     sandbox.run_once(source)  # drain what the continuous job had not reached
-    inputs = sp.kinesis_inputs() if source == "kinesis" else sp.kafka_inputs(bootstrap)
-    want = sp.expected(inputs, sp.profile_history(bootstrap), sp.cdc_dead_letters(bootstrap))
+    want = sp.expected(
+        sandbox.inputs(source, bootstrap), sp.profile_history(bootstrap), sp.cdc_dead_letters(bootstrap)
+    )
     with sandbox.connect() as conn:
         sp.assert_matches(conn, want)

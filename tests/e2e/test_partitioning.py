@@ -44,12 +44,15 @@ def test_every_keyed_record_sits_in_its_java_partition(pg, streamfold_setup, tmp
         for i, u in enumerate(users)
     ]
     records.append(("partition-poison", "not a click"))  # for clicks_dlq
-    generate.send_kafka(bootstrap, ((k, v.encode()) for k, v in records), lambda _sent: None)
+    generate.send_kafka(
+        bootstrap, ((k, v.encode()) for k, v in records), lambda _sent: None, sandbox.clicks_topic
+    )
     sandbox.run_once("kafka")
 
     topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
     used: dict[str, set[int]] = {}
-    for topic in [*(t for t, _ in names.PIPELINE_TOPICS), names.CDC_USERS_TOPIC]:
+    outputs = [t for t, _ in names.PIPELINE_TOPICS if t != names.CLICKS_TOPIC]
+    for topic in [sandbox.clicks_topic, *outputs, names.CDC_USERS_TOPIC]:
         partitions = len(topics[topic].partitions)
         keyed = [m for m in read_all(bootstrap, topic) if m.raw_key is not None]
         assert keyed, f"{topic}: no keyed records"
@@ -60,4 +63,4 @@ def test_every_keyed_record_sits_in_its_java_partition(pg, streamfold_setup, tmp
             f"murmur2 says {java_partition(misplaced[0].raw_key, partitions)} of {partitions}"
         )
         used[topic] = {m.partition for m in keyed}
-    assert all(len(used[topic]) > 1 for topic in (names.CLICKS_TOPIC, *SPREAD_TOPICS)), used
+    assert all(len(used[topic]) > 1 for topic in (sandbox.clicks_topic, *SPREAD_TOPICS)), used

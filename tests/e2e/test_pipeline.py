@@ -31,10 +31,10 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def produce(bootstrap: str, records: list[tuple[str, bytes]]) -> None:
+def produce(bootstrap: str, topic: str, records: list[tuple[str, bytes]]) -> None:
     producer = topics.producer(bootstrap, {"linger.ms": 10})
     for key, value in records:
-        producer.produce(names.CLICKS_TOPIC, key=key, value=value)
+        producer.produce(topic, key=key, value=value)
     assert producer.flush(30) == 0
 
 
@@ -102,7 +102,7 @@ def tell_story(pg, streamfold_setup, kafka_sandbox):
     forged = f"forged-{uuid.uuid4().hex[:6]}"
     produce_cdc(streamfold_setup.kafka_bootstrap, forged_cdc_records(forged))
     records.append(click(forged, in_asia, "/forged"))
-    produce(streamfold_setup.kafka_bootstrap, records)
+    produce(streamfold_setup.kafka_bootstrap, kafka_sandbox.clicks_topic, records)
     result = kafka_sandbox.run_once("kafka")
     return {
         "alice": alice,
@@ -300,7 +300,9 @@ def test_a_profile_whose_regionid_postgres_cannot_index_is_a_dead_letter(story, 
 def test_totals_equal_an_independent_computation_over_the_inputs(story, kafka_sandbox, streamfold_setup):
     bootstrap = streamfold_setup.kafka_bootstrap
     want = sp.expected(
-        sp.kafka_inputs(bootstrap), sp.profile_history(bootstrap), sp.cdc_dead_letters(bootstrap)
+        kafka_sandbox.inputs("kafka", bootstrap),
+        sp.profile_history(bootstrap),
+        sp.cdc_dead_letters(bootstrap),
     )
     with kafka_sandbox.connect() as conn:
         sp.assert_matches(conn, want)

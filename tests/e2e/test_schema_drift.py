@@ -86,7 +86,7 @@ def test_added_dropped_and_retyped_columns_keep_the_job_joining(pg, streamfold_s
         producer = topics.producer(streamfold_setup.kafka_bootstrap)
         for url, t in (("/added", with_added_column), ("/integer", as_integer)):
             body = {"userid": user, "url": url, "device_id": "d", "ip": "i", "event_time": t}
-            producer.produce(names.CLICKS_TOPIC, key=user, value=json.dumps(body).encode())
+            producer.produce(sandbox.clicks_topic, key=user, value=json.dumps(body).encode())
         assert producer.flush(30) == 0
         sp.wait_until(lambda: len(joined(sandbox, user)) == 2, 180, "both clicks joined")
         assert job.poll() is None, log.read_text()[-3000:]

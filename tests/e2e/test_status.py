@@ -38,18 +38,18 @@ def status(sandbox: sp.Sandbox) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
-def clicks_lag(figures: dict[str, Any], query: str = QUERY) -> int:
-    rows = [r for r in figures["kafka_lag"] if r["query"] == query and r["topic"] == names.CLICKS_TOPIC]
+def clicks_lag(sandbox: sp.Sandbox, figures: dict[str, Any]) -> int:
+    rows = [r for r in figures["kafka_lag"] if r["query"] == QUERY and r["topic"] == sandbox.clicks_topic]
     assert rows, figures["kafka_lag"]
     return sum(r["lag"] for r in rows)
 
 
-def send_clicks(bootstrap: str, count: int, seed: int, bad: int = 0) -> None:
+def send_clicks(sandbox: sp.Sandbox, bootstrap: str, count: int, seed: int, bad: int = 0) -> None:
     producer = topics.producer(bootstrap)
     for c in clicks(ClickSpec(count=count, users=5, seed=seed)):
-        producer.produce(names.CLICKS_TOPIC, key=c["userid"], value=json.dumps(c).encode())
+        producer.produce(sandbox.clicks_topic, key=c["userid"], value=json.dumps(c).encode())
     for i in range(bad):
-        producer.produce(names.CLICKS_TOPIC, key=f"bad-{seed}-{i}", value=b"{not json")
+        producer.produce(sandbox.clicks_topic, key=f"bad-{seed}-{i}", value=b"{not json")
     assert producer.flush(30) == 0
 
 
@@ -57,7 +57,7 @@ def waiting_after(sandbox: sp.Sandbox, since_ms: int) -> int | None:
     """The join's waiting count, once the job has counted it after `since_ms` and the lag is 0."""
     figures = status(sandbox)
     waiting = figures["join_waiting"]
-    if clicks_lag(figures) or not waiting or waiting["as_of_ms"] < since_ms:
+    if clicks_lag(sandbox, figures) or not waiting or waiting["as_of_ms"] < since_ms:
         return None
     return waiting["clicks"]
 
@@ -69,13 +69,13 @@ def test_status_reports_lag_waiting_clicks_dead_letters_and_connector(pg, stream
     log = tmp_path / "job.log"
     job = sandbox.start("kafka", log, conf=("join.max_wait=10m",))
     try:
-        send_clicks(bootstrap, 20, seed=501, bad=3)
+        send_clicks(sandbox, bootstrap, 20, seed=501, bad=3)
         sp.wait_until(
             lambda: status(sandbox)["queries"].get(QUERY, {}).get("committed_batch") is not None,
             240,
             "a committed batch",
         )
-        sp.wait_until(lambda: clicks_lag(status(sandbox)) == 0, 180, "the job to catch up")
+        sp.wait_until(lambda: clicks_lag(sandbox, status(sandbox)) == 0, 180, "the job to catch up")
         # Heartbeats every 200 ms: once the first (slow) batches are behind it, CDC progress stays fresh.
         sp.wait_until(lambda: status(sandbox)["cdc_progress"]["age_s"] < 15, 180, "fresh CDC progress")
         figures = status(sandbox)
@@ -97,7 +97,7 @@ def test_status_reports_lag_waiting_clicks_dead_letters_and_connector(pg, stream
             time.sleep(3)  # the last heartbeats reach the job
             before = sp.wait_until_value(lambda: waiting_after(sandbox, 0), 120, "a first waiting count")
             sent_ms = int(time.time() * 1000)
-            send_clicks(bootstrap, 25, seed=502)
+            send_clicks(sandbox, bootstrap, 25, seed=502)
             sp.wait_until(
                 lambda: waiting_after(sandbox, sent_ms) == before + 25, 120, "25 more clicks waiting"
             )
@@ -120,9 +120,9 @@ def test_status_reports_lag_waiting_clicks_dead_letters_and_connector(pg, stream
     # The job stopped: the lag is exactly what arrived since.
     figures = status(sandbox)
     assert not figures["job"]["running"]
-    assert clicks_lag(figures) == 0
-    send_clicks(bootstrap, 30, seed=503)
-    assert clicks_lag(status(sandbox)) == 30
+    assert clicks_lag(sandbox, figures) == 0
+    send_clicks(sandbox, bootstrap, 30, seed=503)
+    assert clicks_lag(sandbox, status(sandbox)) == 30
 
 
 def test_status_counts_kinesis_records_behind(streamfold_setup, tmp_path):
@@ -130,7 +130,7 @@ def test_status_counts_kinesis_records_behind(streamfold_setup, tmp_path):
     sandbox.run_once("kinesis")
     stream = kinesis.client()
     records = [(c["userid"], json.dumps(c).encode()) for c in clicks(ClickSpec(count=20, users=5, seed=504))]
-    kinesis.put_records(stream, names.CLICKS_STREAM, records)
+    kinesis.put_records(stream, sandbox.clicks_stream, records)
     rows = status(sandbox)["kinesis_lag"]
     assert rows and all(r["query"] == "clicks-kinesis" for r in rows), rows
     assert sum(r["records_behind"] for r in rows) == 20, rows

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from common import kinesis, names
+from common import config, kinesis, names
+from connectors import setup
 from db import schema
 from pipeline.cdc_fold import BadEnvelope, parse_envelope
 from pipeline.clicks import Rejected, parse_click
@@ -35,15 +37,33 @@ NEVER = -(2**63)
 
 @dataclass(frozen=True)
 class Sandbox:
+    """A scenario's own sink database, STREAMFOLD_HOME, and clicks topic and stream (so its input and its
+    run time do not depend on which scenarios ran before it)."""
+
     name: str
     admin_dsn: str
     home: Path
+    clicks_topic: str
+    clicks_stream: str
 
     def env(self, **extra: str) -> dict[str, str]:
-        return {**os.environ, "STREAMFOLD_PG_DSN": self.admin_dsn, "STREAMFOLD_HOME": str(self.home), **extra}
+        return {
+            **os.environ,
+            "STREAMFOLD_PG_DSN": self.admin_dsn,
+            "STREAMFOLD_HOME": str(self.home),
+            "STREAMFOLD_CLICKS_TOPIC": self.clicks_topic,
+            "STREAMFOLD_CLICKS_STREAM": self.clicks_stream,
+            **extra,
+        }
 
     def connect(self) -> psycopg.Connection:
         return psycopg.connect(self.admin_dsn, autocommit=True)
+
+    def inputs(self, source: str, bootstrap: str) -> list[Input]:
+        """Every record of this scenario's clicks topic or stream, as the job would read it."""
+        if source == "kinesis":
+            return kinesis_inputs(self.clicks_stream)
+        return kafka_inputs(bootstrap, self.clicks_topic)
 
     def run_once(self, source: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
         result = subprocess.run(
@@ -71,13 +91,18 @@ class Sandbox:
 
 
 def make_sandbox(admin_dsn: str, name: str, home: Path) -> Sandbox:
+    """A fresh database `name`, `home`, and a new clicks topic and stream named after the scenario (a uuid
+    keeps them new when the session's stack outlives a run)."""
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     dsn = make_conninfo("", **{**conninfo_to_dict(admin_dsn), "dbname": name})
     schema.apply(dsn)
     home.mkdir(parents=True, exist_ok=True)
-    return Sandbox(name, dsn, home)
+    inputs = f"{names.CLICKS_TOPIC}-{name.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
+    setup.ensure_topics(config.load().kafka_bootstrap, inputs)
+    kinesis.ensure_stream(kinesis.client(), inputs, shards=setup.CLICK_PARTITIONS)
+    return Sandbox(name, dsn, home, inputs, inputs)
 
 
 def kill9(process: subprocess.Popen) -> None:
@@ -155,25 +180,23 @@ def expected_region(history: dict[str, list[tuple[int, int, str | None]]], user:
     return names.UNKNOWN_REGION if i < 0 or versions[i][2] is None else versions[i][2]
 
 
-def kafka_inputs(bootstrap: str) -> list[Input]:
-    return [
-        Input(f"kafka:{m.topic}:{m.partition}:{m.offset}", m.raw_value)
-        for m in read_all(bootstrap, names.CLICKS_TOPIC)
-    ]
+def kafka_inputs(bootstrap: str, topic: str) -> list[Input]:
+    messages = read_all(bootstrap, topic)
+    return [Input(f"kafka:{m.topic}:{m.partition}:{m.offset}", m.raw_value) for m in messages]
 
 
-def kinesis_inputs() -> list[Input]:
+def kinesis_inputs(stream: str) -> list[Input]:
     client = kinesis.client()
     inputs = []
-    for shard in client.list_shards(StreamName=names.CLICKS_STREAM)["Shards"]:
+    for shard in client.list_shards(StreamName=stream)["Shards"]:
         iterator = client.get_shard_iterator(
-            StreamName=names.CLICKS_STREAM, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
         )["ShardIterator"]
         while iterator:
             page = client.get_records(ShardIterator=iterator, Limit=10_000)
             for record in page["Records"]:
                 inputs.append(
-                    Input(f"kinesis:clicks:{shard['ShardId']}:{record['SequenceNumber']}", record["Data"])
+                    Input(f"kinesis:{stream}:{shard['ShardId']}:{record['SequenceNumber']}", record["Data"])
                 )
             iterator = page.get("NextShardIterator") if page["Records"] else None
     return inputs

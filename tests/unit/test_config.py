@@ -7,7 +7,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from common import config
 
-SETTINGS = (*config.ENDPOINT_VARS, *config.SECRET_VARS, *config.AWS_VARS, "AWS_REGION")
+SETTINGS = (*config.ENDPOINT_VARS, *config.SECRET_VARS, *config.AWS_VARS, *config.INPUT_VARS, "AWS_REGION")
 
 
 @pytest.fixture
@@ -97,6 +97,21 @@ def test_aws_settings_take_the_standard_variables_then_stack_env(
     assert config.aws_settings()["aws_access_key_id"] == "env-key"
     monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")
     assert config.aws_settings()["region_name"] == "ap-south-1"
+
+
+def test_the_clicks_come_from_the_contracts_topic_and_stream_unless_told_otherwise(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_stack_env(
+        home,
+        STREAMFOLD_PG_DSN="postgresql://a@h/db",
+        STREAMFOLD_KAFKA_BOOTSTRAP="k:1",
+        STREAMFOLD_CONNECT_URL="http://c",
+    )
+    assert (config.load().clicks_topic, config.load().clicks_stream) == ("clicks", "clicks")
+    monkeypatch.setenv("STREAMFOLD_CLICKS_TOPIC", "clicks-eu")
+    monkeypatch.setenv("STREAMFOLD_CLICKS_STREAM", "clicks-us")
+    assert (config.load().clicks_topic, config.load().clicks_stream) == ("clicks-eu", "clicks-us")
 
 
 def test_without_an_endpoint_boto3_uses_aws_itself(home: Path) -> None:
