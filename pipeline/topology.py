@@ -50,13 +50,19 @@ def read_clicks(spark: SparkSession, settings: Settings, source: str, once: bool
     return sources.kafka_clicks(spark, settings.kafka_bootstrap, settings.clicks_topic)
 
 
+def enrich(raw_clicks: DataFrame, cdc_raw: DataFrame, join: JoinConfig) -> DataFrame:
+    """Steps 2 and 3, whatever the sources: raw clicks (event_id, source, payload, now_ms) and raw CDC records
+    (topic, key, value, record_id, written_ms) -> the join's output (records.JOIN_OUTPUT)."""
+    parsed = clicks.parse(raw_clicks)  # clicks, and rejects with their error
+    changes = cdc_fold.fold(cdc_raw)  # changes, progress, rejects
+    # Rejects and changes ride through the join operator, so each source is read and parsed once per batch.
+    return temporal_join(parsed, changes, join)  # enriched clicks, dead letters, users_changelog rows
+
+
 def flow(spark: SparkSession, settings: Settings, source: str, join: JoinConfig, once: bool = False) -> Flow:
     raw_clicks = read_clicks(spark, settings, source, once)
-    parsed = clicks.parse(raw_clicks)  # clicks, and rejects with their error
-
-    changes = cdc_fold.fold(sources.cdc(spark, settings.kafka_bootstrap))  # changes, progress, rejects
-    # Rejects and changes ride through the join operator, so each source is read and parsed once per batch.
-    joined = temporal_join(parsed, changes, join)  # enriched clicks, dead letters, users_changelog rows
+    cdc_raw = sources.cdc(spark, settings.kafka_bootstrap)
+    joined = enrich(raw_clicks, cdc_raw, join)
 
     name = f"clicks-{source}"
     # Postgres (enriched clicks, aggregates, dead letters) exactly once, then Kafka.

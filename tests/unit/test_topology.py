@@ -1,0 +1,152 @@
+"""The whole topology's transformation (pipeline.topology.enrich: parse, CDC fold, temporal join) on a real
+local Spark, fed raw records as the sources deliver them, from file streams instead of Kafka or Kinesis.
+
+Event times are in 2033: the wall-clock floor of the watermark (now - max_wait) never reaches them, so
+only the CDC progress written here releases clicks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+
+from common import names
+from pipeline import records
+from pipeline.temporal_join import BEGINNING_OF_TIME_MS, JoinConfig
+from pipeline.topology import enrich
+
+pytestmark = pytest.mark.spark
+
+T = 2_000_000_000_000
+ARRIVED = T + 100_000  # when the clicks reached their source
+RAW_CLICK = "event_id string, source string, payload string, now_ms long"
+RAW_CDC = "topic string, key string, value string, record_id string, written_ms long"
+
+
+def click(event_id: str, user: str, t: int, url: str = "/home") -> dict[str, Any]:
+    body = {"userid": user, "url": url, "device_id": "ios", "ip": "10.0.0.1", "event_time": t}
+    return raw_click(event_id, json.dumps(body))
+
+
+def raw_click(event_id: str, payload: str) -> dict[str, Any]:
+    return {"event_id": event_id, "source": "kafka:clicks", "payload": payload, "now_ms": ARRIVED}
+
+
+def change(op: str, user: str, ts: int, region: str | None = None) -> dict[str, Any]:
+    """A Debezium envelope as the JSON converter writes it (schemas off)."""
+    row = None if region is None else {"userid": user, "regionid": region, "gender": "OTHER"}
+    source = {"connector": "postgresql", "ts_ms": ts, "lsn": ts, "snapshot": "true" if op == "r" else "false"}
+    envelope = {
+        "before": {"userid": user} if op == "d" else None,
+        "after": row,
+        "op": op,
+        "source": source,
+        "ts_ms": ts + 5,
+    }
+    return {
+        "topic": names.CDC_USERS_TOPIC,
+        "key": json.dumps({"userid": user}),
+        "value": json.dumps(envelope),
+        "record_id": f"cdc:{user}:{op}:{ts}",
+        "written_ms": ts,
+    }
+
+
+def heartbeat(ts: int) -> dict[str, Any]:
+    value = json.dumps({"ts_ms": ts})
+    return {
+        "topic": names.HEARTBEAT_TOPIC,
+        "key": None,
+        "value": value,
+        "record_id": f"hb:{ts}",
+        "written_ms": ts,
+    }
+
+
+def write(folder: Path, rows: list[dict[str, Any]]) -> None:
+    folder.mkdir()
+    (folder / "0.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def run(spark: SparkSession, root: Path, raw_clicks: list[dict], cdc: list[dict]) -> list[Row]:
+    """One Trigger.AvailableNow run of enrich over the two inputs; every row it emitted."""
+    write(root / "clicks", raw_clicks)
+    write(root / "cdc", cdc)
+    read = spark.readStream.format("json")
+    clicks = read.schema(RAW_CLICK).load(str(root / "clicks"))
+    changes = read.schema(RAW_CDC).load(str(root / "cdc"))
+    joined = enrich(
+        clicks.withColumn("payload", F.col("payload").cast("binary")),
+        changes.withColumn("key", F.col("key").cast("binary")).withColumn(
+            "value", F.col("value").cast("binary")
+        ),
+        JoinConfig(max_wait_ms=86_400_000),
+    )
+    out: list[Row] = []
+
+    def collect(batch: DataFrame, _batch_id: int) -> None:
+        out.extend(batch.collect())
+
+    query = (
+        joined.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(root / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return out
+
+
+def test_raw_records_come_out_enriched_rejected_or_as_changelog(spark: SparkSession, tmp_path: Path) -> None:
+    cdc = [
+        change("r", "alice", T - 50_000, "asia"),  # snapshot: valid from the beginning of time
+        change("c", "bob", T + 5_000, "americas"),
+        change("u", "alice", T + 10_000, "europe"),
+        change("d", "bob", T + 20_000),
+        heartbeat(T + 60_000),  # CDC progress past every click
+    ]
+    raw_clicks = [
+        click("c1", "alice", T + 15_000),
+        click("c2", "alice", T + 5_000),  # out of order: before alice moved
+        click("c3", "bob", T + 10_000),
+        click("c4", "bob", T + 25_000),  # after bob's delete
+        click("c5", "carol", T + 1_000),  # no such user
+        raw_click("c6", "{not json"),
+        click("c7", "alice", T + 90_000),  # past the CDC progress: waits in the join
+    ]
+    rows = run(spark, tmp_path, raw_clicks, cdc)
+
+    assert all(tuple(r.asDict()) == records.names(records.JOIN_OUTPUT) for r in rows)
+    joined = {r.event_id: r for r in rows if r.change_op is None and r.error is None}
+    assert {k: (r.uid, r.user_regionid, r.click_time_ms) for k, r in joined.items()} == {
+        "c1": ("alice", "europe", T + 15_000),
+        "c2": ("alice", "asia", T + 5_000),
+        "c3": ("bob", "americas", T + 10_000),
+        "c4": ("bob", names.UNKNOWN_REGION, T + 25_000),
+        "c5": ("carol", names.UNKNOWN_REGION, T + 1_000),
+    }
+    assert all(r.profile_complete for r in joined.values())  # released by CDC progress, not max_wait
+    assert joined["c2"].profile_valid_from_ms == BEGINNING_OF_TIME_MS
+    assert joined["c1"].profile_valid_from_ms == T + 10_000
+    assert (joined["c1"].click_url, joined["c1"].device_type, joined["c1"].click_location) == (
+        "/home",
+        "ios",
+        "10.0.0.1",
+    )
+
+    rejects = [r for r in rows if r.error is not None]
+    assert [(r.event_id, r.source, r.payload) for r in rejects] == [("c6", "kafka:clicks", b"{not json")]
+    assert rejects[0].error.startswith("not JSON")
+
+    changes = sorted((r.uid, r.change_op, r.user_regionid) for r in rows if r.change_op is not None)
+    assert changes == [
+        ("alice", "r", "asia"),
+        ("alice", "u", "europe"),
+        ("bob", "c", "americas"),
+        ("bob", "d", None),
+    ]
