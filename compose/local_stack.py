@@ -8,7 +8,6 @@ its ports and passwords across restarts. Children run in their own sessions: the
 
 from __future__ import annotations
 
-import argparse
 import base64
 import collections
 import contextlib
@@ -25,7 +24,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -1048,40 +1046,3 @@ def env_lines(home: Path) -> list[str]:
     if not path.exists():
         raise StackError(f"{path} not found: start the stack with `streamfold stack up`")
     return path.read_text().splitlines()
-
-
-# ---------------------------------------------------------------- CLI (the lead wires `streamfold stack`)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from common.config import home as default_home
-
-    parser = argparse.ArgumentParser(prog="python -m compose.local_stack")
-    parser.add_argument("command", choices=["up", "down", "status", "env", "start", "stop", "restart"])
-    parser.add_argument("service", nargs="?", choices=SERVICES)
-    args = parser.parse_args(argv)
-    home = default_home()
-    try:
-        if args.command == "up":
-            up(home)
-            console.print(f"stack ready: eval $(streamfold stack env)  # {home / 'stack.env'}")
-        elif args.command == "down":
-            down(home)
-        elif args.command == "status":
-            for row in status(home):
-                print(f"{row.name:<9} {row.state:<9} {row.endpoint:<28} pid {row.pid or '-'}")
-        elif args.command == "env":
-            print("\n".join(env_lines(home)))
-        else:
-            if args.service is None:
-                parser.error(f"{args.command} needs a service")
-            action = {"start": start_service, "stop": stop_service, "restart": restart_service}
-            action[args.command](home, args.service)
-    except StackError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

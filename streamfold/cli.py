@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from enum import StrEnum
 from typing import Annotated
 
@@ -41,15 +43,36 @@ def progress() -> Progress:
     )
 
 
+class StackService(StrEnum):
+    """What `stack start|stop|restart` take: the launcher's SERVICES (a unit test keeps them equal)."""
+
+    postgres = "postgres"
+    kafka = "kafka"
+    connect = "connect"
+    kinesis = "kinesis"
+
+
+ServiceArgument = Annotated[StackService, typer.Argument(help="one service of the stack", show_default=False)]
+
+
+@contextlib.contextmanager
+def stack_errors() -> Iterator[None]:
+    """The launcher's StackError (one line, maybe a log tail after it) is a red error, exit status 1."""
+    from compose.local_stack import StackError
+
+    try:
+        yield
+    except StackError as exc:
+        fail(str(exc))
+
+
 @stack_app.command("up")
 def stack_up() -> None:
     """Start PostgreSQL, Kafka (KRaft), Kafka Connect + Debezium and kinesis-local; idempotent."""
     from compose import local_stack
 
-    try:
+    with stack_errors():
         local_stack.up(config.home())
-    except local_stack.StackError as exc:
-        fail(str(exc))
     console.print(f"[green]stack up[/] (home {config.home()}); `streamfold stack env` prints its variables")
 
 
@@ -58,7 +81,8 @@ def stack_down() -> None:
     """Stop the processes this stack started (pid files); leaves data in place."""
     from compose import local_stack
 
-    local_stack.down(config.home())
+    with stack_errors():
+        local_stack.down(config.home())
 
 
 @stack_app.command("status")
@@ -67,7 +91,9 @@ def stack_status() -> None:
     from compose import local_stack
 
     table = Table("service", "state", "endpoint", "pid")
-    for row in local_stack.status(config.home()):
+    with stack_errors():
+        rows = local_stack.status(config.home())
+    for row in rows:
         color = {"up": "green", "unhealthy": "yellow"}.get(row.state, "red")
         table.add_row(row.name, f"[{color}]{row.state}[/]", row.endpoint, str(row.pid or ""))
     Console().print(table)
@@ -78,12 +104,38 @@ def stack_env() -> None:
     """Print `export KEY=VALUE` lines: eval "$(streamfold stack env)"."""
     from compose import local_stack
 
-    try:
+    with stack_errors():
         lines = local_stack.env_lines(config.home())
-    except local_stack.StackError as exc:
-        fail(str(exc))
     for line in lines:
         print(line)
+
+
+@stack_app.command("start")
+def stack_start(service: ServiceArgument) -> None:
+    """Start one service (the services it needs must be up) and wait until it is healthy."""
+    from compose import local_stack
+
+    with stack_errors():
+        local_stack.start_service(config.home(), service.value)
+
+
+@stack_app.command("stop")
+def stack_stop(service: ServiceArgument) -> None:
+    """Stop one service; its data stays."""
+    from compose import local_stack
+
+    with stack_errors():
+        local_stack.stop_service(config.home(), service.value)
+    console.print(f"[yellow]stopped[/] {service.value}")
+
+
+@stack_app.command("restart")
+def stack_restart(service: ServiceArgument) -> None:
+    """Stop one service, start it again and wait until it is healthy."""
+    from compose import local_stack
+
+    with stack_errors():
+        local_stack.restart_service(config.home(), service.value)
 
 
 @app.command()

@@ -54,7 +54,7 @@ def test_taken_port_is_a_one_line_error_and_starts_nothing(new_stack_home: Calla
     port = local_stack.allocate_ports(home)["kafka-controller"]
     with socket.create_server(("127.0.0.1", port)):
         result = subprocess.run(
-            [sys.executable, "-m", "compose.local_stack", "up"],
+            [sys.executable, "-m", "streamfold", "stack", "up"],
             env={**os.environ, "STREAMFOLD_HOME": str(home)},
             capture_output=True,
             text=True,
