@@ -34,9 +34,9 @@ FILESETS = {
 }
 DOCKERFILE = COMPOSE / "Dockerfile"
 DOCKERFILES = sorted(COMPOSE.glob("Dockerfile*"))
-# Python code that runs inside compose services. The launchers run on the host, never in a service.
-CODE_DIRS = ("common", "streamfold", "pipeline", "connectors", "db", "compose")
-HOST_ONLY = {"compose/local_stack.py", "compose/containers.py"}
+# Python code that runs inside compose services: what the pipeline image copies. The launchers run on
+# the host, never in a service, so the image has none: not the local stack's, not the containers fixture.
+CODE_DIRS = ("common", "streamfold", "pipeline", "connectors", "db")
 # The Dockerfile's service targets, and the stages only the builds use.
 TARGETS = {"postgres", "kafka", "kinesis", "pipeline"}
 BUILD_STAGES = {"build", "jars", "venv", "npm"}
@@ -93,8 +93,7 @@ def code_variables() -> set[str]:
     found: set[str] = set()
     for folder in CODE_DIRS:
         for path in (REPO / folder).rglob("*.py"):
-            if str(path.relative_to(REPO)) not in HOST_ONLY:
-                found |= set(re.findall(r"\bSTREAMFOLD_[A-Z][A-Z0-9_]*\b", path.read_text()))
+            found |= set(re.findall(r"\bSTREAMFOLD_[A-Z][A-Z0-9_]*\b", path.read_text()))
     return found
 
 
@@ -338,6 +337,13 @@ def test_dockerignore_sends_what_the_images_copy_and_no_secrets() -> None:
     for source in copied_sources(DOCKERFILE):
         assert source.split("/")[0] in allowed, f"the Dockerfile copies {source}"
     assert "compose/.env" in rules[rules.index("!compose") :]
+
+
+def test_the_pipeline_image_copies_the_code_services_run_and_no_launcher() -> None:
+    stage = stages(DOCKERFILE)["pipeline"]
+    copies = [args.split() for i, args in stage if i == "COPY" and "--from=" not in args]
+    copied = {source.split("/")[0] for words in copies for source in words[:-1]}
+    assert copied == {"pyproject.toml", *CODE_DIRS}
 
 
 def test_mounted_files_exist() -> None:
