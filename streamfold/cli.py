@@ -58,7 +58,7 @@ ServiceArgument = Annotated[StackService, typer.Argument(help="one service of th
 @contextlib.contextmanager
 def stack_errors() -> Iterator[None]:
     """The launcher's StackError (one line, maybe a log tail after it) is a red error, exit status 1."""
-    from compose.local_stack import StackError
+    from stack.home import StackError
 
     try:
         yield
@@ -69,30 +69,30 @@ def stack_errors() -> Iterator[None]:
 @stack_app.command("up")
 def stack_up() -> None:
     """Start PostgreSQL, Kafka (KRaft), Kafka Connect + Debezium and kinesis-local; idempotent."""
-    from compose import local_stack
+    from stack import lifecycle
 
     with stack_errors():
-        local_stack.up(config.home())
+        lifecycle.up(config.home())
     console.print(f"[green]stack up[/] (home {config.home()}); `streamfold stack env` prints its variables")
 
 
 @stack_app.command("down")
 def stack_down() -> None:
     """Stop the processes this stack started (pid files); leaves data in place."""
-    from compose import local_stack
+    from stack import lifecycle
 
     with stack_errors():
-        local_stack.down(config.home())
+        lifecycle.down(config.home())
 
 
 @stack_app.command("status")
 def stack_status() -> None:
     """Each service, its endpoint and whether it runs."""
-    from compose import local_stack
+    from stack import lifecycle
 
     table = Table("service", "state", "endpoint", "pid")
     with stack_errors():
-        rows = local_stack.status(config.home())
+        rows = lifecycle.status(config.home())
     for row in rows:
         color = {"up": "green", "unhealthy": "yellow"}.get(row.state, "red")
         table.add_row(row.name, f"[{color}]{row.state}[/]", row.endpoint, str(row.pid or ""))
@@ -102,10 +102,10 @@ def stack_status() -> None:
 @stack_app.command("env")
 def stack_env() -> None:
     """Print `export KEY=VALUE` lines: eval "$(streamfold stack env)"."""
-    from compose import local_stack
+    from stack import lifecycle
 
     with stack_errors():
-        lines = local_stack.env_lines(config.home())
+        lines = lifecycle.env_lines(config.home())
     for line in lines:
         print(line)
 
@@ -113,29 +113,29 @@ def stack_env() -> None:
 @stack_app.command("start")
 def stack_start(service: ServiceArgument) -> None:
     """Start one service (the services it needs must be up) and wait until it is healthy."""
-    from compose import local_stack
+    from stack import lifecycle
 
     with stack_errors():
-        local_stack.start_service(config.home(), service.value)
+        lifecycle.start_service(config.home(), service.value)
 
 
 @stack_app.command("stop")
 def stack_stop(service: ServiceArgument) -> None:
     """Stop one service; its data stays."""
-    from compose import local_stack
+    from stack import lifecycle
 
     with stack_errors():
-        local_stack.stop_service(config.home(), service.value)
+        lifecycle.stop_service(config.home(), service.value)
     console.print(f"[yellow]stopped[/] {service.value}")
 
 
 @stack_app.command("restart")
 def stack_restart(service: ServiceArgument) -> None:
     """Stop one service, start it again and wait until it is healthy."""
-    from compose import local_stack
+    from stack import lifecycle
 
     with stack_errors():
-        local_stack.restart_service(config.home(), service.value)
+        lifecycle.restart_service(config.home(), service.value)
 
 
 @app.command()

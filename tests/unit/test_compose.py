@@ -24,7 +24,9 @@ import yaml
 from psycopg.conninfo import conninfo_to_dict
 
 from common import config, names
-from compose import containers, local_stack
+from compose import containers
+from stack.home import PORT_OFFSETS, SECRET_NAMES, Stack
+from stack.postgres import PG_HBA
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "compose"
@@ -305,7 +307,7 @@ def test_postgres_has_logical_decoding_and_no_replication_line() -> None:
     rules = [line.split() for line in hba.splitlines() if line and not line.startswith("#")]
     assert rules and all(rule[1] != "replication" for rule in rules)
     # As in the local stack: the Debezium role reaches its own database only, never over the socket.
-    local = [line.split() for line in local_stack.PG_HBA.splitlines() if line and not line.startswith("#")]
+    local = [line.split() for line in PG_HBA.splitlines() if line and not line.startswith("#")]
     debezium = config.DEBEZIUM_ROLE
     for stack_rules in (local, rules):
         mine = [r for r in stack_rules if r[2] == debezium]
@@ -424,10 +426,10 @@ def test_containers_export_what_the_local_stack_exports(
 ) -> None:
     settings = containers.isolated_settings(pid=4242)
     env = containers.stack_env(settings, tmp_path)
-    local = local_stack.Stack(
+    local = Stack(
         home=tmp_path,
-        ports=dict.fromkeys(local_stack.PORT_OFFSETS, 1),
-        secrets=dict.fromkeys(local_stack.SECRET_NAMES, "x"),
+        ports=dict.fromkeys(PORT_OFFSETS, 1),
+        secrets=dict.fromkeys(SECRET_NAMES, "x"),
     ).env()
     assert set(local) <= set(env)
     for key, value in env.items():

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from compose import local_stack
+from stack import lifecycle
 from streamfold import cli
 
 
@@ -24,7 +24,7 @@ def stack(*args: str) -> tuple[int, str]:
 
 
 def test_start_stop_restart_take_the_launchers_services() -> None:
-    assert [service.value for service in cli.StackService] == list(local_stack.SERVICES)
+    assert [service.value for service in cli.StackService] == list(lifecycle.SERVICES)
 
 
 def test_an_unknown_service_is_a_usage_error(empty_home: Path) -> None:
