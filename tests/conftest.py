@@ -23,7 +23,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--stack",
         choices=("local", "containers"),
         default="local",
-        help="local: native processes (stack/); containers: compose/containers.py",
+        help="local: native processes (stack/); containers: tests/support/containers.py",
     )
 
 
@@ -52,9 +52,11 @@ def new_stack_home(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], 
 
 def _containers_module() -> ModuleType:
     try:
-        return importlib.import_module("compose.containers")
+        return importlib.import_module("tests.support.containers")
     except ModuleNotFoundError as exc:
-        pytest.fail(f"--stack=containers: cannot import compose.containers (start(workdir), stop()): {exc}")
+        pytest.fail(
+            f"--stack=containers: cannot import tests.support.containers (start(workdir), stop()): {exc}"
+        )
 
 
 @pytest.fixture(scope="session")

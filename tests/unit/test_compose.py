@@ -24,9 +24,9 @@ import yaml
 from psycopg.conninfo import conninfo_to_dict
 
 from common import config, names
-from compose import containers
 from stack.home import PORT_OFFSETS, SECRET_NAMES, Stack
 from stack.postgres import PG_HBA
+from tests.support import containers
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "compose"
@@ -37,8 +37,9 @@ FILESETS = {
 DOCKERFILE = COMPOSE / "Dockerfile"
 DOCKERFILES = sorted(COMPOSE.glob("Dockerfile*"))
 # Python code that runs inside compose services: what the pipeline image copies. The launchers run on
-# the host, never in a service, so the image has none: not the local stack's, not the containers fixture.
+# the host, never in a service: the local stack's (stack/) and the containers fixture (tests/support/).
 CODE_DIRS = ("common", "streamfold", "pipeline", "connectors", "db")
+HOST_ONLY = ("stack", "tests")
 # The Dockerfile's service targets, and the stages only the builds use.
 TARGETS = {"postgres", "kafka", "kinesis", "pipeline"}
 BUILD_STAGES = {"build", "jars", "venv", "npm"}
@@ -339,6 +340,8 @@ def test_dockerignore_sends_what_the_images_copy_and_no_secrets() -> None:
     for source in copied_sources(DOCKERFILE):
         assert source.split("/")[0] in allowed, f"the Dockerfile copies {source}"
     assert "compose/.env" in rules[rules.index("!compose") :]
+    assert not allowed & set(HOST_ONLY), "the host's launchers are no part of any image"
+    assert not list(COMPOSE.rglob("*.py")), "compose/ holds the Docker files only"
 
 
 def test_the_pipeline_image_copies_the_code_services_run_and_no_launcher() -> None:
@@ -411,7 +414,7 @@ def test_the_project_version_tags_the_images() -> None:
     assert dotenv()["STREAMFOLD_IMAGE_TAG"] == project
 
 
-# ---------------------------------------------------------------- compose/containers.py
+# ---------------------------------------------------------------- tests/support/containers.py
 
 
 def test_containers_start_the_infrastructure_the_local_stack_runs() -> None:
