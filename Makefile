@@ -14,7 +14,7 @@ demo: setup
 lint: setup
 	$(VENV)/ruff check .
 	$(VENV)/ruff format --check .
-	$(VENV)/mypy common streamfold pipeline connectors db compose
+	$(VENV)/mypy common streamfold pipeline connectors db stack
 	$(VENV)/lint-imports
 
 # Unit tests first (seconds), then the end-to-end suite on one shared local stack, then the compose
@@ -49,7 +49,8 @@ test-compose: setup
 	$(VENV)/pytest tests/compose -q -p no:cacheprovider --basetemp=/tmp/streamfold-compose-pytest
 
 # The CDC and pipeline tests on the compose stack's containers instead of local processes
-# (compose/containers.py: testcontainers, `docker compose up --build --wait`, Compose v2). Own temp dir.
+# (tests/support/containers.py: testcontainers, `docker compose up --build --wait`, Compose v2).
+# Own temp dir.
 test-containers: setup
 	$(VENV)/pytest tests/e2e/test_cdc.py tests/e2e/test_pipeline.py --stack=containers -q -p no:cacheprovider \
 	  --basetemp=/tmp/streamfold-containers-pytest

@@ -32,8 +32,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from common import config, names
-from compose import local_stack
 from db import schema
+from stack import lifecycle
+from stack.home import open_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_700_000_000_000
@@ -163,8 +164,8 @@ def main() -> None:
     home = args.home.resolve()
     try:
         for service in ("postgres", "kafka"):
-            local_stack.start_service(home, service)
-        env = local_stack.open_stack(home).env()
+            lifecycle.start_service(home, service)
+        env = open_stack(home).env()
         os.environ.update(env)
         settings = config.load()
         schema.apply(settings.pg_dsn)  # roles and passwords
@@ -197,7 +198,7 @@ def main() -> None:
         spark.stop()
     finally:
         if not args.keep:
-            local_stack.down(home)
+            lifecycle.down(home)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from common import config, names
-from compose import local_stack
 from connectors.setup import run_setup
+from stack import lifecycle
 
 SINK_TABLES = (
     names.ENRICHED_CLICKS_TABLE,
@@ -55,17 +55,17 @@ class Bench:
 def running(home: Path, echo: Callable[[str], None], keep: bool = False) -> Iterator[Bench]:
     """Wipe `home`, start the stack there, run `streamfold setup`; stop the stack afterwards."""
     home = home.resolve()
-    local_stack.down(home)
+    lifecycle.down(home)
     shutil.rmtree(home, ignore_errors=True)
     try:
-        env = local_stack.up(home)
+        env = lifecycle.up(home)
         os.environ.update(env)  # config.load() and every helper now point at the bench stack
         settings = config.load()
         run_setup(settings, echo=lambda msg: echo(f"setup: {msg}"))
         yield Bench(home, env, settings)
     finally:
         if not keep:
-            local_stack.down(home)
+            lifecycle.down(home)
 
 
 def truncate_sinks(bench: Bench) -> None:

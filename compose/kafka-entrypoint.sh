@@ -1,7 +1,7 @@
 #!/bin/sh
 # The kafka image: `broker` (KRaft, formatted once with KAFKA_CLUSTER_ID), `connect` (the distributed
 # worker with the Debezium plugin) or `api-versions` (the broker's healthcheck). The classpath is the
-# pom's `kafka` profile, as in compose/local_stack.py.
+# pom's `kafka` profile, as in stack/service.py.
 set -eu
 conf=/opt/kafka/config
 java_cmd() {

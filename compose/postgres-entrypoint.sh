@@ -27,7 +27,7 @@ if [ ! -f "$PGDATA/streamfold-initialised" ]; then
   echo "postgres-entrypoint: initialised $PGDATA"
 fi
 
-# compose/local_stack.py's PG_HBA, for a server on a container network: the Debezium role may connect
+# stack/postgres.py's PG_HBA, for a server on a container network: the Debezium role may connect
 # to its own database only, over TCP with its password. No `replication` line: no role can take a
 # physical copy (pg_basebackup); Debezium's logical connection matches the database lines. Other roles
 # use their passwords over TCP; the socket (inside this container only, where `docker compose exec

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from enum import StrEnum
 from typing import Annotated
 
@@ -41,33 +43,57 @@ def progress() -> Progress:
     )
 
 
+class StackService(StrEnum):
+    """What `stack start|stop|restart` take: the launcher's SERVICES (a unit test keeps them equal)."""
+
+    postgres = "postgres"
+    kafka = "kafka"
+    connect = "connect"
+    kinesis = "kinesis"
+
+
+ServiceArgument = Annotated[StackService, typer.Argument(help="one service of the stack", show_default=False)]
+
+
+@contextlib.contextmanager
+def stack_errors() -> Iterator[None]:
+    """The launcher's StackError (one line, maybe a log tail after it) is a red error, exit status 1."""
+    from stack.home import StackError
+
+    try:
+        yield
+    except StackError as exc:
+        fail(str(exc))
+
+
 @stack_app.command("up")
 def stack_up() -> None:
     """Start PostgreSQL, Kafka (KRaft), Kafka Connect + Debezium and kinesis-local; idempotent."""
-    from compose import local_stack
+    from stack import lifecycle
 
-    try:
-        local_stack.up(config.home())
-    except local_stack.StackError as exc:
-        fail(str(exc))
+    with stack_errors():
+        lifecycle.up(config.home())
     console.print(f"[green]stack up[/] (home {config.home()}); `streamfold stack env` prints its variables")
 
 
 @stack_app.command("down")
 def stack_down() -> None:
     """Stop the processes this stack started (pid files); leaves data in place."""
-    from compose import local_stack
+    from stack import lifecycle
 
-    local_stack.down(config.home())
+    with stack_errors():
+        lifecycle.down(config.home())
 
 
 @stack_app.command("status")
 def stack_status() -> None:
     """Each service, its endpoint and whether it runs."""
-    from compose import local_stack
+    from stack import lifecycle
 
     table = Table("service", "state", "endpoint", "pid")
-    for row in local_stack.status(config.home()):
+    with stack_errors():
+        rows = lifecycle.status(config.home())
+    for row in rows:
         color = {"up": "green", "unhealthy": "yellow"}.get(row.state, "red")
         table.add_row(row.name, f"[{color}]{row.state}[/]", row.endpoint, str(row.pid or ""))
     Console().print(table)
@@ -76,14 +102,40 @@ def stack_status() -> None:
 @stack_app.command("env")
 def stack_env() -> None:
     """Print `export KEY=VALUE` lines: eval "$(streamfold stack env)"."""
-    from compose import local_stack
+    from stack import lifecycle
 
-    try:
-        lines = local_stack.env_lines(config.home())
-    except local_stack.StackError as exc:
-        fail(str(exc))
+    with stack_errors():
+        lines = lifecycle.env_lines(config.home())
     for line in lines:
         print(line)
+
+
+@stack_app.command("start")
+def stack_start(service: ServiceArgument) -> None:
+    """Start one service (the services it needs must be up) and wait until it is healthy."""
+    from stack import lifecycle
+
+    with stack_errors():
+        lifecycle.start_service(config.home(), service.value)
+
+
+@stack_app.command("stop")
+def stack_stop(service: ServiceArgument) -> None:
+    """Stop one service; its data stays."""
+    from stack import lifecycle
+
+    with stack_errors():
+        lifecycle.stop_service(config.home(), service.value)
+    console.print(f"[yellow]stopped[/] {service.value}")
+
+
+@stack_app.command("restart")
+def stack_restart(service: ServiceArgument) -> None:
+    """Stop one service, start it again and wait until it is healthy."""
+    from stack import lifecycle
+
+    with stack_errors():
+        lifecycle.restart_service(config.home(), service.value)
 
 
 @app.command()

@@ -23,7 +23,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--stack",
         choices=("local", "containers"),
         default="local",
-        help="local: native processes (compose/local_stack.py); containers: compose/containers.py",
+        help="local: native processes (stack/); containers: tests/support/containers.py",
     )
 
 
@@ -52,9 +52,11 @@ def new_stack_home(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], 
 
 def _containers_module() -> ModuleType:
     try:
-        return importlib.import_module("compose.containers")
+        return importlib.import_module("tests.support.containers")
     except ModuleNotFoundError as exc:
-        pytest.fail(f"--stack=containers: cannot import compose.containers (start(workdir), stop()): {exc}")
+        pytest.fail(
+            f"--stack=containers: cannot import tests.support.containers (start(workdir), stop()): {exc}"
+        )
 
 
 @pytest.fixture(scope="session")
@@ -78,11 +80,11 @@ def stack(
             env = containers.start(tmp_path_factory.mktemp("containers"))
             cleanup.callback(containers.stop)
         else:
-            from compose import local_stack
+            from stack import lifecycle
 
             home = new_stack_home("stack")
-            env = local_stack.up(home)
-            cleanup.callback(local_stack.down, home)
+            env = lifecycle.up(home)
+            cleanup.callback(lifecycle.down, home)
         for key, value in env.items():
             patch.setenv(key, value)
         yield env
@@ -101,9 +103,9 @@ def services(request: pytest.FixtureRequest, stack: dict[str, str]) -> Services:
     if request.config.getoption("--stack") == "containers":
         containers = _containers_module()
         return Services(containers.stop_service, containers.start_service)
-    from compose import local_stack
+    from stack import lifecycle
 
     home = Path(stack["STREAMFOLD_HOME"])
     return Services(
-        functools.partial(local_stack.stop_service, home), functools.partial(local_stack.start_service, home)
+        functools.partial(lifecycle.stop_service, home), functools.partial(lifecycle.start_service, home)
     )

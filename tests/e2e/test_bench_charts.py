@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from compose import local_stack
+from stack import lifecycle
 
 pytestmark = pytest.mark.e2e
 
@@ -54,7 +54,7 @@ def test_a_short_bench_run_writes_its_charts_beside_its_json(
             timeout=420,
         )
     finally:
-        local_stack.down(home)  # bench.run stops it itself, unless it was killed
+        lifecycle.down(home)  # bench.run stops it itself, unless it was killed
     assert done.returncode == 0, done.stderr[-3000:]
     (json_path,) = results_dir.glob("*.json")
     results = json.loads(json_path.read_text())

@@ -27,8 +27,8 @@ import pytest
 import requests
 
 from common import config, kinesis, names, topics
-from compose import local_stack
 from connectors import setup as connector_setup
+from stack import lifecycle
 from streamfold.generate import ClickSpec, clicks
 from tests.support import pipeline as sp
 from tests.support.relay import TcpRelay
@@ -80,11 +80,11 @@ def outage(home: Path, service: str, relay: TcpRelay) -> Iterator[None]:
         finally:
             relay.up()
         return
-    local_stack.stop_service(home, service)
+    lifecycle.stop_service(home, service)
     try:
         yield
     finally:
-        local_stack.start_service(home, service)
+        lifecycle.start_service(home, service)
 
 
 @pytest.mark.parametrize("service", ["postgres", "kafka", "connect", "kinesis"])
@@ -143,8 +143,8 @@ def test_job_survives_an_outage_with_exact_totals(service, pg, streamfold_setup,
         if job.poll() is None:
             sp.kill9(job)
         relay.down()
-        if any(s.name == service and s.state == "down" for s in local_stack.status(home)):
-            local_stack.start_service(home, service)
+        if any(s.name == service and s.state == "down" for s in lifecycle.status(home)):
+            lifecycle.start_service(home, service)
     restore_connector(streamfold_setup.connect_url)
     text = log.read_text()
     if service == "connect":

@@ -13,7 +13,9 @@ import pytest
 import requests
 
 from common import config, names
-from compose import local_stack
+from stack import lifecycle
+from stack.home import PG_DATABASE, open_stack
+from stack.prerequisites import pg_bindir
 
 pytestmark = pytest.mark.e2e
 
@@ -34,10 +36,10 @@ def test_the_connector_config_holds_a_reference_not_the_password(streamfold_setu
 
 
 def test_services_get_only_the_secrets_they_need(streamfold_setup):
-    stack = local_stack.open_stack(config.home())
+    stack = open_stack(config.home())
     others = {name: value for name, value in stack.secrets.items() if name != "STREAMFOLD_DEBEZIUM_PASSWORD"}
     for name in ("kafka", "connect", "kinesis"):
-        pid = local_stack.service(stack, name).pid()
+        pid = lifecycle.service(stack, name).pid()
         assert pid, f"{name} is not running"
         environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
         assert "STREAMFOLD_PG_DSN" not in environ
@@ -47,10 +49,10 @@ def test_services_get_only_the_secrets_they_need(streamfold_setup):
 
 def test_the_debezium_role_cannot_copy_the_cluster(streamfold_setup, tmp_path):
     """pg_basebackup (physical replication) as the Debezium role is refused by pg_hba."""
-    stack = local_stack.open_stack(config.home())
+    stack = open_stack(config.home())
     result = subprocess.run(
         [
-            str(local_stack.pg_bindir() / "pg_basebackup"),
+            str(pg_bindir() / "pg_basebackup"),
             *("-h", "127.0.0.1", "-p", str(stack.ports["postgres"]), "-U", config.DEBEZIUM_ROLE),
             *("-D", str(tmp_path / "copy"), "-X", "none", "--no-password"),
         ],
@@ -66,15 +68,15 @@ def test_the_debezium_role_cannot_copy_the_cluster(streamfold_setup, tmp_path):
 
 def test_the_debezium_role_reaches_its_own_database_only(streamfold_setup):
     """Its REPLICATION attribute could decode any database it can connect to; pg_hba allows one."""
-    stack = local_stack.open_stack(config.home())
+    stack = open_stack(config.home())
     login = {
         "host": "127.0.0.1",
         "port": stack.ports["postgres"],
         "user": config.DEBEZIUM_ROLE,
         "password": stack.secrets["STREAMFOLD_DEBEZIUM_PASSWORD"],
     }
-    with psycopg.connect(**login, dbname=local_stack.PG_DATABASE) as conn:
-        assert conn.execute("SELECT current_database()").fetchone() == (local_stack.PG_DATABASE,)
+    with psycopg.connect(**login, dbname=PG_DATABASE) as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == (PG_DATABASE,)
     for other in ("postgres", "template1"):
         with pytest.raises(psycopg.OperationalError, match="pg_hba.conf rejects connection"):
             psycopg.connect(**login, dbname=other)

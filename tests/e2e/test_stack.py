@@ -20,7 +20,9 @@ import pytest
 import requests
 
 from common import kinesis
-from compose import local_stack
+from stack import lifecycle
+from stack.connect import DEBEZIUM_CONNECTOR_CLASS
+from stack.home import allocate_ports, derived_base, open_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -46,15 +48,15 @@ def alive(pid: int) -> bool:
 
 
 def service_pids(home: Path) -> dict[str, int | None]:
-    return {row.name: row.pid for row in local_stack.status(home)}
+    return {row.name: row.pid for row in lifecycle.status(home)}
 
 
 def test_taken_port_is_a_one_line_error_and_starts_nothing(new_stack_home: Callable[[str], Path]) -> None:
     home = new_stack_home("taken")
-    port = local_stack.allocate_ports(home)["kafka-controller"]
+    port = allocate_ports(home)["kafka-controller"]
     with socket.create_server(("127.0.0.1", port)):
         result = subprocess.run(
-            [sys.executable, "-m", "compose.local_stack", "up"],
+            [sys.executable, "-m", "streamfold", "stack", "up"],
             env={**os.environ, "STREAMFOLD_HOME": str(home)},
             capture_output=True,
             text=True,
@@ -69,18 +71,18 @@ def test_taken_port_is_a_one_line_error_and_starts_nothing(new_stack_home: Calla
 @pytest.fixture(scope="module")
 def second_stack(new_stack_home: Callable[[str], Path]) -> Iterator[tuple[Path, dict[str, str]]]:
     home = new_stack_home("second")
-    env = local_stack.up(home)
+    env = lifecycle.up(home)
     yield home, env
-    local_stack.down(home)
+    lifecycle.down(home)
 
 
 def test_stack_is_healthy_and_env_matches(second_stack: tuple[Path, dict[str, str]]) -> None:
     home, env = second_stack
-    assert all(row.up for row in local_stack.status(home))
-    assert local_stack.env_lines(home) == [f"export {key}={value}" for key, value in env.items()]
+    assert all(row.up for row in lifecycle.status(home))
+    assert lifecycle.env_lines(home) == [f"export {key}={value}" for key, value in env.items()]
     assert env["STREAMFOLD_HOME"] == str(home)
     plugins = requests.get(env["STREAMFOLD_CONNECT_URL"] + "/connector-plugins", timeout=10).json()
-    assert local_stack.DEBEZIUM_CONNECTOR_CLASS in {plugin["class"] for plugin in plugins}
+    assert DEBEZIUM_CONNECTOR_CLASS in {plugin["class"] for plugin in plugins}
     assert oct((home / "secrets.json").stat().st_mode & 0o777) == "0o600"
 
 
@@ -88,7 +90,7 @@ def test_second_up_is_a_no_op(second_stack: tuple[Path, dict[str, str]]) -> None
     home, env = second_stack
     before = service_pids(home)
     started = time.monotonic()
-    assert local_stack.up(home) == env
+    assert lifecycle.up(home) == env
     assert time.monotonic() - started < 10
     assert service_pids(home) == before
 
@@ -97,25 +99,23 @@ def test_a_new_home_never_takes_a_running_stacks_ports(
     second_stack: tuple[Path, dict[str, str]], new_stack_home: Callable[[str], Path]
 ) -> None:
     home, _ = second_stack
-    running = local_stack.allocate_ports(home)
+    running = allocate_ports(home)
     # A home whose hash picks the very block the running stack uses.
     parent = new_stack_home("collide")
     colliding = next(
-        parent / f"h{i}"
-        for i in range(100_000)
-        if local_stack.derived_base(parent / f"h{i}") == running["postgres"]
+        parent / f"h{i}" for i in range(100_000) if derived_base(parent / f"h{i}") == running["postgres"]
     )
-    ports = local_stack.allocate_ports(colliding)
+    ports = allocate_ports(colliding)
     assert set(ports.values()).isdisjoint(running.values())
-    assert local_stack.allocate_ports(colliding) == ports  # persisted: a stack keeps its ports
+    assert allocate_ports(colliding) == ports  # persisted: a stack keeps its ports
 
 
 def test_connect_can_be_killed_and_restarted_alone(second_stack: tuple[Path, dict[str, str]]) -> None:
     home, _ = second_stack
     before = service_pids(home)
-    local_stack.kill_service(home, "connect")
+    lifecycle.kill_service(home, "connect")
     assert service_pids(home) == {**before, "connect": None}
-    local_stack.start_service(home, "connect")
+    lifecycle.start_service(home, "connect")
     after = service_pids(home)
     assert after["connect"] not in (None, before["connect"])
     assert {k: v for k, v in after.items() if k != "connect"} == {
@@ -162,13 +162,13 @@ def test_kinesis_stopped_under_load_keeps_its_streams(second_stack: tuple[Path, 
 
     writer = threading.Thread(target=write)
     writer.start()
-    data_file = local_stack.service(local_stack.open_stack(home), "kinesis").data_file
+    data_file = lifecycle.service(open_stack(home), "kinesis").data_file
     try:
         for _ in range(3):
             mid_rewrite(data_file)  # the worst moment to stop it
-            local_stack.stop_service(home, "kinesis")
+            lifecycle.stop_service(home, "kinesis")
             assert json.loads(data_file.read_bytes())["streams"], "the data file was caught half-written"
-            local_stack.start_service(home, "kinesis")
+            lifecycle.start_service(home, "kinesis")
             assert client.describe_stream_summary(StreamName="survivor")["StreamDescriptionSummary"]
     finally:
         stop.set()
@@ -191,8 +191,8 @@ def test_down_leaves_no_stray_process(second_stack: tuple[Path, dict[str, str]])
     home, _ = second_stack
     pids = [pid for pid in service_pids(home).values() if pid is not None]
     assert len(pids) == 4 and processes_under(home)
-    local_stack.down(home)
+    lifecycle.down(home)
     assert processes_under(home) == []
     assert not any(alive(pid) for pid in pids)
     assert list((home / "pids").iterdir()) == []
-    assert service_pids(home) == dict.fromkeys(local_stack.SERVICES)
+    assert service_pids(home) == dict.fromkeys(lifecycle.SERVICES)

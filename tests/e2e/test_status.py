@@ -15,8 +15,8 @@ import pytest
 import requests
 
 from common import config, kinesis, names, topics
-from compose import local_stack
 from connectors import setup as connector_setup
+from stack import lifecycle
 from streamfold.generate import ClickSpec, clicks
 from tests.support import pipeline as sp
 
@@ -92,7 +92,7 @@ def test_status_reports_lag_waiting_clicks_dead_letters_and_connector(pg, stream
         assert metrics.status_code == 200 and "clicks_kafka" in metrics.text, metrics.text[:2000]
 
         # CDC progress stalls while Connect is down: new clicks wait in the join (max_wait is 10 min).
-        local_stack.stop_service(home, "connect")
+        lifecycle.stop_service(home, "connect")
         try:
             time.sleep(3)  # the last heartbeats reach the job
             before = sp.wait_until_value(lambda: waiting_after(sandbox, 0), 120, "a first waiting count")
@@ -105,7 +105,7 @@ def test_status_reports_lag_waiting_clicks_dead_letters_and_connector(pg, stream
             assert "error" in figures["connector"], figures["connector"]
             assert figures["cdc_progress"]["age_s"] >= 3, figures["cdc_progress"]
         finally:
-            local_stack.start_service(home, "connect")
+            lifecycle.start_service(home, "connect")
         connector_setup.wait_until_running(streamfold_setup.connect_url, names.CONNECTOR_NAME, timeout_s=180)
         # A count taken once Connect runs again (the time is fixed here: the job counts every 10 s, so asking
         # for a count newer than each poll's own start would only pass when a count lands mid-poll).

@@ -24,7 +24,9 @@ import yaml
 from psycopg.conninfo import conninfo_to_dict
 
 from common import config, names
-from compose import containers, local_stack
+from stack.home import PORT_OFFSETS, SECRET_NAMES, Stack
+from stack.postgres import PG_HBA
+from tests.support import containers
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "compose"
@@ -34,9 +36,10 @@ FILESETS = {
 }
 DOCKERFILE = COMPOSE / "Dockerfile"
 DOCKERFILES = sorted(COMPOSE.glob("Dockerfile*"))
-# Python code that runs inside compose services. The launchers run on the host, never in a service.
-CODE_DIRS = ("common", "streamfold", "pipeline", "connectors", "db", "compose")
-HOST_ONLY = {"compose/local_stack.py", "compose/containers.py"}
+# Python code that runs inside compose services: what the pipeline image copies. The launchers run on
+# the host, never in a service: the local stack's (stack/) and the containers fixture (tests/support/).
+CODE_DIRS = ("common", "streamfold", "pipeline", "connectors", "db")
+HOST_ONLY = ("stack", "tests")
 # The Dockerfile's service targets, and the stages only the builds use.
 TARGETS = {"postgres", "kafka", "kinesis", "pipeline"}
 BUILD_STAGES = {"build", "jars", "venv", "npm"}
@@ -93,8 +96,7 @@ def code_variables() -> set[str]:
     found: set[str] = set()
     for folder in CODE_DIRS:
         for path in (REPO / folder).rglob("*.py"):
-            if str(path.relative_to(REPO)) not in HOST_ONLY:
-                found |= set(re.findall(r"\bSTREAMFOLD_[A-Z][A-Z0-9_]*\b", path.read_text()))
+            found |= set(re.findall(r"\bSTREAMFOLD_[A-Z][A-Z0-9_]*\b", path.read_text()))
     return found
 
 
@@ -306,7 +308,7 @@ def test_postgres_has_logical_decoding_and_no_replication_line() -> None:
     rules = [line.split() for line in hba.splitlines() if line and not line.startswith("#")]
     assert rules and all(rule[1] != "replication" for rule in rules)
     # As in the local stack: the Debezium role reaches its own database only, never over the socket.
-    local = [line.split() for line in local_stack.PG_HBA.splitlines() if line and not line.startswith("#")]
+    local = [line.split() for line in PG_HBA.splitlines() if line and not line.startswith("#")]
     debezium = config.DEBEZIUM_ROLE
     for stack_rules in (local, rules):
         mine = [r for r in stack_rules if r[2] == debezium]
@@ -338,6 +340,15 @@ def test_dockerignore_sends_what_the_images_copy_and_no_secrets() -> None:
     for source in copied_sources(DOCKERFILE):
         assert source.split("/")[0] in allowed, f"the Dockerfile copies {source}"
     assert "compose/.env" in rules[rules.index("!compose") :]
+    assert not allowed & set(HOST_ONLY), "the host's launchers are no part of any image"
+    assert not list(COMPOSE.rglob("*.py")), "compose/ holds the Docker files only"
+
+
+def test_the_pipeline_image_copies_the_code_services_run_and_no_launcher() -> None:
+    stage = stages(DOCKERFILE)["pipeline"]
+    copies = [args.split() for i, args in stage if i == "COPY" and "--from=" not in args]
+    copied = {source.split("/")[0] for words in copies for source in words[:-1]}
+    assert copied == {"pyproject.toml", *CODE_DIRS}
 
 
 def test_mounted_files_exist() -> None:
@@ -403,7 +414,7 @@ def test_the_project_version_tags_the_images() -> None:
     assert dotenv()["STREAMFOLD_IMAGE_TAG"] == project
 
 
-# ---------------------------------------------------------------- compose/containers.py
+# ---------------------------------------------------------------- tests/support/containers.py
 
 
 def test_containers_start_the_infrastructure_the_local_stack_runs() -> None:
@@ -418,10 +429,10 @@ def test_containers_export_what_the_local_stack_exports(
 ) -> None:
     settings = containers.isolated_settings(pid=4242)
     env = containers.stack_env(settings, tmp_path)
-    local = local_stack.Stack(
+    local = Stack(
         home=tmp_path,
-        ports=dict.fromkeys(local_stack.PORT_OFFSETS, 1),
-        secrets=dict.fromkeys(local_stack.SECRET_NAMES, "x"),
+        ports=dict.fromkeys(PORT_OFFSETS, 1),
+        secrets=dict.fromkeys(SECRET_NAMES, "x"),
     ).env()
     assert set(local) <= set(env)
     for key, value in env.items():

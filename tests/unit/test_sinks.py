@@ -26,9 +26,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from common import names
-from compose import local_stack
 from db import schema
 from pipeline import records, retry, sinks
+from stack import lifecycle
+from stack.home import StackError, open_stack
+from stack.prerequisites import pg_bindir
 from tests.support.records import USER_CLICKS_FIELDS
 
 
@@ -98,22 +100,22 @@ def test_kafka_outage_messages_are_recognised() -> None:
 @pytest.fixture(scope="module")
 def pg_home() -> Iterator[Path]:
     try:
-        local_stack.pg_bindir()
-    except local_stack.StackError as error:
+        pg_bindir()
+    except StackError as error:
         pytest.skip(str(error))
     home = Path(tempfile.mkdtemp(prefix="streamfold-unit-pg-"))
     home.chmod(0o755)  # as root, the postgres OS user must reach its data folder
     try:
-        local_stack.start_service(home, "postgres")
+        lifecycle.start_service(home, "postgres")
         yield home
     finally:
-        local_stack.down(home)
+        lifecycle.down(home)
         shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture()
 def dsn(pg_home: Path) -> str:
-    env = local_stack.open_stack(pg_home).env()
+    env = open_stack(pg_home).env()
     dsn = env["STREAMFOLD_PG_DSN"]
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DROP SCHEMA IF EXISTS streamfold CASCADE")  # the version table with it
@@ -124,8 +126,8 @@ def dsn(pg_home: Path) -> str:
 @pytest.fixture(scope="module")
 def bootstrap(pg_home: Path) -> str:
     """The stack's Kafka broker in the same home (started once), with the sink's topics."""
-    local_stack.start_service(pg_home, "kafka")
-    bootstrap = local_stack.open_stack(pg_home).env()["STREAMFOLD_KAFKA_BOOTSTRAP"]
+    lifecycle.start_service(pg_home, "kafka")
+    bootstrap = open_stack(pg_home).env()["STREAMFOLD_KAFKA_BOOTSTRAP"]
     fresh_topics(bootstrap)  # the broker creates no topic on its own
     return bootstrap
 
@@ -412,11 +414,11 @@ def test_a_batch_survives_a_postgres_outage(
     """The executors wait out a stopped Postgres (their log lines, `Postgres unavailable (...), retrying in
     Ns`, are checked on the job's log by tests/e2e/test_outages.py), then the batch lands once."""
     land(frame(spark, clicks(10)), dsn, bootstrap)  # the executors hold a live connection
-    local_stack.stop_service(pg_home, "postgres")
+    lifecycle.stop_service(pg_home, "postgres")
 
     def come_back() -> None:
         time.sleep(4)
-        local_stack.start_service(pg_home, "postgres")
+        lifecycle.start_service(pg_home, "postgres")
 
     restarter = threading.Thread(target=come_back)
     restarter.start()

@@ -27,7 +27,7 @@ from testcontainers.compose import DockerCompose
 
 from common import config
 
-COMPOSE_DIR = Path(__file__).resolve().parent
+COMPOSE_DIR = Path(__file__).resolve().parents[2] / "compose"
 COMPOSE_FILE = "docker-compose.yml"
 INFRA_SERVICES = ["postgres", "kafka", "connect", "kinesis"]
 # The host ports docker-compose.yml publishes for those services (compose/.env names).
@@ -120,7 +120,7 @@ def _compose(*args: str) -> None:
 
 
 def stop_service(name: str) -> None:
-    """Stop one service's container; its volumes stay (local_stack.stop_service's counterpart)."""
+    """Stop one service's container; its volumes stay (stack.lifecycle.stop_service's counterpart)."""
     _compose("stop", name)
 
 

@@ -1,0 +1,173 @@
+"""One stack's home: its folder layout, persisted ports and generated secrets, and StackError.
+
+Data dirs, configs, logs, pid files, ports and secrets live under the home, so stacks with different
+homes are independent and a stack keeps its ports and passwords across restarts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import secrets
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+# Offsets inside a stack's block of ports.
+PORT_OFFSETS = {
+    "postgres": 0,
+    "kafka": 1,
+    "kafka-controller": 2,
+    "connect": 3,
+    "kinesis": 4,
+    "kinesis-tls": 5,
+}
+PORT_BLOCK = 10
+DEFAULT_PORT_RANGE = "20000-29999"
+
+PG_USER = "streamfold"
+PG_DATABASE = "streamfold"
+DEBEZIUM_PASSWORD = "STREAMFOLD_DEBEZIUM_PASSWORD"
+ROLE_PASSWORDS = (DEBEZIUM_PASSWORD, "STREAMFOLD_WRITER_PASSWORD", "STREAMFOLD_READER_PASSWORD")
+SECRET_NAMES = ("STREAMFOLD_PG_PASSWORD", *ROLE_PASSWORDS)
+# kinesis-local accepts any credentials; a 12-digit key id would select another account.
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "streamfold",
+    "AWS_SECRET_ACCESS_KEY": "streamfold",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+# The GC settings of Kafka's own start scripts.
+
+
+class StackError(RuntimeError):
+    """A one-line, user-facing failure (a log tail may follow on later lines)."""
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One stack's folder plus its persisted ports and secrets."""
+
+    home: Path
+    ports: dict[str, int]
+    secrets: dict[str, str]
+
+    def path(self, *parts: str) -> Path:
+        return self.home.joinpath(*parts)
+
+    @property
+    def pg_dsn(self) -> str:
+        password = self.secrets["STREAMFOLD_PG_PASSWORD"]
+        return f"postgresql://{PG_USER}:{password}@127.0.0.1:{self.ports['postgres']}/{PG_DATABASE}"
+
+    def env(self) -> dict[str, str]:
+        """The variables `stack env` exports (README, "Using it")."""
+        roles = {name: self.secrets[name] for name in ROLE_PASSWORDS}
+        return {
+            "STREAMFOLD_HOME": str(self.home),
+            "STREAMFOLD_PG_DSN": self.pg_dsn,
+            "STREAMFOLD_KAFKA_BOOTSTRAP": f"127.0.0.1:{self.ports['kafka']}",
+            "STREAMFOLD_CONNECT_URL": f"http://127.0.0.1:{self.ports['connect']}",
+            "STREAMFOLD_KINESIS_ENDPOINT": f"http://127.0.0.1:{self.ports['kinesis']}",
+            **roles,
+            **AWS_ENV,
+        }
+
+
+def resolve_home(home: Path) -> Path:
+    return Path(home).expanduser().resolve()
+
+
+def port_range() -> tuple[int, int]:
+    """STREAMFOLD_PORT_RANGE=LOW-HIGH confines new stacks, e.g. to share a machine."""
+    value = os.environ.get("STREAMFOLD_PORT_RANGE", DEFAULT_PORT_RANGE)
+    match = re.fullmatch(r"(\d+)-(\d+)", value)
+    if not match or int(match[2]) - int(match[1]) + 1 < PORT_BLOCK:
+        raise StackError(f"STREAMFOLD_PORT_RANGE={value}: expected LOW-HIGH spanning >= {PORT_BLOCK} ports")
+    return int(match[1]), int(match[2])
+
+
+def _block_index(home: Path, blocks: int) -> int:
+    digest = hashlib.sha256(str(resolve_home(home)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") % blocks
+
+
+def derived_base(home: Path) -> int:
+    """The first port of the block a hash of the home path picks."""
+    low, high = port_range()
+    return low + _block_index(home, (high - low + 1) // PORT_BLOCK) * PORT_BLOCK
+
+
+def port_free(port: int) -> bool:
+    # SO_REUSEADDR: ports in TIME_WAIT after a restart are free for a listening server.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def allocate_ports(home: Path) -> dict[str, int]:
+    """The stack's ports: persisted ones, else the hashed block (or the next free one), persisted."""
+    home = _make_home(home)
+    path = home / "ports.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    low, high = port_range()
+    blocks = (high - low + 1) // PORT_BLOCK
+    first = _block_index(home, blocks)
+    # A block in use by a running stack (a hash collision) is skipped, so running stacks never clash.
+    for step in range(blocks):
+        base = low + (first + step) % blocks * PORT_BLOCK
+        ports = {name: base + offset for name, offset in PORT_OFFSETS.items()}
+        if all(port_free(port) for port in ports.values()):
+            write_private(path, json.dumps(ports, indent=2) + "\n", mode=0o644)
+            return ports
+    raise StackError(f"no free block of {PORT_BLOCK} ports in {low}-{high}")
+
+
+def _load_secrets(home: Path) -> dict[str, str]:
+    path = home / "secrets.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    values = {name: secrets.token_urlsafe(24) for name in SECRET_NAMES}
+    write_private(path, json.dumps(values, indent=2) + "\n")
+    return values
+
+
+def write_private(path: Path, text: str, mode: int = 0o600) -> None:
+    """Write atomically with `mode` from the start (secrets are never world-readable, even briefly)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    tmp.replace(path)
+
+
+def _make_home(home: Path) -> Path:
+    home = resolve_home(home)
+    if not home.exists():
+        # Traversable by the postgres OS user, but not listable.
+        home.mkdir(parents=True, mode=0o711)
+    return home
+
+
+def open_stack(home: Path) -> Stack:
+    """Create the folder layout, ports and secrets on first use; reuse them afterwards."""
+    home = _make_home(home)
+    for sub in ("conf", "data", "logs", "pids", "run"):
+        (home / sub).mkdir(exist_ok=True)
+    return Stack(home, allocate_ports(home), _load_secrets(home))
+
+
+def existing_stack(home: Path) -> Stack | None:
+    home = resolve_home(home)
+    if not (home / "ports.json").exists() or not (home / "secrets.json").exists():
+        return None
+    return Stack(home, json.loads((home / "ports.json").read_text()), _load_secrets(home))
