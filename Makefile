@@ -43,8 +43,8 @@ images:
 	if [ -n "$(STREAMFOLD_BUILD_CA)" ]; then cp "$(STREAMFOLD_BUILD_CA)" compose/build-ca/streamfold-build-ca.crt; fi; \
 	cd compose && BASE_IMAGE="$$base" docker-compose build --force-rm
 
-# The compose stack end to end (tests/compose): build, up, the README's story, down -v. Own temp dir:
-# it may run while another pytest session holds the default one.
+# The compose stack end to end (tests/compose): build, up, the story of README "Run with Docker",
+# down -v. Own temp dir: it may run while another pytest session holds the default one.
 test-compose: setup
 	$(VENV)/pytest tests/compose -q -p no:cacheprovider --basetemp=/tmp/streamfold-compose-pytest
 

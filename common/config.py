@@ -14,7 +14,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from common import names
 
-# The contract (README: "Using it") plus the role passwords and AWS settings.
+# The contract (docs/contracts.md "Environment variables"): the endpoints, the role passwords and AWS.
 ENDPOINT_VARS = (
     "STREAMFOLD_PG_DSN",
     "STREAMFOLD_KAFKA_BOOTSTRAP",

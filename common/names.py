@@ -1,4 +1,4 @@
-"""Every topic, stream, table and connector name of the contract (README), defined once."""
+"""Every topic, stream, table and connector name of the contract (docs/contracts.md), defined once."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ The totals are folded where the clicks land, in the executors (jvm/src/main/java
 into streamfold.enriched_clicks, and `PgWriter` upserts those sums in the partition's Postgres
 transaction, keys in sorted order so concurrent partitions cannot deadlock). So Postgres folds a few
 thousand sums per batch, not every row, and the totals equal the sum over `streamfold.enriched_clicks`
-in every committed state, replays included (README "Guarantees").
+in every committed state, replays included (docs/guarantees.md "Totals").
 
 The driver then publishes the current totals of the keys a batch touched to the compacted aggregate
 topics (`current_totals`, called by pipeline/sinks.py).

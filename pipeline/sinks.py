@@ -21,7 +21,7 @@ event_id): each partition produces its user_clicks, users_changelog and clicks_d
 commit, from the same task; then the driver publishes the aggregate topics with the current totals of the
 keys the batch touched (read after every partition committed, so the last value per key is the newest).
 
-Robustness (also in README):
+Robustness (docs/guarantees.md "Failure modes"):
 - Postgres text cannot hold U+0000 and COPY needs valid UTF-8: every text written to Postgres is made valid
   UTF-8 (invalid bytes -> U+FFFD) and NUL becomes U+FFFD. user_clicks keeps the click as parsed (JSON
   escapes NUL as \\u0000). The original bytes of a rejected record are kept in dead_letters.payload.

@@ -1,6 +1,6 @@
 """The temporal join: every click enriched with the user profile version valid when it happened.
 
-Semantics (README.md, "Join semantics"):
+Semantics (docs/join-semantics.md "In short"):
 - A profile version is valid from its commit time (valid_from_ms = Debezium source.ts_ms); snapshot rows
   (op=r) from BEGINNING_OF_TIME_MS; a delete ends validity (a tombstone version), a re-insert starts anew.
 - A click at t joins the version with the greatest valid_from <= t (equal valid_from: the higher lsn),

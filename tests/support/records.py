@@ -1,4 +1,4 @@
-"""Record shapes as users see them (README "Topics"), written out here as the spec the code is held to."""
+"""Record shapes as users see them (docs/contracts.md "Topics"), written out: the spec the code is held to."""
 
 # A user_clicks value's fields, in the order the sink writes them: the enriched click, times in epoch ms.
 USER_CLICKS_FIELDS = (
