@@ -10,14 +10,16 @@ import signal
 import time
 from pathlib import Path
 
-import boto3
 from botocore.config import Config as BotoConfig
 
+from common import kinesis
 from stack.home import AWS_ENV, port_free
 from stack.prerequisites import KINESIS_MAIN
 from stack.processes import wait_gone
 from stack.service import Service
 
+# One quick attempt: a health check is repeated until the service is up.
+HEALTH_CHECK = BotoConfig(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
 # kinesis-local has no bind-address setting and listens on every interface; this preload keeps it
 # on loopback like every other service.
 KINESIS_LOOPBACK_JS = """\
@@ -88,13 +90,12 @@ class Kinesis(Service):
         self.pid_file.unlink(missing_ok=True)
 
     def healthy(self) -> bool:
-        client = boto3.client(
-            "kinesis",
+        client = kinesis.client(
+            HEALTH_CHECK,
             endpoint_url=self.endpoint(),
             region_name=AWS_ENV["AWS_DEFAULT_REGION"],
             aws_access_key_id=AWS_ENV["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=AWS_ENV["AWS_SECRET_ACCESS_KEY"],
-            config=BotoConfig(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1}),
         )
         try:
             client.list_streams()

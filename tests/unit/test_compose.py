@@ -165,8 +165,12 @@ def test_docker_compose_accepts_the_files_with_every_variable_set(fileset: str) 
 # ---------------------------------------------------------------- (2) one set of settings
 
 
-def test_the_variable_scan_sees_the_settings_module() -> None:
-    assert set(config.ENDPOINT_VARS) | set(config.SECRET_VARS) | {"STREAMFOLD_HOME"} <= code_variables()
+@pytest.mark.parametrize("fileset", FILESETS)
+def test_services_get_no_setting_the_code_does_not_read(fileset: str) -> None:
+    for name, svc in services(fileset).items():
+        given = {key for key in svc.get("environment", {}) if key.startswith("STREAMFOLD_")}
+        stale = given - code_variables()
+        assert not stale, f"{name} gets {sorted(stale)}, which no streamfold code reads"
 
 
 @pytest.mark.parametrize("fileset", FILESETS)
