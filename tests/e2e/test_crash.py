@@ -52,7 +52,7 @@ def test_kill_9_at_random_points_loses_and_doubles_nothing(source, pg, streamfol
         [(u, f"R{i % 4}") for i, u in enumerate(users)],
     )
     send = (
-        kinesis_sender(sandbox.clicks_stream)
+        kinesis_sender(sandbox.stream())
         if source == "kinesis"
         else kafka_sender(bootstrap, sandbox.clicks_topic)
     )

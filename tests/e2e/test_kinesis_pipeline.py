@@ -54,7 +54,7 @@ def test_kinesis_and_kafka_give_the_same_postgres_totals(pg, streamfold_setup, t
     for key, value in records:
         producer.produce(via_kafka.clicks_topic, key=key, value=value)
     assert producer.flush(30) == 0
-    kinesis.put_records(kinesis.client(), via_kinesis.clicks_stream, records)
+    kinesis.put_records(kinesis.client(), via_kinesis.stream(), records)
     via_kafka.run_once("kafka")
     via_kinesis.run_once("kinesis")
 

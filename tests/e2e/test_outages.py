@@ -99,11 +99,12 @@ def test_job_survives_an_outage_with_exact_totals(service, pg, streamfold_setup,
     source = SOURCE[service]
     producer = topics.producer(bootstrap, {"linger.ms": 5})
     stream = kinesis.client()
+    clicks_stream = sandbox.stream() if source == "kinesis" else ""
     stop = threading.Event()
 
     def send(records: list[tuple[str, bytes]]) -> None:
         if source == "kinesis":
-            kinesis.put_records(stream, sandbox.clicks_stream, records)
+            kinesis.put_records(stream, clicks_stream, records)
             return
         for key, value in records:
             producer.produce(sandbox.clicks_topic, key=key, value=value)

@@ -130,7 +130,7 @@ def test_status_counts_kinesis_records_behind(streamfold_setup, tmp_path):
     sandbox.run_once("kinesis")
     stream = kinesis.client()
     records = [(c["userid"], json.dumps(c).encode()) for c in clicks(ClickSpec(count=20, users=5, seed=504))]
-    kinesis.put_records(stream, sandbox.clicks_stream, records)
+    kinesis.put_records(stream, sandbox.stream(), records)
     rows = status(sandbox)["kinesis_lag"]
     assert rows and all(r["query"] == "clicks-kinesis" for r in rows), rows
     assert sum(r["records_behind"] for r in rows) == 20, rows

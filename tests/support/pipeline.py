@@ -38,13 +38,22 @@ NEVER = -(2**63)
 @dataclass(frozen=True)
 class Sandbox:
     """A scenario's own sink database, STREAMFOLD_HOME, and clicks topic and stream (so its input and its
-    run time do not depend on which scenarios ran before it)."""
+    run time do not depend on which scenarios ran before it). The stream, of the same name as the topic, is
+    created when first used: kinesis-local holds at most 50 shards."""
 
     name: str
     admin_dsn: str
     home: Path
     clicks_topic: str
-    clicks_stream: str
+
+    @property
+    def clicks_stream(self) -> str:
+        return self.clicks_topic
+
+    def stream(self) -> str:
+        """The scenario's Kinesis stream, created if it is not there yet."""
+        kinesis.ensure_stream(kinesis.client(), self.clicks_stream, shards=setup.CLICK_PARTITIONS)
+        return self.clicks_stream
 
     def env(self, **extra: str) -> dict[str, str]:
         return {
@@ -62,10 +71,12 @@ class Sandbox:
     def inputs(self, source: str, bootstrap: str) -> list[Input]:
         """Every record of this scenario's clicks topic or stream, as the job would read it."""
         if source == "kinesis":
-            return kinesis_inputs(self.clicks_stream)
+            return kinesis_inputs(self.stream())
         return kafka_inputs(bootstrap, self.clicks_topic)
 
     def run_once(self, source: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
+        if source == "kinesis":
+            self.stream()
         result = subprocess.run(
             [sys.executable, "-m", "streamfold", "run", "--source", source, "--once"],
             capture_output=True,
@@ -79,6 +90,8 @@ class Sandbox:
 
     def start(self, source: str, log: Path, conf: tuple[str, ...] = (), **env: str) -> subprocess.Popen:
         """The continuous job, in its own process group so a kill takes the JVM and workers too."""
+        if source == "kinesis":
+            self.stream()
         return subprocess.Popen(
             [sys.executable, "-m", "streamfold", "run", "--source", source]
             + [f"--conf={item}" for item in conf],
@@ -91,18 +104,17 @@ class Sandbox:
 
 
 def make_sandbox(admin_dsn: str, name: str, home: Path) -> Sandbox:
-    """A fresh database `name`, `home`, and a new clicks topic and stream named after the scenario (a uuid
-    keeps them new when the session's stack outlives a run)."""
+    """A fresh database `name`, `home`, and a new clicks topic named after the scenario (a uuid keeps it new
+    when the session's stack outlives a run)."""
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     dsn = make_conninfo("", **{**conninfo_to_dict(admin_dsn), "dbname": name})
     schema.apply(dsn)
     home.mkdir(parents=True, exist_ok=True)
-    inputs = f"{names.CLICKS_TOPIC}-{name.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
-    setup.ensure_topics(config.load().kafka_bootstrap, inputs)
-    kinesis.ensure_stream(kinesis.client(), inputs, shards=setup.CLICK_PARTITIONS)
-    return Sandbox(name, dsn, home, inputs, inputs)
+    topic = f"{names.CLICKS_TOPIC}-{name.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
+    setup.ensure_topics(config.load().kafka_bootstrap, topic)
+    return Sandbox(name, dsn, home, topic)
 
 
 def kill9(process: subprocess.Popen) -> None:
