@@ -58,12 +58,14 @@ def kafka_clicks(
     topic: str = names.CLICKS_TOPIC,
     max_records: int = DEFAULT_MAX_RECORDS_PER_BATCH,
 ) -> DataFrame:
-    """event_id, source, payload, now_ms (when the record reached Kafka: its timestamp; see _arrival_ms)."""
-    raw = _kafka(spark, bootstrap, topic, max_records)
+    return from_kafka_clicks(_kafka(spark, bootstrap, topic, max_records), topic)
+
+
+def from_kafka_clicks(raw: DataFrame, topic: str) -> DataFrame:
+    """Kafka records -> event_id, source, payload, now_ms (when the record reached Kafka: its timestamp;
+    see _arrival_ms)."""
     return raw.select(
-        _position(
-            "kafka", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string")
-        ).alias("event_id"),
+        _kafka_position().alias("event_id"),
         F.lit(f"kafka:{topic}").alias("source"),
         F.col("value").alias("payload"),
         _arrival_ms("timestamp"),
@@ -87,7 +89,11 @@ def kinesis_clicks(
     reader = reader.option("startingPosition", "TRIM_HORIZON")
     if max_records is not None:
         reader = reader.option("maxRecordsPerBatch", str(max_records))
-    raw = reader.load()
+    return from_kinesis_clicks(reader.load(), stream)
+
+
+def from_kinesis_clicks(raw: DataFrame, stream: str) -> DataFrame:
+    """Kinesis records (pipeline.kinesis_source.SCHEMA) -> the columns of from_kafka_clicks."""
     return raw.select(
         _position("kinesis", stream, F.col("shard_id"), F.col("sequence_number")).alias("event_id"),
         F.lit(f"kinesis:{stream}").alias("source"),
@@ -97,15 +103,24 @@ def kinesis_clicks(
 
 
 def cdc(spark: SparkSession, bootstrap: str, max_records: int = DEFAULT_MAX_RECORDS_PER_BATCH) -> DataFrame:
+    return from_kafka_cdc(
+        _kafka(spark, bootstrap, f"{names.CDC_USERS_TOPIC},{names.HEARTBEAT_TOPIC}", max_records)
+    )
+
+
+def from_kafka_cdc(raw: DataFrame) -> DataFrame:
     """Debezium change events and heartbeats: topic, key, value, record_id, written_ms (the record's Kafka
     timestamp: when Connect wrote it, or the commit time Debezium gave it)."""
-    raw = _kafka(spark, bootstrap, f"{names.CDC_USERS_TOPIC},{names.HEARTBEAT_TOPIC}", max_records)
     return raw.select(
         "topic",
         "key",
         "value",
-        _position(
-            "kafka", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string")
-        ).alias("record_id"),
+        _kafka_position().alias("record_id"),
         F.unix_millis("timestamp").alias("written_ms"),
+    )
+
+
+def _kafka_position() -> Column:
+    return _position(
+        "kafka", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string")
     )

@@ -1,0 +1,73 @@
+"""connectors/setup.py: the Debezium connector's config as `streamfold setup` registers it (the registration
+and the topics run against a real Connect and broker in tests/e2e/test_cdc.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from common import config, names
+from connectors import setup
+from db.schema import PUBLIC_USER_COLUMNS
+
+PII = {"name", "email", "contactinfo"}
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> config.Settings:
+    for name in ("STREAMFOLD_CONNECT_PG_HOST", "STREAMFOLD_CONNECT_PG_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("STREAMFOLD_HOME", str(tmp_path))  # no stack.env to fall back on
+    monkeypatch.setenv("STREAMFOLD_DEBEZIUM_PASSWORD", "the-secret")
+    dsn = "host=db.internal port=6432 dbname=shop user=admin password=x"
+    return config.Settings(dsn, "k:9092", "http://c:8083", "", tmp_path)
+
+
+def test_the_connector_reaches_the_dsns_database_as_the_debezium_role(settings: config.Settings) -> None:
+    cfg = setup.connector_config(settings)
+    assert (cfg["database.hostname"], cfg["database.port"], cfg["database.dbname"]) == (
+        "db.internal",
+        "6432",
+        "shop",
+    )
+    assert cfg["database.user"] == config.DEBEZIUM_ROLE
+    # A reference the Connect worker resolves from its own environment, never the password itself.
+    assert cfg["database.password"] == "${env:STREAMFOLD_DEBEZIUM_PASSWORD}"
+    assert "the-secret" not in str(cfg)
+
+
+def test_connect_may_reach_postgres_by_another_address(
+    settings: config.Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STREAMFOLD_CONNECT_PG_HOST", "postgres")
+    monkeypatch.setenv("STREAMFOLD_CONNECT_PG_PORT", "5432")
+    cfg = setup.connector_config(settings)
+    assert (cfg["database.hostname"], cfg["database.port"]) == ("postgres", "5432")
+
+
+def test_only_the_profile_columns_leave_postgres(settings: config.Settings) -> None:
+    cfg = setup.connector_config(settings)
+    included = cfg["column.include.list"].split(",")
+    users = {c.removeprefix("public.users.") for c in included if c.startswith("public.users.")}
+    assert users == set(PUBLIC_USER_COLUMNS) and not users & PII
+    assert set(included) - {f"public.users.{c}" for c in users} == {
+        "streamfold.cdc_heartbeat.id",
+        "streamfold.cdc_heartbeat.ts",
+    }
+    selected = cfg["snapshot.select.statement.overrides.public.users"]
+    assert selected == f"SELECT {', '.join(PUBLIC_USER_COLUMNS)} FROM public.users"
+
+
+def test_heartbeats_land_in_the_users_topic_in_commit_order(settings: config.Settings) -> None:
+    cfg = setup.connector_config(settings)
+    assert cfg["transforms.heartbeatToUsers.replacement"] == names.CDC_USERS_TOPIC
+    assert cfg["topic.prefix"] == names.CDC_TOPIC_PREFIX
+    assert "streamfold.cdc_heartbeat" in cfg["heartbeat.action.query"]
+    assert (cfg["slot.name"], cfg["publication.name"]) == (names.SLOT_NAME, names.PUBLICATION_NAME)
+    assert cfg["publication.autocreate.mode"] == "disabled"  # setup creates it, with a column list
+
+
+def test_every_placeholder_is_filled(settings: config.Settings) -> None:
+    values = setup.connector_config(settings).values()
+    assert [v for v in values if "${" in v and not v.startswith("${env:")] == []
