@@ -20,7 +20,9 @@ stack_app = typer.Typer(help="The local stack: every service as a native process
 generate_app = typer.Typer(help="Sample users and realistic click load.")
 app.add_typer(stack_app, name="stack")
 app.add_typer(generate_app, name="generate")
-console = Console(stderr=True)
+# soft_wrap: a line stays one line whatever the width (80 when stderr is a file), so a job's log can be
+# grepped; a terminal wraps it anyway.
+console = Console(stderr=True, soft_wrap=True)
 
 
 class Source(StrEnum):

@@ -59,7 +59,7 @@ WAITING = {
     "postgres": ("Postgres unavailable (",),
     "kafka": (
         "Kafka (",
-        ": Getting offsets from KafkaV2[Subscribe[clicks]] for ",
+        ": Getting offsets from KafkaV2[Subscribe[clicks-outage-kafka-",  # the scenario's own topic
         ": Processing new data for ",
     ),
     "kinesis": ("Kinesis unavailable (EndpointConnectionError: Could not connect to the endpoint URL",),
