@@ -47,7 +47,7 @@ def write_inputs(spark: SparkSession, root: Path, clicks: int, users: int, files
         ids.select(
             F.concat(F.lit("e"), F.col("id").cast("string")).alias("event_id"),
             F.format_string("User_%d", F.pmod(F.xxhash64("id"), F.lit(users))).alias("userid"),
-            (F.lit(T0) + F.col("id")).alias("event_time_ms"),
+            (F.lit(T0) + F.col("id")).alias("click_time_ms"),
             F.concat(F.lit("/p/"), (F.col("id") % 1000).cast("string")).alias("url"),
             F.lit("ios").alias("device_id"),
             F.lit("10.0.0.1").alias("ip"),

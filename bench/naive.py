@@ -92,7 +92,7 @@ def enrich(msg: Message, lookup: psycopg.Cursor, now_ms: int) -> dict[str, Any] 
     return {
         "event_id": f"kafka:{msg.topic()}:{msg.partition()}:{msg.offset()}",
         "uid": click.userid,
-        "click_time_ms": click.event_time_ms,
+        "click_time_ms": click.click_time_ms,
         "click_url": click.url,
         "device_type": click.device_id,
         "click_location": click.ip,

@@ -53,7 +53,7 @@ def main() -> None:
     )
     raw_cdc = spark.createDataFrame(
         [("cdc.public.users", b'{"userid": "u1"}', b"{}", "r1", 1)],
-        "topic string, key binary, value binary, record_id string, written_ms bigint",
+        "topic string, key binary, value binary, event_id string, written_ms bigint",
     )
     measure("clicks.parse", clicks.parse(raw_clicks))
     measure("cdc_fold.fold", cdc_fold.fold(raw_cdc))

@@ -21,20 +21,22 @@ ENDPOINT_VARS = (
     "STREAMFOLD_CONNECT_URL",
     "STREAMFOLD_KINESIS_ENDPOINT",
 )
-SECRET_VARS = (
-    "STREAMFOLD_DEBEZIUM_PASSWORD",
-    "STREAMFOLD_WRITER_PASSWORD",
-    "STREAMFOLD_READER_PASSWORD",
-)
 AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
 # Where the clicks come from, if not the contract's `clicks` topic and stream: several pipelines can share
 # a broker, and each test scenario reads only its own input.
 INPUT_VARS = ("STREAMFOLD_CLICKS_TOPIC", "STREAMFOLD_CLICKS_STREAM")
 
-# Least-privilege roles created by `streamfold setup` (db/schema.py).
+# Least-privilege roles created by `streamfold setup` (db/schema.py), and the variable holding each one's
+# password: defined here only.
 DEBEZIUM_ROLE = "streamfold_debezium"
 WRITER_ROLE = "streamfold_writer"
 READER_ROLE = "streamfold_reader"
+PASSWORD_VARS = {
+    DEBEZIUM_ROLE: "STREAMFOLD_DEBEZIUM_PASSWORD",
+    WRITER_ROLE: "STREAMFOLD_WRITER_PASSWORD",
+    READER_ROLE: "STREAMFOLD_READER_PASSWORD",
+}
+SECRET_VARS = tuple(PASSWORD_VARS.values())
 
 
 class ConfigError(RuntimeError):
@@ -82,18 +84,18 @@ class Settings:
     clicks_topic: str = names.CLICKS_TOPIC
     clicks_stream: str = names.CLICKS_STREAM
 
-    def role_dsn(self, role: str, password_var: str) -> str:
+    def role_dsn(self, role: str) -> str:
         """The admin DSN with another role's credentials (same host, port, database)."""
-        params = {**conninfo_to_dict(self.pg_dsn), "user": role, "password": lookup(password_var)}
+        params = {**conninfo_to_dict(self.pg_dsn), "user": role, "password": lookup(PASSWORD_VARS[role])}
         return make_conninfo("", **params)
 
     @property
     def writer_dsn(self) -> str:
-        return self.role_dsn(WRITER_ROLE, "STREAMFOLD_WRITER_PASSWORD")
+        return self.role_dsn(WRITER_ROLE)
 
     @property
     def reader_dsn(self) -> str:
-        return self.role_dsn(READER_ROLE, "STREAMFOLD_READER_PASSWORD")
+        return self.role_dsn(READER_ROLE)
 
 
 def load() -> Settings:

@@ -23,9 +23,9 @@ from db import tables
 PUBLIC_USER_COLUMNS = ("userid", "regionid", "gender", "interests", "registertime")
 
 _ROLES = (
-    (config.DEBEZIUM_ROLE, "STREAMFOLD_DEBEZIUM_PASSWORD", "LOGIN REPLICATION"),
-    (config.WRITER_ROLE, "STREAMFOLD_WRITER_PASSWORD", "LOGIN"),
-    (config.READER_ROLE, "STREAMFOLD_READER_PASSWORD", "LOGIN"),
+    (config.DEBEZIUM_ROLE, "LOGIN REPLICATION"),
+    (config.WRITER_ROLE, "LOGIN"),
+    (config.READER_ROLE, "LOGIN"),
 )
 
 VERSION_TABLE = "alembic_version"
@@ -91,8 +91,8 @@ def apply(admin_dsn: str) -> tuple[str | None, str]:
         revisions = _upgrade(connection)
         conn = connection.connection.driver_connection
         assert isinstance(conn, psycopg.Connection)
-        for role, password_var, attributes in _ROLES:
-            _ensure_role(conn, role, config.lookup(password_var), attributes)
+        for role, attributes in _ROLES:
+            _ensure_role(conn, role, config.lookup(config.PASSWORD_VARS[role]), attributes)
         _grant(conn)
         _ensure_publication(conn)
     return revisions

@@ -75,7 +75,7 @@ _KIND = StructField("kind", StringType())  # change | progress | skip | error
 _PROGRESS = StructField("progress_ms", LongType())
 FOLD_TYPE = records.udf_type(_KIND, *records.CHANGE.fields, _PROGRESS, records.REJECT["error"])
 # What `fold_records` returns: the UDF's row, and the record's id and bytes when it is an error.
-FOLDED_COLUMNS = ("kind", *records.names(records.CHANGE), "progress_ms", "error", "record_id", "payload")
+FOLDED_COLUMNS = ("kind", *records.names(records.CHANGE), "progress_ms", "error", "event_id", "payload")
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ def _profile_int(row: dict[str, Any], field: str) -> int | None:
 
 
 def fold(cdc_raw: DataFrame) -> DataFrame:
-    """Raw CDC records (topic, key, value, record_id, written_ms) -> the join's CDC input, FOLDED_COLUMNS:
+    """Raw CDC records (topic, key, value, event_id, written_ms) -> the join's CDC input, FOLDED_COLUMNS:
     every change, progress and unfoldable record ("error", a dead letter the join passes through); skipped
     ones dropped. progress_ms counts at most MAX_PROGRESS_LEAD_MS past written_ms, the record's Kafka
     timestamp."""
@@ -236,7 +236,7 @@ def fold_records(cdc_raw: DataFrame, *keep: str) -> DataFrame:
     """
     cdc_raw.sparkSession.udf.registerJavaFunction(FOLD_UDF, "io.streamfold.cdc.EnvelopeFold", FOLD_TYPE)
     folded = cdc_raw.select(
-        "record_id",
+        "event_id",
         "value",
         *keep,
         F.call_function(FOLD_UDF, F.col("topic") == names.HEARTBEAT_TOPIC, "key", "value").alias("_fold"),
@@ -244,7 +244,7 @@ def fold_records(cdc_raw: DataFrame, *keep: str) -> DataFrame:
     error = F.col("_fold.kind") == "error"
     return folded.select(
         *(F.col(f"_fold.{name}").alias(name) for name in FOLDED_COLUMNS[:-2]),
-        F.when(error, F.col("record_id")).alias("record_id"),
+        F.when(error, F.col("event_id")).alias("event_id"),
         F.when(error, F.col("value")).alias("payload"),
         *keep,
     )

@@ -57,7 +57,7 @@ class Click:
     url: str
     device_id: str
     ip: str
-    event_time_ms: int
+    click_time_ms: int
     clicks: int
 
 
@@ -85,7 +85,7 @@ def parse_click(payload: bytes | None, now_ms: int) -> Click:
         url=_text(obj, "url"),
         device_id=_text(obj, "device_id"),
         ip=_text(obj, "ip"),
-        event_time_ms=_event_time(obj, now_ms),
+        click_time_ms=_event_time(obj, now_ms),
         clicks=clicks,
     )
 

@@ -11,6 +11,11 @@ table) are derived from these.
             tests/unit/test_temporal_join_spark.py): ENRICHED rows, REJECT rows, and each profile change
             (change_op set) for users_changelog
 
+One name per concept along the path: a click's time is `click_time_ms` from the parser to the sink
+(`event_time` only in the JSON producers write, `click_time` in Postgres and user_clicks); a record's id,
+its source position, is `event_id` for clicks and CDC records alike (`dead_letter_id` in
+streamfold.dead_letters). Inside the join, `ts_ms` is the one time column clicks and changes share.
+
 The JVM reads these columns by name, except the UDFs' return rows, which it builds by position: CLICK
 (without event_id) is ClickParse's row and CHANGE is EnvelopeFold's, in this order.
 """
@@ -43,7 +48,7 @@ CLICK = _struct(
     ("url", _STR),
     ("device_id", _STR),
     ("ip", _STR),
-    ("event_time_ms", _LONG),
+    ("click_time_ms", _LONG),
     ("clicks", _INT),
 )
 CHANGE = _struct(

@@ -109,13 +109,13 @@ def cdc(spark: SparkSession, bootstrap: str, max_records: int = DEFAULT_MAX_RECO
 
 
 def from_kafka_cdc(raw: DataFrame) -> DataFrame:
-    """Debezium change events and heartbeats: topic, key, value, record_id, written_ms (the record's Kafka
+    """Debezium change events and heartbeats: topic, key, value, event_id, written_ms (the record's Kafka
     timestamp: when Connect wrote it, or the commit time Debezium gave it)."""
     return raw.select(
         "topic",
         "key",
         "value",
-        _kafka_position().alias("record_id"),
+        _kafka_position().alias("event_id"),
         F.unix_millis("timestamp").alias("written_ms"),
     )
 

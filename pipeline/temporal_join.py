@@ -111,7 +111,7 @@ def temporal_join(clicks: DataFrame, cdc: DataFrame, cfg: JoinConfig | None = No
     """Streaming clicks (CLICKS_SCHEMA) and CDC rows (pipeline.cdc_fold.fold: kind "change" with the
     CHANGES_SCHEMA fields, or "progress"; progress_ms on both) -> one OUTPUT_SCHEMA row per click, and one
     per change (change_op set: users_changelog, in the join's version order per user).
-    Inputs must carry no watermark of their own and have non-null event_time_ms / valid_from_ms (the
+    Inputs must carry no watermark of their own and have non-null click_time_ms / valid_from_ms (the
     parsers send such records to the dead letters).
 
     clicks may also carry REJECT_FIELDS: a row whose error is set is a rejected record, which passes
@@ -119,7 +119,7 @@ def temporal_join(clicks: DataFrame, cdc: DataFrame, cfg: JoinConfig | None = No
     any split of the parsed source into clicks and rejects (a filter each, then a union, before or after
     the join) makes Spark read and parse the source twice per batch; one tagging projection does not.
     The CDC rows likewise go through one path (watermark, then changes and progress fanned out in the JVM),
-    and may carry CDC records that could not be folded (kind "error", with error, record_id and payload):
+    and may carry CDC records that could not be folded (kind "error", with error, event_id and payload):
     they pass through as rejects of source `kafka:<CDC users topic>`.
     """
     cfg = cfg or JoinConfig()
@@ -146,10 +146,10 @@ def _project(df: DataFrame, values: dict[str, Column]) -> DataFrame:
     )
 
 
-def _reject_bucket(is_reject: Column, record_id: str, buckets: int) -> Column:
+def _reject_bucket(is_reject: Column, event_id: str, buckets: int) -> Column:
     """A reject may go to any bucket (it only passes through), so rejects are spread by their record id,
     and a flood of them is too."""
-    return F.when(is_reject, F.pmod(F.hash(record_id), F.lit(buckets)))
+    return F.when(is_reject, F.pmod(F.hash(event_id), F.lit(buckets)))
 
 
 def _tag_clicks(clicks: DataFrame, buckets: int) -> DataFrame:
@@ -168,7 +168,7 @@ def _tag_clicks(clicks: DataFrame, buckets: int) -> DataFrame:
             **fields,
             **rejects,
             "kind": kind,
-            "ts_ms": F.col("event_time_ms"),
+            "ts_ms": F.col("click_time_ms"),
             "lsn": F.lit(0),
             "clicks": F.coalesce("clicks", F.lit(1)),  # the click contract's default
         },
@@ -183,11 +183,11 @@ def _tag_cdc(cdc: DataFrame, buckets: int) -> DataFrame:
         is_reject = kind == "error"
         kind = F.when(is_reject, F.lit(_REJECT)).otherwise(kind)
         rejects = {
-            "event_id": F.col("record_id"),
+            "event_id": F.col("event_id"),
             "error": F.col("error"),
             "source": F.lit(f"kafka:{names.CDC_USERS_TOPIC}"),
             "payload": F.col("payload"),
-            "bucket": _reject_bucket(is_reject, "record_id", buckets),
+            "bucket": _reject_bucket(is_reject, "event_id", buckets),
         }
     return _project(
         cdc,

@@ -80,7 +80,7 @@ class Version(NamedTuple):
 class Click(NamedTuple):
     event_id: str
     userid: str | None
-    event_time_ms: int
+    click_time_ms: int
     url: str | None
     device_id: str | None
     ip: str | None
@@ -193,16 +193,16 @@ def advance(
     for change in changes:
         versions = add_version(versions, change)
     waiting = state.pending + list(clicks)
-    ready = sorted((c for c in waiting if c.event_time_ms <= watermark_ms), key=lambda c: c.event_time_ms)
-    pending = [c for c in waiting if c.event_time_ms > watermark_ms]
-    rows = [enrich(c, version_at(versions, c.event_time_ms)) for c in ready]
+    ready = sorted((c for c in waiting if c.click_time_ms <= watermark_ms), key=lambda c: c.click_time_ms)
+    pending = [c for c in waiting if c.click_time_ms > watermark_ms]
+    rows = [enrich(c, version_at(versions, c.click_time_ms)) for c in ready]
     versions = expire_versions(versions, watermark_ms - retention_ms)
     return Step(rows, UserState(versions, pending, state.wakeup_ms), _wakeup(versions, pending, retention_ms))
 
 
 def _wakeup(versions: list[Version], pending: list[Click], retention_ms: int) -> int | None:
     """Both candidates are above the watermark: pending clicks by definition, expiry by construction."""
-    times = [c.event_time_ms for c in pending]
+    times = [c.click_time_ms for c in pending]
     expiry = next_expiry_ms(versions, retention_ms)
     if expiry is not None:
         times.append(expiry)

@@ -16,6 +16,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from common import config
+
 # Offsets inside a stack's block of ports.
 PORT_OFFSETS = {
     "postgres": 0,
@@ -30,9 +32,8 @@ DEFAULT_PORT_RANGE = "20000-29999"
 
 PG_USER = "streamfold"
 PG_DATABASE = "streamfold"
-DEBEZIUM_PASSWORD = "STREAMFOLD_DEBEZIUM_PASSWORD"
-ROLE_PASSWORDS = (DEBEZIUM_PASSWORD, "STREAMFOLD_WRITER_PASSWORD", "STREAMFOLD_READER_PASSWORD")
-SECRET_NAMES = ("STREAMFOLD_PG_PASSWORD", *ROLE_PASSWORDS)
+DEBEZIUM_PASSWORD = config.PASSWORD_VARS[config.DEBEZIUM_ROLE]
+SECRET_NAMES = ("STREAMFOLD_PG_PASSWORD", *config.SECRET_VARS)
 # kinesis-local accepts any credentials; a 12-digit key id would select another account.
 AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "streamfold",
@@ -64,7 +65,7 @@ class Stack:
 
     def env(self) -> dict[str, str]:
         """The variables `stack env` exports (README, "Using it")."""
-        roles = {name: self.secrets[name] for name in ROLE_PASSWORDS}
+        roles = {name: self.secrets[name] for name in config.SECRET_VARS}
         return {
             "STREAMFOLD_HOME": str(self.home),
             "STREAMFOLD_PG_DSN": self.pg_dsn,

@@ -1,6 +1,6 @@
 """A temporal join query on a real local Spark, fed from four file streams (clicks, changes, CDC progress and
 rejects passed through), run one batch at a time. A "changes" row may instead be an unfoldable CDC record
-(kind "error" with error, record_id and payload), as pipeline.cdc_fold.fold emits it."""
+(kind "error" with error, event_id and payload), as pipeline.cdc_fold.fold emits it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from pipeline.temporal_join import CHANGES_SCHEMA, CLICKS_SCHEMA, JoinConfig, temporal_join
 
-CDC_ERROR_FIELDS = ("kind", "error", "record_id", "payload")  # an unfoldable CDC record's (all text here)
+CDC_ERROR_FIELDS = ("kind", "error", "event_id", "payload")  # an unfoldable CDC record's (all text here)
 
 
 class Harness:
@@ -53,7 +53,7 @@ class Harness:
             *CHANGES_SCHEMA.fieldNames(),
             F.coalesce("kind", F.lit("change")).alias("kind"),
             "error",
-            "record_id",
+            "event_id",
             F.col("payload").cast("binary").alias("payload"),
         ).unionByName(progress.withColumn("kind", F.lit("progress")), allowMissingColumns=True)
         return temporal_join(

@@ -238,7 +238,7 @@ def expected(
         except Rejected:
             dead.add(item.event_id)
             continue
-        region = expected_region(history, click.userid, click.event_time_ms)
+        region = expected_region(history, click.userid, click.click_time_ms)
         rows[item.event_id] = (click.userid, region, click.clicks)
     return Expected(rows, dead)
 

@@ -170,7 +170,7 @@ def test_fold_tags_every_record(spark):
         (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": {"x": 1}}), "g"),
         (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": "x" * MAX_CHANGE_BYTES}), "h"),
     ]
-    schema = "topic string, key binary, value binary, record_id string, written_ms bigint"
+    schema = "topic string, key binary, value binary, event_id string, written_ms bigint"
     frame = spark.createDataFrame([(*r, 10_000) for r in rows], schema)
     records = fold_records(frame).collect()
     assert tuple(records[0].asDict()) == FOLDED_COLUMNS
@@ -184,7 +184,7 @@ def test_fold_tags_every_record(spark):
         "error",
         "error",
     ]
-    assert [r["record_id"] for r in records] == [None, None, None, "d", None, None, "g", "h"]
+    assert [r["event_id"] for r in records] == [None, None, None, "d", None, None, "g", "h"]
     assert records[3]["payload"] == b"{bad" and "not JSON" in records[3]["error"]
     assert "after.regionid must be a string" in records[6]["error"]
     assert records[7]["error"] == (
@@ -215,7 +215,7 @@ def test_cdc_progress_counts_at_most_a_minute_past_the_records_kafka_timestamp(s
         *[(names.HEARTBEAT_TOPIC, None, json.dumps({"ts_ms": ts}).encode(), f"d{ts}") for ts in future],
         (TOPIC, None, b"{bad", "e"),
     ]
-    schema = "topic string, key binary, value binary, record_id string, written_ms bigint"
+    schema = "topic string, key binary, value binary, event_id string, written_ms bigint"
     cdc = fold(spark.createDataFrame([(*r, written) for r in rows], schema)).collect()
     assert tuple(cdc[0].asDict()) == FOLDED_COLUMNS
     assert [r["progress_ms"] for r in cdc[:2]] == [written - 5_000, written + 60_000]

@@ -76,5 +76,5 @@ def test_spark_parse_keeps_rejects_with_payload_and_reason(spark):
     assert tuple(out.columns) == PARSED_COLUMNS
     good, bad = sorted(out.collect(), key=lambda r: r["event_id"])
     assert good["error"] is None and good["userid"] == "User_1" and good["payload"] is None
-    assert (good["event_time_ms"], good["clicks"]) == (NOW - 5, 1)
+    assert (good["click_time_ms"], good["clicks"]) == (NOW - 5, 1)
     assert bad["event_id"] == "kafka:clicks:0:2" and bad["payload"] == b"{oops" and "not JSON" in bad["error"]

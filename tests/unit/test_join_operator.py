@@ -110,7 +110,7 @@ class Histories:
         return {
             "event_id": f"e{self.clicks}",
             "userid": user,
-            "event_time_ms": t,
+            "click_time_ms": t,
             # Texts the state codec must keep exactly: none, empty, non-ASCII (2-, 3- and 4-byte UTF-8).
             "url": rng.choice(["/a", "/b", None, "", "/caf\u00e9/\u6771\u4eac/\U0001f3cc"]),
             "device_id": rng.choice(["ios", "android", None]),
@@ -157,7 +157,7 @@ def _version(change: dict[str, Any]) -> Version:
 def _click(row: dict[str, Any]) -> Click:
     clicks = 1 if row["clicks"] is None else row["clicks"]
     return Click(
-        row["event_id"], row["userid"], row["event_time_ms"], row["url"], row["device_id"], row["ip"], clicks
+        row["event_id"], row["userid"], row["click_time_ms"], row["url"], row["device_id"], row["ip"], clicks
     )
 
 

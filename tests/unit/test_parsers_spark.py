@@ -283,8 +283,8 @@ def check_clicks(spark: SparkSession, payloads: list[bytes | None]) -> dict[str,
             want.device_id,
             want.ip,
         ), payload
-        assert (row["event_time_ms"], row["clicks"], row["payload"]) == (
-            want.event_time_ms,
+        assert (row["click_time_ms"], row["clicks"], row["payload"]) == (
+            want.click_time_ms,
             want.clicks,
             None,
         )
@@ -314,12 +314,12 @@ def test_plain_click_fast_path_accepts_only_what_parse_click_accepts(spark: Spar
         valid += 1
         if fast is not None:
             taken += 1
-            assert (fast.userid, fast.url, fast.device_id, fast.ip, fast.event_time_ms, fast.clicks) == (
+            assert (fast.userid, fast.url, fast.device_id, fast.ip, fast.click_time_ms, fast.clicks) == (
                 want.userid,
                 want.url,
                 want.device_id,
                 want.ip,
-                want.event_time_ms,
+                want.click_time_ms,
                 want.clicks,
             ), payload
     # Most valid clicks take the fast path (json.dumps escapes non-ASCII in about half of them).
@@ -526,7 +526,7 @@ def check_envelopes(
 ) -> dict[str, int]:
     """Every record through cdc_fold.fold_records (one DataFrame) and parse_envelope must agree."""
     rows = [(topic, key, value, f"r{i}") for i, (topic, key, value) in enumerate(records)]
-    frame = spark.createDataFrame(rows, "topic string, key binary, value binary, record_id string")
+    frame = spark.createDataFrame(rows, "topic string, key binary, value binary, event_id string")
     folded = cdc_fold.fold_records(frame.withColumn("i", F.monotonically_increasing_id()))
     assert tuple(folded.columns) == cdc_fold.FOLDED_COLUMNS
     got = folded.collect()
@@ -539,7 +539,7 @@ def check_envelopes(
         except BadEnvelope as exc:
             assert row["kind"] == "error", (*where, str(exc))
             assert category(row["error"]) == category(str(exc)), (*where, str(exc))
-            assert row["payload"] == value and row["record_id"] is not None
+            assert row["payload"] == value and row["event_id"] is not None
             kinds[category(str(exc))] = kinds.get(category(str(exc)), 0) + 1
             continue
         assert row["error"] is None, where

@@ -49,7 +49,7 @@ def test_cdc_records_keep_key_and_value_with_their_position_and_write_time(spark
             "topic": names.CDC_USERS_TOPIC,
             "key": b"k",
             "value": b"v",
-            "record_id": f"kafka:{names.CDC_USERS_TOPIC}:0:99",
+            "event_id": f"kafka:{names.CDC_USERS_TOPIC}:0:99",
             "written_ms": AT_MS,
         }
     ]

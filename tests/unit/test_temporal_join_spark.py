@@ -35,7 +35,7 @@ def click(event_id: str, userid: str, t: int) -> dict[str, Any]:
     return {
         "event_id": event_id,
         "userid": userid,
-        "event_time_ms": t,
+        "click_time_ms": t,
         "url": f"/p/{event_id}",
         "device_id": "ios",
         "ip": "10.1.2.3",
@@ -144,7 +144,7 @@ def test_changes_and_unfoldable_cdc_records_pass_through_the_join(
         [
             change("bob", "d", T + 4 * MINUTE, 12),
             change("alice", "r", BEGINNING_OF_TIME_MS, 1, "asia"),
-            {"kind": "error", "error": "not JSON", "record_id": "kafka:cdc:0:7", "payload": "{bad"},
+            {"kind": "error", "error": "not JSON", "event_id": "kafka:cdc:0:7", "payload": "{bad"},
             change("bob", "c", T + 2 * MINUTE, 11, "asia"),
             change("alice", "u", T, 10, "europe"),
         ],

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.spark
 T = 2_000_000_000_000
 ARRIVED = T + 100_000  # when the clicks reached their source
 RAW_CLICK = "event_id string, source string, payload string, now_ms long"
-RAW_CDC = "topic string, key string, value string, record_id string, written_ms long"
+RAW_CDC = "topic string, key string, value string, event_id string, written_ms long"
 
 
 def click(event_id: str, user: str, t: int, url: str = "/home") -> dict[str, Any]:
@@ -52,7 +52,7 @@ def change(op: str, user: str, ts: int, region: str | None = None) -> dict[str, 
         "topic": names.CDC_USERS_TOPIC,
         "key": json.dumps({"userid": user}),
         "value": json.dumps(envelope),
-        "record_id": f"cdc:{user}:{op}:{ts}",
+        "event_id": f"cdc:{user}:{op}:{ts}",
         "written_ms": ts,
     }
 
@@ -63,7 +63,7 @@ def heartbeat(ts: int) -> dict[str, Any]:
         "topic": names.HEARTBEAT_TOPIC,
         "key": None,
         "value": value,
-        "record_id": f"hb:{ts}",
+        "event_id": f"hb:{ts}",
         "written_ms": ts,
     }
 

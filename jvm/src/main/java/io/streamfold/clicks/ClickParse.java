@@ -18,7 +18,7 @@ import org.apache.spark.sql.api.java.UDF2;
  * code-generated again for every micro-batch.
  *
  * <p>Registered by pipeline.clicks as `streamfold_parse_click(payload, now_ms)` with the return type
- * clicks.PARSE_TYPE: userid, url, device_id, ip, event_time_ms, clicks (all null on a reject), error.
+ * clicks.PARSE_TYPE: userid, url, device_id, ip, click_time_ms, clicks (all null on a reject), error.
  */
 public final class ClickParse implements UDF2<byte[], Long, Row> {
   private static final long serialVersionUID = 1L;
