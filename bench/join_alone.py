@@ -20,11 +20,10 @@ import typer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipeline import records
 from pipeline import spark as spark_session
 from pipeline.temporal_join import (
     BEGINNING_OF_TIME_MS,
-    CHANGES_SCHEMA,
-    CLICKS_SCHEMA,
     JoinConfig,
     temporal_join,
 )
@@ -82,8 +81,8 @@ def main(
     try:
         write_inputs(spark, root, clicks, users, files)
         joined = temporal_join(
-            stream(spark, root, CLICKS_SCHEMA, "clicks"),
-            stream(spark, root, CHANGES_SCHEMA, "changes")
+            stream(spark, root, records.CLICK, "clicks"),
+            stream(spark, root, records.CHANGE, "changes")
             .withColumn("kind", F.lit("change"))
             .unionByName(
                 stream(spark, root, "progress_ms long", "progress").withColumn("kind", F.lit("progress")),

@@ -63,10 +63,6 @@ from pipeline.temporal_state import BEGINNING_OF_TIME_MS, LATEST, JoinConfig
 
 __all__ = [
     "BEGINNING_OF_TIME_MS",
-    "CHANGES_SCHEMA",
-    "CLICKS_SCHEMA",
-    "OUTPUT_SCHEMA",
-    "REJECT_FIELDS",
     "JoinConfig",
     "Pending",
     "committed_batches",
@@ -76,11 +72,6 @@ __all__ = [
 ]
 
 _STR, _LONG, _INT = StringType(), LongType(), IntegerType()
-
-CLICKS_SCHEMA = records.CLICK
-CHANGES_SCHEMA = records.CHANGE
-REJECT_FIELDS = tuple(records.REJECT.fields)
-OUTPUT_SCHEMA = records.JOIN_OUTPUT
 
 # The operator's input: one row shape for clicks, CDC rows and rejects (io.streamfold.join.TaggedRow). ts_ms
 # is a click's event time or a change's valid_from; the fields of the other kinds are null.
@@ -94,9 +85,9 @@ _TAGGED_SCHEMA = StructType(
         StructField("userid", _STR),
         StructField("ts_ms", _LONG),
         StructField("lsn", _LONG),
-        *[f for f in CLICKS_SCHEMA.fields if f.name in _CLICK_FIELDS],
-        *[f for f in CHANGES_SCHEMA.fields if f.name in _CHANGE_FIELDS],
-        *REJECT_FIELDS,
+        *[f for f in records.CLICK.fields if f.name in _CLICK_FIELDS],
+        *[f for f in records.CHANGE.fields if f.name in _CHANGE_FIELDS],
+        *records.REJECT.fields,
         StructField("progress_ms", _LONG),  # CDC rows only
     ]
 )
@@ -108,14 +99,14 @@ _JVM_JOIN = "io.streamfold.join.TemporalJoin"
 
 
 def temporal_join(clicks: DataFrame, cdc: DataFrame, cfg: JoinConfig | None = None) -> DataFrame:
-    """Streaming clicks (CLICKS_SCHEMA) and CDC rows (pipeline.cdc_fold.fold: kind "change" with the
-    CHANGES_SCHEMA fields, or "progress"; progress_ms on both) -> one OUTPUT_SCHEMA row per click, and one
-    per change (change_op set: users_changelog, in the join's version order per user).
+    """Streaming clicks (records.CLICK) and CDC rows (pipeline.cdc_fold.fold: kind "change" with the
+    records.CHANGE fields, or "progress"; progress_ms on both) -> one records.JOIN_OUTPUT row per click,
+    and one per change (change_op set: users_changelog, in the join's version order per user).
     Inputs must carry no watermark of their own and have non-null click_time_ms / valid_from_ms (the
     parsers send such records to the dead letters).
 
-    clicks may also carry REJECT_FIELDS: a row whose error is set is a rejected record, which passes
-    through the operator untouched (one output row with only event_id and the reject columns set). Why:
+    clicks may also carry the records.REJECT fields: a row whose error is set is a rejected record, which
+    passes through the operator untouched (one output row with only event_id and the reject columns set). Why:
     any split of the parsed source into clicks and rejects (a filter each, then a union, before or after
     the join) makes Spark read and parse the source twice per batch; one tagging projection does not.
     The CDC rows likewise go through one path (watermark, then changes and progress fanned out in the JVM),
@@ -153,14 +144,14 @@ def _reject_bucket(is_reject: Column, event_id: str, buckets: int) -> Column:
 
 
 def _tag_clicks(clicks: DataFrame, buckets: int) -> DataFrame:
-    """Clicks, and rejects (error set) if the frame has REJECT_FIELDS."""
+    """Clicks, and rejects (error set) if the frame has the records.REJECT fields."""
     fields = {name: F.col(name) for name in ("userid", *_CLICK_FIELDS)}
     rejects: dict[str, Column] = {}
     kind = F.lit(_CLICK)
     if "error" in clicks.columns:
         is_reject = F.col("error").isNotNull()
         kind = F.when(is_reject, F.lit(_REJECT)).otherwise(kind)
-        rejects = {f.name: F.col(f.name) for f in REJECT_FIELDS}
+        rejects = {f.name: F.col(f.name) for f in records.REJECT.fields}
         rejects["bucket"] = _reject_bucket(is_reject, "event_id", buckets)
     return _project(
         clicks,

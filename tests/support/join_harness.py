@@ -14,7 +14,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StringType, StructField, StructType
 
-from pipeline.temporal_join import CHANGES_SCHEMA, CLICKS_SCHEMA, JoinConfig, temporal_join
+from pipeline import records
+from pipeline.temporal_join import JoinConfig, temporal_join
 
 CDC_ERROR_FIELDS = ("kind", "error", "event_id", "payload")  # an unfoldable CDC record's (all text here)
 
@@ -44,13 +45,13 @@ class Harness:
         rejects = read.schema("event_id string, error string, source string, payload string").load(
             str(self.root / "rejects")
         )
-        clicks = read.schema(CLICKS_SCHEMA).load(str(self.root / "clicks"))
+        clicks = read.schema(records.CLICK).load(str(self.root / "clicks"))
         changes = read.schema(
-            StructType([*CHANGES_SCHEMA.fields, *(StructField(c, StringType()) for c in CDC_ERROR_FIELDS)])
+            StructType([*records.CHANGE.fields, *(StructField(c, StringType()) for c in CDC_ERROR_FIELDS)])
         ).load(str(self.root / "changes"))
         progress = read.schema("progress_ms long").load(str(self.root / "progress"))
         cdc = changes.select(
-            *CHANGES_SCHEMA.fieldNames(),
+            *records.CHANGE.fieldNames(),
             F.coalesce("kind", F.lit("change")).alias("kind"),
             "error",
             "event_id",

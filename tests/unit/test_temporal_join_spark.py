@@ -14,9 +14,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from common.names import UNKNOWN_REGION
+from pipeline import records
 from pipeline.temporal_join import (
     BEGINNING_OF_TIME_MS,
-    OUTPUT_SCHEMA,
     JoinConfig,
     pending_clicks,
     run_until_drained,
@@ -55,7 +55,7 @@ def progress(ms: int) -> list[dict[str, int]]:
 
 
 def test_output_schema_is_the_pure_logic_row(spark: SparkSession, tmp_path: Path) -> None:
-    assert OUTPUT_SCHEMA.fieldNames() == [
+    assert records.JOIN_OUTPUT.fieldNames() == [
         *Enriched._fields,
         "profile_complete",
         "error",
@@ -63,7 +63,7 @@ def test_output_schema_is_the_pure_logic_row(spark: SparkSession, tmp_path: Path
         "payload",
         "change_op",
     ]
-    assert Harness(spark, tmp_path, JoinConfig()).joined().schema == OUTPUT_SCHEMA
+    assert Harness(spark, tmp_path, JoinConfig()).joined().schema == records.JOIN_OUTPUT
 
 
 def test_clicks_wait_for_cdc_progress_and_join_the_version_valid_at_event_time(
