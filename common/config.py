@@ -113,9 +113,9 @@ def load() -> Settings:
 def aws_settings() -> dict[str, str | None]:
     """boto3 client kwargs: standard AWS variables, with STREAMFOLD_KINESIS_ENDPOINT as override."""
     endpoint = lookup("STREAMFOLD_KINESIS_ENDPOINT", "") or None
-    region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
-    region = region or read_env_file(stack_env_file()).get("AWS_DEFAULT_REGION")
     env_file = read_env_file(stack_env_file())
+    region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
+    region = region or env_file.get("AWS_DEFAULT_REGION")
     return {
         "endpoint_url": endpoint,
         "region_name": region,

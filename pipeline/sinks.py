@@ -71,7 +71,7 @@ PG_TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, psyco
 # --- Postgres from the driver: the current totals it publishes ------------------------------------
 
 
-class PostgresBatches:
+class PostgresConnection:
     """One connection of the driver; `transaction` runs some work in one transaction, through outages."""
 
     def __init__(self, dsn: str, retry_s: float | None = None) -> None:
@@ -236,7 +236,7 @@ class EnrichedClicksSink:
         self.query = query
         self.retry_s = retry_budget_s() if retry_s is None else retry_s
         self.target = JdbcTarget.of(writer_dsn)
-        self.pg = PostgresBatches(writer_dsn, self.retry_s)
+        self.pg = PostgresConnection(writer_dsn, self.retry_s)
         self.bootstrap = bootstrap
         self.producer = topics.producer(
             bootstrap,
