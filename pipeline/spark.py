@@ -1,12 +1,17 @@
-"""The Spark session: local[*] by default, any master by configuration (`--conf spark.master=...`)."""
+"""The Spark session: local[*] by default, any master by configuration (`--conf spark.master=...`, else
+STREAMFOLD_SPARK_MASTER, which `streamfold stack up --spark-workers N` sets)."""
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
+import zipfile
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+from common import config
 
 # Jars resolved by pom.xml's `spark` profile (Kafka connector, Postgres JDBC); nothing downloads at run time.
 DEFAULT_JARS_DIR = Path(__file__).resolve().parents[1] / "lib" / "spark"
@@ -83,6 +88,18 @@ LOCAL_MASTER = {
 }
 
 
+# Settings for any other master (a cluster). Executors take the jars from spark.jars and the Python code
+# from a zip the driver ships (code_zip); the Python environment (pyspark, boto3, pyarrow) is the workers'
+# own: this checkout's venv on the native cluster, the pipeline image in compose. Spark's own worker daemon:
+# ours imports `pipeline` before the shipped zip is on the path, so executors would run their installed
+# copy of the code instead of the driver's.
+CLUSTER = {
+    "spark.executor.memory": "2g",
+    "spark.python.daemon.module": "pyspark.daemon",
+}
+SHIPPED_PACKAGES = ("common", "pipeline")
+
+
 def local_master(folder: Path) -> dict[str, str]:
     class_path = [str(folder / JOIN_JAR), *(j for j in jars_in(folder) if not j.endswith(JOIN_JAR))]
     return {**LOCAL_MASTER, "spark.driver.extraClassPath": ":".join(class_path)}
@@ -105,13 +122,26 @@ def jars() -> list[str]:
 
 
 def master(conf: dict[str, str] | None) -> str:
-    return (conf or {}).get("spark.master", DEFAULTS["spark.master"])
+    chosen = (conf or {}).get("spark.master") or config.lookup("STREAMFOLD_SPARK_MASTER", "")
+    return chosen or DEFAULTS["spark.master"]
 
 
 def settings(conf: dict[str, str] | None = None) -> dict[str, str]:
-    """The session's Spark settings: DEFAULTS, LOCAL_MASTER under a local master, then conf's spark.*."""
-    local = local_master(jars_dir()) if master(conf).startswith("local") else {}
-    return {**DEFAULTS, **local, **{k: v for k, v in (conf or {}).items() if k.startswith("spark.")}}
+    """The session's Spark settings: DEFAULTS, then LOCAL_MASTER or CLUSTER, then conf's spark.*."""
+    where = local_master(jars_dir()) if master(conf).startswith("local") else CLUSTER
+    chosen = {k: v for k, v in (conf or {}).items() if k.startswith("spark.")}
+    return {**DEFAULTS, **where, **chosen, "spark.master": master(conf)}
+
+
+def code_zip() -> Path:
+    """The driver's Python code, as the zip executors put on their path (SparkContext.addPyFile)."""
+    root = Path(__file__).resolve().parents[1]
+    target = Path(tempfile.mkdtemp(prefix="streamfold-code-")) / "streamfold-code.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for package in SHIPPED_PACKAGES:
+            for source in sorted((root / package).rglob("*.py")):
+                archive.write(source, source.relative_to(root))
+    return target
 
 
 def session(app_name: str, conf: dict[str, str] | None = None) -> SparkSession:
@@ -122,4 +152,7 @@ def session(app_name: str, conf: dict[str, str] | None = None) -> SparkSession:
     builder = SparkSession.builder.appName(app_name).config("spark.jars", ",".join(jars()))
     for key, value in settings(conf).items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    if not master(conf).startswith("local"):
+        spark.sparkContext.addPyFile(str(code_zip()))
+    return spark

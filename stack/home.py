@@ -26,6 +26,8 @@ PORT_OFFSETS = {
     "connect": 3,
     "kinesis": 4,
     "kinesis-tls": 5,
+    "spark-master": 6,
+    "spark-master-ui": 7,
 }
 PORT_BLOCK = 10
 DEFAULT_PORT_RANGE = "20000-29999"
@@ -117,7 +119,7 @@ def allocate_ports(home: Path) -> dict[str, int]:
     home = _make_home(home)
     path = home / "ports.json"
     if path.exists():
-        return json.loads(path.read_text())
+        return _with_new_services(path, json.loads(path.read_text()))
     low, high = port_range()
     blocks = (high - low + 1) // PORT_BLOCK
     first = _block_index(home, blocks)
@@ -129,6 +131,16 @@ def allocate_ports(home: Path) -> dict[str, int]:
             write_private(path, json.dumps(ports, indent=2) + "\n", mode=0o644)
             return ports
     raise StackError(f"no free block of {PORT_BLOCK} ports in {low}-{high}")
+
+
+def _with_new_services(path: Path, ports: dict[str, int]) -> dict[str, int]:
+    """A home made before a service existed gets that service's port in its own block."""
+    base = ports["postgres"] - PORT_OFFSETS["postgres"]
+    missing = {name: base + offset for name, offset in PORT_OFFSETS.items() if name not in ports}
+    if missing:
+        ports = {**ports, **missing}
+        write_private(path, json.dumps(ports, indent=2) + "\n", mode=0o644)
+    return ports
 
 
 def _load_secrets(home: Path) -> dict[str, str]:
@@ -171,4 +183,5 @@ def existing_stack(home: Path) -> Stack | None:
     home = resolve_home(home)
     if not (home / "ports.json").exists() or not (home / "secrets.json").exists():
         return None
-    return Stack(home, json.loads((home / "ports.json").read_text()), _load_secrets(home))
+    path = home / "ports.json"
+    return Stack(home, _with_new_services(path, json.loads(path.read_text())), _load_secrets(home))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import time
@@ -24,11 +25,21 @@ from stack.postgres import Postgres
 from stack.prerequisites import check_prerequisites
 from stack.processes import wait_gone
 from stack.service import Service
+from stack.spark import (
+    SparkMaster,
+    SparkWorker,
+    check_worker_count,
+    configure_workers,
+    configured_workers,
+    spark_home_ok,
+)
+from stack.spark import environment as spark_environment
 
 SERVICES = ("postgres", "kafka", "connect", "kinesis")
-# Services started together, then waited for; Connect needs a healthy broker.
-START_WAVES = (("postgres", "kafka", "kinesis"), ("connect",))
-DEPENDS_ON = {"connect": ("kafka",)}
+# Services started together, then waited for; Connect needs a healthy broker, a Spark worker the master.
+START_WAVES = (("postgres", "kafka", "kinesis", "spark-master"), ("connect", "spark-worker"))
+WORKER = re.compile(r"spark-worker-([1-9]\d*)")
+CLUSTER_NAME = re.compile(r"spark-master|spark-worker-[1-9]\d*")
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -41,10 +52,46 @@ SERVICE_CLASSES: dict[str, type[Service]] = {
 }
 
 
+def service_names(stack: Stack) -> list[str]:
+    """The stack's services: the four, then the Spark cluster's master and workers when it has one."""
+    workers = configured_workers(stack)
+    cluster = ["spark-master", *(f"spark-worker-{i}" for i in range(1, workers + 1))] if workers else []
+    return [*SERVICES, *cluster]
+
+
 def service(stack: Stack, name: str) -> Service:
-    if name not in SERVICE_CLASSES:
-        raise StackError(f"unknown service {name!r}: one of {', '.join(SERVICES)}")
-    return SERVICE_CLASSES[name](stack)
+    if name in SERVICE_CLASSES:
+        return SERVICE_CLASSES[name](stack)
+    if CLUSTER_NAME.fullmatch(name) and (name in service_names(stack) or _leftover(stack, name)):
+        worker = WORKER.fullmatch(name)
+        return SparkWorker(stack, int(worker[1])) if worker else SparkMaster(stack)
+    raise StackError(f"unknown service {name!r}: one of {', '.join(service_names(stack))}")
+
+
+def _leftover(stack: Stack, name: str) -> bool:
+    """A cluster service with a pid file, though no longer configured (stopped by the next up or down)."""
+    return stack.path("pids", f"{name}.pid").exists()
+
+
+def check_name(name: str) -> None:
+    """Before anything is created or stopped: a name no stack could have is an error."""
+    if name not in SERVICES and not CLUSTER_NAME.fullmatch(name):
+        raise StackError(
+            f"unknown service {name!r}: one of {', '.join(SERVICES)}, spark-master, spark-worker-N"
+        )
+
+
+def depends_on(name: str) -> tuple[str, ...]:
+    if name == "connect":
+        return ("kafka",)
+    return ("spark-master",) if WORKER.fullmatch(name) else ()
+
+
+def _waves(stack: Stack) -> list[list[str]]:
+    """START_WAVES for this stack: "spark-worker" stands for every worker, and no cluster, no Spark."""
+    names = service_names(stack)
+    expand = {"spark-worker": [n for n in names if WORKER.fullmatch(n)]}
+    return [[m for n in wave for m in expand.get(n, [n]) if m in names] for wave in START_WAVES]
 
 
 def _busy_ports(svc: Service) -> list[tuple[str, int]]:
@@ -80,7 +127,7 @@ def _wait_healthy(svc: Service, started: float) -> None:
         time.sleep(0.25)
     svc.after_healthy()
     took = time.monotonic() - started
-    console.print(f"[green]up[/] {svc.name:<9} {svc.endpoint():<28} pid {svc.pid()}  ({took:.1f}s)")
+    console.print(f"[green]up[/] {svc.name:<14} {svc.endpoint():<28} pid {svc.pid()}  ({took:.1f}s)")
 
 
 @contextlib.contextmanager
@@ -97,6 +144,8 @@ def _stop_on_failure(stack: Stack) -> Iterator[list[str]]:
 
 def _start(stack: Stack, waves: Sequence[Sequence[str]]) -> None:
     check_prerequisites([name for wave in waves for name in wave])
+    if any(name.startswith("spark-") for wave in waves for name in wave):
+        spark_home_ok()
     pending = [service(stack, name) for wave in waves for name in wave]
     _check_ports([svc for svc in pending if svc.pid() is None])
     with _stop_on_failure(stack) as started:
@@ -112,11 +161,17 @@ def _start(stack: Stack, waves: Sequence[Sequence[str]]) -> None:
                 _wait_healthy(svc, began)
 
 
-def up(home: Path) -> dict[str, str]:
-    """Start whatever is not running, wait until all is healthy, write stack.env; return the env."""
+def up(home: Path, spark_workers: int | None = None) -> dict[str, str]:
+    """Start whatever is not running, wait until all is healthy, write stack.env; return the env.
+    spark_workers: run a Spark cluster of that many workers (0: none); None keeps the stack's choice."""
+    if spark_workers is not None:
+        check_worker_count(spark_workers)
     stack = open_stack(home)
-    _start(stack, START_WAVES)
-    env = stack.env()
+    if spark_workers is not None:
+        configure_workers(stack, spark_workers)
+        _stop_unconfigured(stack)
+    _start(stack, _waves(stack))
+    env = {**stack.env(), **spark_environment(stack)}
     write_private(stack.path("stack.env"), "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()))
     return env
 
@@ -126,7 +181,8 @@ def down(home: Path) -> None:
     stack = existing_stack(home)
     if stack is None:
         return
-    for name in ("connect", "kinesis", "kafka", "postgres"):
+    cluster = sorted({*_cluster_pid_files(stack), *service_names(stack)} - set(SERVICES), reverse=True)
+    for name in [*cluster, "connect", "kinesis", "kafka", "postgres"]:  # workers before their master
         svc = service(stack, name)
         if svc.pid() is not None:
             svc.stop()
@@ -134,16 +190,32 @@ def down(home: Path) -> None:
         svc.pid_file.unlink(missing_ok=True)
 
 
+def _cluster_pid_files(stack: Stack) -> list[str]:
+    return [p.stem for p in stack.path("pids").glob("spark-*.pid")]
+
+
+def _stop_unconfigured(stack: Stack) -> None:
+    """Workers beyond the configured count, and the master of a stack without a cluster, stop."""
+    for name in sorted(set(_cluster_pid_files(stack)) - set(service_names(stack)), reverse=True):
+        svc = service(stack, name)
+        if svc.pid() is not None:
+            console.print(f"[yellow]stopped[/] {name}")
+        svc.stop()
+
+
 def start_service(home: Path, name: str) -> None:
     """Start one service (its dependencies must be up) and wait until it is healthy."""
+    check_name(name)
     stack = open_stack(home)
-    for needed in DEPENDS_ON.get(name, ()):
+    service(stack, name)  # a worker the stack does not have is an error before its master is asked for
+    for needed in depends_on(name):
         if service(stack, needed).pid() is None:
             raise StackError(f"{name} needs {needed}, which is not running: start it first")
     _start(stack, [[service(stack, name).name]])
 
 
 def stop_service(home: Path, name: str) -> None:
+    check_name(name)
     stack = existing_stack(home)
     if stack is not None:
         service(stack, name).stop()
@@ -156,6 +228,7 @@ def restart_service(home: Path, name: str) -> None:
 
 def kill_service(home: Path, name: str) -> None:
     """SIGKILL one service, as a crash would (no graceful shutdown)."""
+    check_name(name)
     stack = existing_stack(home)
     if stack is None:
         return
@@ -184,7 +257,7 @@ def status(home: Path) -> list[ServiceStatus]:
     if stack is None:
         return [ServiceStatus(name, "-", "down", None) for name in SERVICES]
     rows = []
-    for name in SERVICES:
+    for name in service_names(stack):
         svc = service(stack, name)
         pid = svc.pid()
         state = "down" if pid is None else ("up" if svc.healthy() else "unhealthy")

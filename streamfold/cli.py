@@ -45,16 +45,13 @@ def progress() -> Progress:
     )
 
 
-class StackService(StrEnum):
-    """What `stack start|stop|restart` take: the launcher's SERVICES (a unit test keeps them equal)."""
-
-    postgres = "postgres"
-    kafka = "kafka"
-    connect = "connect"
-    kinesis = "kinesis"
-
-
-ServiceArgument = Annotated[StackService, typer.Argument(help="one service of the stack", show_default=False)]
+ServiceArgument = Annotated[
+    str,
+    typer.Argument(
+        help="postgres, kafka, connect, kinesis; with a Spark cluster spark-master, spark-worker-1..N",
+        show_default=False,
+    ),
+]
 
 
 @contextlib.contextmanager
@@ -69,12 +66,20 @@ def stack_errors() -> Iterator[None]:
 
 
 @stack_app.command("up")
-def stack_up() -> None:
+def stack_up(
+    spark_workers: Annotated[
+        int | None,
+        typer.Option(
+            help="also run a Spark standalone cluster of N one-core workers (0: none; default: as before)",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
     """Start PostgreSQL, Kafka (KRaft), Kafka Connect + Debezium and kinesis-local; idempotent."""
     from stack import lifecycle
 
     with stack_errors():
-        lifecycle.up(config.home())
+        lifecycle.up(config.home(), spark_workers)
     console.print(f"[green]stack up[/] (home {config.home()}); `streamfold stack env` prints its variables")
 
 
@@ -118,7 +123,7 @@ def stack_start(service: ServiceArgument) -> None:
     from stack import lifecycle
 
     with stack_errors():
-        lifecycle.start_service(config.home(), service.value)
+        lifecycle.start_service(config.home(), service)
 
 
 @stack_app.command("stop")
@@ -127,8 +132,8 @@ def stack_stop(service: ServiceArgument) -> None:
     from stack import lifecycle
 
     with stack_errors():
-        lifecycle.stop_service(config.home(), service.value)
-    console.print(f"[yellow]stopped[/] {service.value}")
+        lifecycle.stop_service(config.home(), service)
+    console.print(f"[yellow]stopped[/] {service}")
 
 
 @stack_app.command("restart")
@@ -137,7 +142,7 @@ def stack_restart(service: ServiceArgument) -> None:
     from stack import lifecycle
 
     with stack_errors():
-        lifecycle.restart_service(config.home(), service.value)
+        lifecycle.restart_service(config.home(), service)
 
 
 @app.command()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import stat
+import zipfile
 import zipimport
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,27 @@ def test_local_masters_get_the_forkless_checkpoints_and_others_keep_hadoops_defa
     cluster = spark_session.settings({"spark.master": "spark://master:7077"})
     assert "spark.hadoop.fs.file.impl" not in cluster
     assert "spark.sql.streaming.checkpointFileManagerClass" not in cluster
-    assert cluster["spark.python.daemon.module"] == "pipeline.pyspark_daemon"
+    # Spark's own daemon on a cluster: ours would import the executors' installed `pipeline` before the
+    # driver's shipped code is on the path
+    assert local["spark.python.daemon.module"] == "pipeline.pyspark_daemon"
+    assert cluster["spark.python.daemon.module"] == "pyspark.daemon"
+
+
+def test_the_master_is_conf_then_streamfold_spark_master_then_local(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("STREAMFOLD_HOME", str(tmp_path))  # no stack.env there
+    monkeypatch.delenv("STREAMFOLD_SPARK_MASTER", raising=False)
+    assert spark_session.settings()["spark.master"] == "local[*]"
+    monkeypatch.setenv("STREAMFOLD_SPARK_MASTER", "spark://127.0.0.1:7077")
+    assert spark_session.settings()["spark.master"] == "spark://127.0.0.1:7077"
+    assert spark_session.settings()["spark.executor.memory"] == "2g"
+    assert spark_session.settings({"spark.master": "local[2]"})["spark.master"] == "local[2]"
+
+
+def test_executors_get_the_drivers_code_as_a_zip():
+    with zipfile.ZipFile(spark_session.code_zip()) as archive:
+        shipped = set(archive.namelist())
+    assert {"pipeline/topology.py", "pipeline/kinesis_source.py", "common/config.py"} <= shipped
+    assert {name.split("/")[0] for name in shipped} == set(spark_session.SHIPPED_PACKAGES)
 
 
 def test_the_file_system_sets_permissions_without_chmod(spark: SparkSession, tmp_path: Path):

@@ -23,14 +23,23 @@ def stack(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_start_stop_restart_take_the_launchers_services() -> None:
-    assert [service.value for service in cli.StackService] == list(lifecycle.SERVICES)
-
-
-def test_an_unknown_service_is_a_usage_error(empty_home: Path) -> None:
-    code, output = stack("start", "zookeeper")
-    assert code == 2 and "zookeeper" in output
+def test_an_unknown_service_is_an_error_naming_the_services(empty_home: Path) -> None:
+    for args in (("start", "zookeeper"), ("stop", "spark-worker-0"), ("restart", "spark-workers")):
+        code, output = stack(*args)
+        assert code == 1, args
+        assert f"unknown service {args[1]!r}: one of {', '.join(lifecycle.SERVICES)}" in output
     assert not empty_home.exists()
+
+
+def test_a_worker_the_stack_does_not_have_is_refused(empty_home: Path) -> None:
+    """spark-worker-N is a service only when the stack runs N workers or more (stack up --spark-workers)."""
+    code, output = stack("start", "spark-worker-1")
+    assert code == 1 and "unknown service 'spark-worker-1'" in output, output
+
+
+def test_spark_workers_must_be_a_sensible_count(empty_home: Path) -> None:
+    code, output = stack("up", "--spark-workers", "17")
+    assert code == 1 and "--spark-workers 17: expected 0 to 16" in output, output
 
 
 def test_a_stack_error_is_a_one_line_error_and_exit_status_1(empty_home: Path) -> None:
