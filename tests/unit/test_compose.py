@@ -24,6 +24,8 @@ import yaml
 from psycopg.conninfo import conninfo_to_dict
 
 from common import config, names
+from pipeline.spark import SHIPPED_PACKAGES
+from stack import spark
 from stack.home import PORT_OFFSETS, SECRET_NAMES, Stack
 from stack.postgres import PG_HBA
 from tests.support import containers
@@ -43,10 +45,33 @@ HOST_ONLY = ("stack", "tests")
 # The Dockerfile's service targets, and the stages only the builds use.
 TARGETS = {"postgres", "kafka", "kinesis", "pipeline"}
 BUILD_STAGES = {"build", "jars", "venv", "npm"}
-# Services from the pipeline image: which run streamfold code (spark-master only schedules).
+# Services from the pipeline image: which run streamfold's commands, which run its executors (the cluster
+# file's workers, named as the native stack's: stack/spark.py worker_names), which only schedule.
 PIPELINE_IMAGE = "streamfold/pipeline"
-CODE_SERVICES = {"setup", "pipeline", "spark-worker"}
+CODE_SERVICES = {"setup", "pipeline"}
+WORKERS = spark.worker_names(2)
+EXECUTOR_SERVICES = set(WORKERS)
 SCHEDULER_ONLY = {"spark-master"}
+# Read by the driver on a cluster only (the cluster file's pipeline gets it; local mode when unset).
+CLUSTER_DRIVER_VARS = {"STREAMFOLD_SPARK_MASTER"}
+# What executors read: the Kinesis reader's endpoint, retry budget and AWS settings, and the home whose
+# stack.env holds them natively (common/config.py aws_settings, pipeline/retry.py). The sinks get their
+# DSN and retry budget from the driver.
+EXECUTOR_VARS = {
+    "STREAMFOLD_HOME",
+    "STREAMFOLD_KINESIS_ENDPOINT",
+    "STREAMFOLD_SINK_RETRY_S",
+    *config.AWS_VARS,
+}
+# The cluster file's addresses: spark-master's RPC and UI ports, each worker's RPC and UI ports, and
+# the work folder inside a worker's container.
+MASTER_PORT, MASTER_UI_PORT = 7077, 8080
+WORKER_PORT, WORKER_UI_PORT = 7078, 8081
+WORKER_WORK_DIR = "/tmp/spark-work"
+# What the native workers' environment has (stack/spark.py) that the image gives otherwise: pyspark's
+# spark-class finds its SPARK_HOME, the image's java is on PATH, logs go to the console (docker logs),
+# and each worker binds the address of its --host instead of loopback.
+NATIVE_ONLY_WORKER_ENV = {"SPARK_HOME", "JAVA_HOME", "SPARK_LOG_DIR", "SPARK_LOCAL_IP"}
 USEFUL_CONDITIONS = {"service_healthy", "service_completed_successfully"}
 VAR = re.compile(r"\$\{(\w+)\}")
 
@@ -91,10 +116,10 @@ def variable(text: str) -> str:
     return match.group(1) if match else ""
 
 
-def code_variables() -> set[str]:
-    """Every STREAMFOLD_* variable named in the Python code that services run."""
+def code_variables(folders: tuple[str, ...] = CODE_DIRS) -> set[str]:
+    """Every STREAMFOLD_* variable named in the Python code that services run (or in `folders`)."""
     found: set[str] = set()
-    for folder in CODE_DIRS:
+    for folder in folders:
         for path in (REPO / folder).rglob("*.py"):
             found |= set(re.findall(r"\bSTREAMFOLD_[A-Z][A-Z0-9_]*\b", path.read_text()))
     return found
@@ -177,20 +202,126 @@ def test_services_get_no_setting_the_code_does_not_read(fileset: str) -> None:
 def test_every_service_that_runs_streamfold_code_gets_every_setting(fileset: str) -> None:
     svcs = services(fileset)
     from_pipeline_image = {n for n, s in svcs.items() if s.get("image", "").startswith(PIPELINE_IMAGE + ":")}
-    assert from_pipeline_image <= CODE_SERVICES | SCHEDULER_ONLY, "classify new services in this test"
-    wanted = code_variables() | set(config.AWS_VARS)
+    assert from_pipeline_image <= CODE_SERVICES | EXECUTOR_SERVICES | SCHEDULER_ONLY, "classify new services"
+    wanted = code_variables() - CLUSTER_DRIVER_VARS | set(config.AWS_VARS)
     for name in from_pipeline_image & CODE_SERVICES:
         missing = wanted - set(svcs[name].get("environment", {}))
         assert not missing, f"{name} lacks {sorted(missing)}"
 
 
-def test_spark_executors_get_the_drivers_settings_and_checkpoint_volume() -> None:
+@pytest.mark.parametrize("fileset", FILESETS)
+def test_only_the_cluster_files_driver_gets_the_master(fileset: str) -> None:
+    """The job submits to spark-master through STREAMFOLD_SPARK_MASTER, as on the native cluster."""
+    svcs = services(fileset)
+    given = {
+        n: s["environment"]["STREAMFOLD_SPARK_MASTER"]
+        for n, s in svcs.items()
+        if CLUSTER_DRIVER_VARS & set(s.get("environment", {}))
+    }
+    if fileset == "base":
+        assert given == {}
+        return
+    assert given == {"pipeline": f"spark://{svcs['spark-master']['hostname']}:{MASTER_PORT}"}
+    assert code_variables(("pipeline",)) >= CLUSTER_DRIVER_VARS
+    # The base file's command, plus the driver's address in the compose network: no spark.master there.
+    base = services("base")["pipeline"]["command"]
+    driver = ["--conf", "spark.driver.host=pipeline", "--conf", "spark.driver.bindAddress=0.0.0.0"]
+    assert svcs["pipeline"]["command"] == base + driver
+    assert svcs["pipeline"]["hostname"] == "pipeline"
+
+
+def test_the_cluster_file_runs_the_native_clusters_commands() -> None:
+    """stack/spark.py's master_command and worker_command with the compose hosts and ports: the same
+    classes, cores, memory and options as `streamfold stack up --spark-workers 2`."""
     svcs = services("cluster")
-    driver, worker = svcs["pipeline"], svcs["spark-worker"]
-    assert worker["environment"] == driver["environment"]
-    home = driver["environment"]["STREAMFOLD_HOME"]
-    mounts = [{v.split(":")[1]: v.split(":")[0] for v in s["volumes"]}.get(home) for s in (driver, worker)]
-    assert mounts[0] and mounts[0] == mounts[1], "state store checkpoints must be one volume for both"
+    master = svcs["spark-master"]
+    assert master["command"] == spark.master_command(master["hostname"], MASTER_PORT, MASTER_UI_PORT)
+    assert str(MASTER_UI_PORT) in " ".join(master["healthcheck"]["test"])
+    url = f"spark://{master['hostname']}:{MASTER_PORT}"
+    assert sorted(n for n in svcs if n.startswith("spark-worker")) == WORKERS
+    for name in WORKERS:
+        worker = svcs[name]
+        assert worker["hostname"] == name
+        assert worker["command"] == spark.worker_command(
+            url, name, WORKER_WORK_DIR, WORKER_PORT, WORKER_UI_PORT
+        )
+        assert f"localhost:{WORKER_UI_PORT}/" in " ".join(worker["healthcheck"]["test"])
+        assert worker["depends_on"] == {"spark-master": {"condition": "service_healthy"}}
+    assert set(svcs["pipeline"]["depends_on"]) == {"setup", *WORKERS}
+
+
+def native_worker(home: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], dict[str, str]]:
+    """The command and environment `streamfold stack up --spark-workers N` starts a worker with."""
+    stack = Stack(home=home, ports=dict.fromkeys(PORT_OFFSETS, 1), secrets=dict.fromkeys(SECRET_NAMES, "x"))
+    launched: dict[str, Any] = {}
+
+    def spawn(self: spark.SparkWorker, cmd: list[str], out: Path, env: dict[str, str] | None = None) -> None:
+        launched.update(cmd=list(cmd), env=dict(env or {}))
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        self.pid_file.write_text("1\n")
+
+    monkeypatch.setattr(spark.SparkWorker, "_spawn_recorded", spawn)
+    monkeypatch.setattr(spark, "java_binary", lambda: "/usr/lib/jvm/java-17/bin/java")
+    spark.SparkWorker(stack, 1).launch()
+    return launched["cmd"], launched["env"]
+
+
+def flags(command: list[str]) -> dict[str, str]:
+    """A Spark daemon's options but its addresses and folders: what both deployments must share."""
+    where = {"--host", "--port", "--webui-port", "--work-dir"}
+    options = command[command.index(spark.WORKER_CLASS) + 2 :]
+    return {k: v for k, v in zip(options[::2], options[1::2], strict=True) if k not in where}
+
+
+def image_env(target: str) -> dict[str, str]:
+    """The ENV a Dockerfile target sets."""
+    pairs = [
+        word.split("=", 1)
+        for instruction, args in stages(DOCKERFILE)[target]
+        if instruction == "ENV"
+        for word in args.split()
+    ]
+    return dict((key, value) for key, value in pairs)
+
+
+def test_workers_get_what_the_native_workers_get(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    command, native = native_worker(tmp_path, monkeypatch)
+    assert set(native) >= NATIVE_ONLY_WORKER_ENV
+    svcs = services("cluster")
+    image = image_env("pipeline")
+    for name in WORKERS:
+        env = svcs[name]["environment"]
+        assert flags(svcs[name]["command"]) == flags(command) == {"--cores": "1", "--memory": "3g"}
+        missing = set(native) - set(env) - set(image) - NATIVE_ONLY_WORKER_ENV
+        assert not missing, f"{name} lacks {sorted(missing)}"
+        assert env["SPARK_WORKER_OPTS"] == native["SPARK_WORKER_OPTS"] == spark.WORKER_OPTS
+    # Python workers run the driver's PYSPARK_PYTHON: the venv whose bin/ the image puts first on PATH
+    # (pyspark, pandas, pyarrow), for the driver and the workers alike.
+    assert "PYSPARK_PYTHON" in native and "PYSPARK_PYTHON" not in svcs["pipeline"]["environment"]
+    assert image["PYSPARK_PYTHON"] == image["PATH"].split(":")[0] + "/python"
+
+
+def test_workers_get_what_executors_read_from_the_drivers_settings() -> None:
+    svcs = services("cluster")
+    driver = svcs["pipeline"]["environment"]
+    # Each variable is named in the code executors get (the zip the driver ships).
+    assert EXECUTOR_VARS - set(config.AWS_VARS) <= code_variables(SHIPPED_PACKAGES)
+    for name in WORKERS:
+        env = svcs[name]["environment"]
+        ours = {k for k in env if k.startswith(("STREAMFOLD_", "AWS_"))}
+        assert ours == EXECUTOR_VARS, f"{name}: {sorted(ours ^ EXECUTOR_VARS)}"
+        assert {k: env[k] for k in ours} == {k: driver[k] for k in ours}, name
+
+
+def test_the_driver_and_the_workers_share_the_checkpoint_volume() -> None:
+    """Executors write the state store's checkpoint files under the driver's STREAMFOLD_HOME."""
+    svcs = services("cluster")
+    home = svcs["pipeline"]["environment"]["STREAMFOLD_HOME"]
+    mounts = {}
+    for name in ["pipeline", *WORKERS]:
+        assert svcs[name]["environment"]["STREAMFOLD_HOME"] == home, name
+        mounts[name] = {v.split(":")[1]: v.split(":")[0] for v in svcs[name]["volumes"]}.get(home)
+    assert len(set(mounts.values())) == 1 and mounts["pipeline"] in model("cluster")["volumes"], mounts
 
 
 def test_the_job_connects_as_the_writer_role_and_setup_as_the_superuser() -> None:
