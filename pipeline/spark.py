@@ -128,9 +128,15 @@ def master(conf: dict[str, str] | None) -> str:
 
 def settings(conf: dict[str, str] | None = None) -> dict[str, str]:
     """The session's Spark settings: DEFAULTS, then LOCAL_MASTER or CLUSTER, then conf's spark.*."""
-    where = local_master(jars_dir()) if master(conf).startswith("local") else CLUSTER
+    where = local_master(jars_dir()) if master(conf).startswith("local") else {**CLUSTER, **executor_env()}
     chosen = {k: v for k, v in (conf or {}).items() if k.startswith("spark.")}
     return {**DEFAULTS, **where, **chosen, "spark.master": master(conf)}
+
+
+def executor_env() -> dict[str, str]:
+    """The driver's retry budget for the executors' Kinesis reads too (their workers may say otherwise)."""
+    budget = os.environ.get("STREAMFOLD_SINK_RETRY_S")
+    return {"spark.executorEnv.STREAMFOLD_SINK_RETRY_S": budget} if budget else {}
 
 
 def code_zip() -> Path:

@@ -41,6 +41,10 @@ def test_the_master_is_conf_then_streamfold_spark_master_then_local(monkeypatch,
     assert spark_session.settings()["spark.master"] == "spark://127.0.0.1:7077"
     assert spark_session.settings()["spark.executor.memory"] == "2g"
     assert spark_session.settings({"spark.master": "local[2]"})["spark.master"] == "local[2]"
+    monkeypatch.setenv(
+        "STREAMFOLD_SINK_RETRY_S", "30"
+    )  # the executors' Kinesis reads retry as long as the driver
+    assert spark_session.settings()["spark.executorEnv.STREAMFOLD_SINK_RETRY_S"] == "30"
 
 
 def test_executors_get_the_drivers_code_as_a_zip():
