@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from bench import job, procmem, profile, report
+from bench import cpu, job, procmem, profile, report
 from bench.latency import Observations, percentile, summary
 from bench.naive import STAGING_COLUMNS, pg_array, user_click
 from tests.support.records import USER_CLICKS_FIELDS
@@ -120,3 +120,32 @@ def test_markdown_has_the_throughput_ratios():
     text = report.markdown(results)
     assert "| naive: PostgreSQL lookup per click | 100 | 5.0 | 20 | 0.50x |" in text
     assert "streamfold/naive: 0.50" in text
+
+
+def test_cpu_usage_names_what_the_groups_left_to_other_processes():
+    a = cpu.Sample(100.0, busy_s=50.0, groups={"job": 10.0, "postgres": 1.0})
+    b = cpu.Sample(110.0, busy_s=65.0, groups={"job": 20.0, "postgres": 3.0})
+    used = cpu.usage(a, b)
+    assert used["wall_s"] == 10.0 and used["machine_busy_core_s"] == 15.0
+    assert used["core_s"] == {"job": 10.0, "postgres": 2.0, "other": 3.0}
+
+
+def test_cpu_clock_counts_a_tree_and_an_exact_pid_apart():
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        me = os.getpid()
+        with cpu.CpuClock({"me": [me], "tree": [me]}, interval_s=0.1, exact=frozenset({"me"})) as clock:
+            time.sleep(1.0)
+        used = clock.between(clock.samples[0].at, clock.samples[-1].at)["core_s"]
+        assert used["tree"] > 0  # the busy child, below this process (however busy the machine is)
+        assert used["me"] < used["tree"]
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_worker_tree_names_its_daemon_and_its_executors_apart():
+    tree = procmem.Tree(7, "cluster daemons", "executor ")
+    assert procmem.role(7, "java", 7, tree) == "cluster daemons"
+    assert procmem.role(8, "java", 7, tree) == "executor jvm"
+    assert procmem.role(9, "python3", 7, tree) == "executor workers"
