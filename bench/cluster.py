@@ -36,6 +36,7 @@ BATCH = re.compile(r"batch = (\d+)")
 BENCH = "the bench itself (loads, samples)"
 JOB = "job (driver; local: + executors)"
 DAEMONS = "cluster daemons"
+EXECUTORS = "executors"
 JOIN = "join + landing"
 READ = "read + parse"
 
@@ -70,7 +71,7 @@ def cpu_groups(home: Path, job_pid: int) -> dict[str, list[int]]:
         BENCH: [os.getpid()],
         JOB: [job_pid],
         DAEMONS: [pid for name, pid in services.items() if name.startswith("spark-")],
-        "executors": workers,  # below the workers: their daemons count above
+        EXECUTORS: workers,  # below the workers: their daemons count above
         **{name: [pid] for name, pid in services.items() if not name.startswith("spark-")},
     }
 
@@ -242,6 +243,10 @@ def _memory(side: dict[str, Any]) -> str:
     return f"{mem.get('peak_total_rss_mib', '-')} / {mem.get('peak_total_pss_mib', '-')}"
 
 
+def _times(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
 def _share(part: float, whole: float) -> str:
     return f"{part / whole:.0%}" if whole else "-"
 
@@ -249,6 +254,18 @@ def _share(part: float, whole: float) -> str:
 def _core_s(cpu: dict[str, Any]) -> str:
     used = sorted(cpu.get("core_s", {}).items(), key=lambda kv: -kv[1])
     return ", ".join(f"{name} {seconds:.1f}" for name, seconds in used if seconds)
+
+
+def cpu_per_click(side: dict[str, Any]) -> dict[str, float]:
+    """µs of CPU a click over the measured span: Spark's processes (the job, the executors, the cluster's
+    daemons), every process of the stack (Spark, Postgres, Kafka, Connect, Kinesis; not the bench nor
+    other processes), and the tasks' own CPU (Spark's executorCpuTime). Unlike clicks/s, it leaves out the
+    time spent waiting for a core that other processes hold."""
+    used, clicks = side["cpu"]["core_s"], side["clicks"]
+    spark = sum(used.get(g, 0.0) for g in (JOB, EXECUTORS, DAEMONS))
+    stack = sum(v for g, v in used.items() if g not in (BENCH, "other"))
+    tasks = sum(k["cpu_ms"] for k in side["breakdown"]["kinds"].values()) / 1000
+    return {k: round(v / clicks * 1e6, 1) for k, v in (("spark", spark), ("stack", stack), ("tasks", tasks))}
 
 
 def findings(pair: dict[str, Any]) -> list[str]:
@@ -262,6 +279,13 @@ def findings(pair: dict[str, Any]) -> list[str]:
         f"peak memory, total RSS / PSS: local {_memory(local)} MiB; cluster (driver, executors, master and "
         f"worker daemons) {_memory(on_cluster)} MiB",
     ]
+    here, there = cpu_per_click(local), cpu_per_click(on_cluster)
+    lines.append(
+        f"CPU a click (time spent waiting for a core is not in it, unlike in clicks/s): Spark's processes "
+        f"local {here['spark']} µs, cluster {there['spark']} µs ({_times(there['spark'], here['spark'])}); "
+        f"the tasks' own CPU {here['tasks']} against {there['tasks']} µs; the whole stack {here['stack']} "
+        f"against {there['stack']} µs"
+    )
     b = on_cluster["breakdown"]
     trigger, serial = b["trigger_ms"], b["driver_serial_ms"]
     phases = ", ".join(f"{k} {v / 1000:.1f} s" for k, v in list(b["driver_phases_ms"].items())[:4])

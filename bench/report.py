@@ -188,6 +188,7 @@ def pair_rows(results: dict[str, Any]) -> list[list[str]]:
     rows = []
     for label, side in pair_sides(results):
         cpu = side.get("cpu") or {}
+        per_click = cluster.cpu_per_click(side) if cpu and side.get("breakdown") else {}
         rows.append(
             [
                 label,
@@ -197,6 +198,8 @@ def pair_rows(results: dict[str, Any]) -> list[list[str]]:
                 ratio(side["clicks_per_s"], local),
                 f"{side['launch_to_first_read_s']:.1f}",
                 str(side["batches"]),
+                str(per_click.get("spark", "-")),
+                str(per_click.get("stack", "-")),
                 f"{cpu.get('machine_busy_share', 0):.0%}",
                 f"{cpu.get('core_s', {}).get('other', 0):.1f}",
                 side.get("loadavg_after", "-"),
@@ -345,6 +348,8 @@ TABLES = {
             "this / local",
             "launch -> first read s",
             "batches",
+            "Spark CPU µs / click",
+            "stack CPU µs / click",
             "machine busy",
             "other processes, core-s",
             "loadavg after",

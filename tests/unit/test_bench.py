@@ -245,7 +245,11 @@ def test_markdown_has_the_local_vs_cluster_pair_and_names_the_bottleneck():
     }
     pair["projection"] = cluster.projection(pair["cluster"]["breakdown"], 1000, workers=(4,))
     text = report.markdown({"cluster": pair})
-    assert "| local[*] | 1,000 | 5.0 | 200 | 1.00x | 9.0 | 3 | 95% | 1.5 | 1.0 1.0 1.0 |" in text
+    # CPU a click: Spark's processes (here the executors' 5 core-s), the whole stack (+ Postgres' 2)
+    assert (
+        "| local[*] | 1,000 | 5.0 | 200 | 1.00x | 9.0 | 3 | 5000.0 | 7000.0 | 95% | 1.5 | 1.0 1.0 1.0 |"
+        in text
+    )
     assert "| cluster, 2 workers | 1,000 | 10.0 | 100 | 0.50x |" in text
     assert "| local[*] | 100 | 900 | - | - | - | - | 1000 | 950 |" in text
     assert "| executors | 5.0 | 5.0 |" in text
@@ -253,6 +257,7 @@ def test_markdown_has_the_local_vs_cluster_pair_and_names_the_bottleneck():
     # CPU time only: the longest tasks on a CPU, 0.15 and 1 s
     assert "| 4 | 4.9 | 204 | 3.8 | 267 |" in text
     assert "- cluster of 2 one-core workers / local[*]: 0.50 (100 against 200 clicks/s" in text
+    assert "Spark's processes local 5000.0 µs, cluster 5000.0 µs (1.00x); the tasks' own CPU 0.0" in text
     assert (
         "Postgres (one server, whatever the workers): 2.0 core-s for 1,000 clicks, 2000.0 µs a click" in text
     )
