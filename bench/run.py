@@ -13,7 +13,8 @@ On its own local stack (a fresh STREAMFOLD_HOME, stopped at the end), in one run
      throughput is measured against that much state
   7. local vs cluster: `--cluster-clicks` clicks measured under local[*], then on the same input on a
      Spark standalone cluster of `--cluster-workers` one-core workers started for it (stopped after):
-     the cost of distribution as a ratio, and where a batch's time goes (bench/cluster.py)
+     the cost of distribution as a ratio and in CPU a click, and where a batch's time goes
+     (bench/cluster.py); it runs after the naive baseline, before the steps that add users
 `--cluster-only` runs step 7 alone (a quick comparison for development).
 Results: tables on the console, bench/results/<date>.json (+ .md, and charts: <date>-*.png, bench/plots.py).
 """
@@ -456,6 +457,10 @@ def main(
     ] = report.RESULTS_DIR,
 ) -> None:
     """Throughput, latency and memory of streamfold, a naive baseline, and the machine's limit."""
+    if cluster_only and (skip_cluster or cluster_workers < 1):
+        raise typer.BadParameter(
+            "--cluster-only needs the comparison: --cluster-workers >= 1, no --skip-cluster"
+        )
     p = Params(
         clicks=clicks,
         users=users,
@@ -469,7 +474,7 @@ def main(
         limits=not skip_limits,
         cluster_workers=0 if skip_cluster else cluster_workers,
         cluster_clicks=clicks if cluster_clicks is None else cluster_clicks,
-        cluster_only=cluster_only and not skip_cluster,
+        cluster_only=cluster_only,
         profile_seconds=profile_seconds,
         job_conf=dict(item.split("=", 1) for item in job_conf or []),
         home=home,
