@@ -30,7 +30,7 @@ from typing import Any
 
 import psycopg
 
-from bench.procmem import Sampler
+from bench.procmem import Sampler, Tree
 from bench.stack import Bench
 from common import names
 
@@ -49,9 +49,13 @@ def parse_ts(text: str) -> float:
 class JobRun:
     """One `streamfold run --source kafka` with its own STREAMFOLD_HOME (fresh checkpoints)."""
 
-    def __init__(self, bench: Bench, name: str, conf: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, bench: Bench, name: str, conf: dict[str, str] | None = None, also: list[Tree] | None = None
+    ) -> None:
+        """`also`: process trees whose memory counts as the job's too (a cluster's workers)."""
         self.bench = bench
         self.conf = conf or {}
+        self.also = also or []
         self.home = bench.home / "runs" / name
         self.home.mkdir(parents=True, exist_ok=True)
         self.progress_file = self.home / "progress.jsonl"
@@ -77,7 +81,7 @@ class JobRun:
                 start_new_session=True,  # the JVM and python workers share its process group
             )
         self.launched = time.time()
-        self.sampler = Sampler(self.proc.pid).__enter__()
+        self.sampler = Sampler([Tree(self.proc.pid), *self.also]).__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:

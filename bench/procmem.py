@@ -59,13 +59,25 @@ def _kib(pid: int, path: str, key: str) -> int:
     return 0
 
 
-def role(pid: int, comm: str, root: int) -> str | None:
-    """driver, jvm or workers; None for anything else (a process being spawned, see the module doc)."""
+def role(pid: int, comm: str, root: int, tree: Tree | None = None) -> str | None:
+    """driver, jvm or workers (a tree's own names, Tree); None for anything else (a process being spawned,
+    see the module doc)."""
+    tree = tree or Tree(root)
     if pid == root:
-        return "driver"
+        return tree.root_role
     if comm == "java":
-        return "jvm"
-    return "workers" if comm.startswith("python") else None
+        return f"{tree.prefix}jvm"
+    return f"{tree.prefix}workers" if comm.startswith("python") else None
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A process tree to sample: its root is `root_role`, the JVMs and python processes below it are
+    `prefix`jvm and `prefix`workers. A cluster's worker: Tree(pid, "cluster daemons", "executor ")."""
+
+    root: int
+    root_role: str = "driver"
+    prefix: str = ""
 
 
 @dataclass
@@ -94,22 +106,25 @@ class Peaks:
         }
 
 
-def sample(root: int, peaks: Peaks, with_pss: bool = True) -> None:
+def sample(roots: int | list[Tree], peaks: Peaks, with_pss: bool = True) -> None:
+    """One sample of every tree (a pid: one tree whose root is the driver), summed per role."""
     rss: dict[str, int] = defaultdict(int)
     pss = 0
-    for pid, comm in descendants(root).items():
-        if (name := role(pid, comm, root)) is not None:
-            rss[name] += _kib(pid, "status", "VmRSS:")
-            if with_pss:
-                pss += _kib(pid, "smaps_rollup", "Pss:")
+    for tree in [Tree(roots)] if isinstance(roots, int) else roots:
+        for pid, comm in descendants(tree.root).items():
+            if (name := role(pid, comm, tree.root, tree)) is not None:
+                rss[name] += _kib(pid, "status", "VmRSS:")
+                if with_pss:
+                    pss += _kib(pid, "smaps_rollup", "Pss:")
     if rss:
         peaks.add(dict(rss), pss if with_pss else None)
 
 
 class Sampler:
-    """Samples a process tree every `interval_s` in a thread until stopped."""
+    """Samples a process tree (or several, summed: a driver and a cluster's workers) every `interval_s` in a
+    thread until stopped."""
 
-    def __init__(self, root: int, interval_s: float = 0.25, pss_every_s: float = 2.0) -> None:
+    def __init__(self, root: int | list[Tree], interval_s: float = 0.25, pss_every_s: float = 2.0) -> None:
         self.root = root
         self.interval_s = interval_s
         self.pss_every = max(1, round(pss_every_s / interval_s))

@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench import cluster
 from bench.latency import GRACE_S, SEGMENTS
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -168,6 +169,125 @@ def scaling_rows(results: dict[str, Any]) -> list[list[str]]:
     ]
 
 
+def pair_sides(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, figures) of the local-vs-cluster pair's two sides, local first."""
+    pair = results.get("cluster") or {}
+    sides = [
+        ("local[*]", pair.get("local")),
+        (f"cluster, {pair.get('workers')} workers", pair.get("cluster")),
+    ]
+    return [(label, side) for label, side in sides if side]
+
+
+def mib(value: float) -> str:
+    return f"{value / 2**20:,.1f}"
+
+
+def pair_rows(results: dict[str, Any]) -> list[list[str]]:
+    local = (results.get("cluster") or {}).get("local", {}).get("clicks_per_s")
+    rows = []
+    for label, side in pair_sides(results):
+        cpu = side.get("cpu") or {}
+        per_click = cluster.cpu_per_click(side) if cpu and side.get("breakdown") else {}
+        rows.append(
+            [
+                label,
+                f"{side['clicks']:,}",
+                f"{side['seconds']:.1f}",
+                rate(side["clicks_per_s"]),
+                ratio(side["clicks_per_s"], local),
+                f"{side['launch_to_first_read_s']:.1f}",
+                str(side["batches"]),
+                str(per_click.get("spark", "-")),
+                str(per_click.get("stack", "-")),
+                f"{cpu.get('machine_busy_share', 0):.0%}",
+                f"{cpu.get('core_s', {}).get('other', 0):.1f}",
+                side.get("loadavg_after", "-"),
+            ]
+        )
+    return rows
+
+
+# The pair's memory roles (bench.procmem.Tree): the job's tree, and each worker's (daemon, then executor).
+PAIR_ROLES = ("driver", "jvm", "workers", "executor jvm", "executor workers", "cluster daemons")
+
+
+def pair_memory_rows(results: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for label, side in pair_sides(results):
+        mem = side.get("memory") or {}
+        if mem:
+            per = mem["peak_rss_mib"]
+            rows.append(
+                [
+                    label,
+                    *(str(per.get(role, "-")) for role in PAIR_ROLES),
+                    str(mem["peak_total_rss_mib"]),
+                    str(mem["peak_total_pss_mib"]),
+                ]
+            )
+    return rows
+
+
+def pair_time_rows(results: dict[str, Any]) -> list[list[str]]:
+    """Per side, the driver's serial time, then each stage kind: how parallel it is and what it cost."""
+    rows = []
+    for label, side in pair_sides(results):
+        b = side.get("breakdown") or {}
+        if not b:
+            continue
+        rows.append(
+            [
+                label,
+                "driver, outside stages (serial)",
+                "-",
+                "-",
+                f"{b['driver_serial_ms'] / 1000:.1f}",
+                "-",
+                "-",
+            ]
+            + ["-"]
+        )
+        for kind, k in b["kinds"].items():
+            rows.append(
+                [
+                    label,
+                    kind,
+                    f"{k['stages']} / {k['max_tasks']}",
+                    f"{k['tasks'] / k['stages']:.1f}",
+                    f"{k['wall_ms'] / 1000:.1f}",
+                    f"{k['task_ms'] / 1000:.1f}",
+                    f"{k['cpu_ms'] / 1000:.1f}",
+                    f"{mib(k['shuffle_write_bytes'])} / {mib(k['shuffle_read_bytes'])}",
+                ]
+            )
+    return rows
+
+
+def pair_cpu_rows(results: dict[str, Any]) -> list[list[str]]:
+    sides = pair_sides(results)
+    groups: list[str] = []
+    for _, side in sides:
+        groups += [g for g in (side.get("cpu") or {}).get("core_s", {}) if g not in groups]
+    return [
+        [group, *(f"{(side.get('cpu') or {}).get('core_s', {}).get(group, 0):.1f}" for _, side in sides)]
+        for group in groups
+    ]
+
+
+def projection_rows(results: dict[str, Any]) -> list[list[str]]:
+    return [
+        [
+            str(row["workers"]),
+            f"{row['batch_ms_total'] / 1000:.1f}",
+            rate(row["clicks_per_s"]),
+            f"{row['cpu_only_batch_ms_total'] / 1000:.1f}",
+            rate(row["cpu_only_clicks_per_s"]),
+        ]
+        for row in (results.get("cluster") or {}).get("projection", [])
+    ]
+
+
 TABLES = {
     "Throughput (same input, clicks per second)": (
         ["contender", "clicks", "seconds", "clicks/s", "streamfold / this"],
@@ -219,6 +339,64 @@ TABLES = {
         ],
         scaling_rows,
     ),
+    "Local vs cluster (the same input, one after the other in this run)": (
+        [
+            "Spark master",
+            "clicks",
+            "seconds",
+            "clicks/s",
+            "this / local",
+            "launch -> first read s",
+            "batches",
+            "Spark CPU µs / click",
+            "stack CPU µs / click",
+            "machine busy",
+            "other processes, core-s",
+            "loadavg after",
+        ],
+        pair_rows,
+    ),
+    "Local vs cluster: peak memory (MiB)": (
+        [
+            "Spark master",
+            "driver python",
+            "driver JVM (local: + executor)",
+            "driver's python workers",
+            "executor JVMs",
+            "executors' python workers",
+            "master + worker daemons",
+            "total RSS",
+            "total PSS",
+        ],
+        pair_memory_rows,
+    ),
+    "Local vs cluster: where the measured batches' time went": (
+        [
+            "Spark master",
+            "part",
+            "stages / most tasks in one",
+            "tasks per stage",
+            "wall s",
+            "task s (summed)",
+            "task CPU s",
+            "shuffle MiB written / read",
+        ],
+        pair_time_rows,
+    ),
+    "Local vs cluster: CPU during the measured span (core-seconds)": (
+        ["process group", *("local[*]", "cluster")],
+        pair_cpu_rows,
+    ),
+    "Cluster: batches' time and clicks/s with W one-core workers, from the cluster's stages (a model)": (
+        [
+            "workers",
+            "batches s, tasks as measured",
+            "clicks/s",
+            "batches s, tasks' CPU time only",
+            "clicks/s",
+        ],
+        projection_rows,
+    ),
 }
 
 
@@ -252,6 +430,8 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         lines.append(
             f"streamfold clicks enriched UNKNOWN although their user existed: {sf['unknown_region_clicks']:,}"
         )
+    if (results.get("cluster") or {}).get("cluster"):
+        lines.extend(cluster.findings(results["cluster"]))
     sized = [s for s in results.get("scaling", []) if s.get("state_per_million_users_mib")]
     biggest = max(sized, key=lambda s: s["users"], default=None)
     if biggest or sf.get("state_per_million_users_mib"):

@@ -11,6 +11,11 @@ On its own local stack (a fresh STREAMFOLD_HOME, stopped at the end), in one run
   6. cost growth at `--scaling-users` users: a fresh checkpoint folds every user's change events first
      (the catch-up, timed and reported on its own), then `--scaling-clicks` clicks arrive and their
      throughput is measured against that much state
+  7. local vs cluster: `--cluster-clicks` clicks measured under local[*], then on the same input on a
+     Spark standalone cluster of `--cluster-workers` one-core workers started for it (stopped after):
+     the cost of distribution as a ratio and in CPU a click, and where a batch's time goes
+     (bench/cluster.py); it runs after the naive baseline, before the steps that add users
+`--cluster-only` runs step 7 alone (a quick comparison for development).
 Results: tables on the console, bench/results/<date>.json (+ .md, and charts: <date>-*.png, bench/plots.py).
 """
 
@@ -29,7 +34,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from bench import job, latency, load, measured, plots, profile, report, stack
+from bench import cluster, job, latency, load, measured, plots, profile, report, stack
 from bench.stack import Bench
 from common import names
 from streamfold import generate
@@ -91,6 +96,9 @@ class Params:
     scaling_clicks: int
     naive: bool
     limits: bool
+    cluster_workers: int
+    cluster_clicks: int
+    cluster_only: bool
     profile_seconds: float
     job_conf: dict[str, str]
     home: Path
@@ -265,6 +273,64 @@ def main_measurement(bench: Bench, inputs: Inputs, p: Params) -> dict[str, Any]:
     return {"streamfold": result, "latency": windows, "input_offsets": loaded.offsets}
 
 
+def pair_side(bench: Bench, mode: str, clicks: int, p: Params) -> dict[str, Any]:
+    """One side of the local-vs-cluster pair: a fresh checkpoint over the preloaded clicks, with its memory
+    (the cluster's workers and executors too), the CPU of every process, and its stages' times."""
+    name = f"pair-{mode}"
+    stack.truncate_sinks(bench)
+    with (
+        job.JobRun(bench, name, p.job_conf, cluster.cluster_trees(bench.home)) as run,
+        cluster.cpu_clock(bench.home, run.pid) as clock,
+    ):
+        result = measure_clicks(run, name, clicks, p.users, cdc_end(bench))
+        stages = [cluster.stage_summary(s) for s in cluster.fetch_stages(cluster.spark_ui(run.home))]
+    batches = {b["batch"] for b in result["batch_table"]}
+    events = [e for e in run.progress() if e["batchId"] in batches]
+    start = job.parse_ts(events[0]["timestamp"])
+    keep = ("clicks", "seconds", "clicks_per_s", "launch_to_first_read_s", "batches", "duration_ms_total")
+    return {
+        "mode": mode,
+        "master": bench.env.get("STREAMFOLD_SPARK_MASTER", "local[*]"),
+        **{k: result[k] for k in keep},
+        "unknown_region_clicks": result["unknown_region_clicks"],
+        "loadavg_after": result["loadavg_after"],
+        "memory": run.sampler.peaks.as_dict() if run.sampler else {},
+        "cpu": clock.between(start, start + result["seconds"]),
+        "breakdown": cluster.breakdown(stages, events),
+    }
+
+
+def cluster_comparison(bench: Bench, inputs: Inputs, p: Params) -> dict[str, Any]:
+    """The same clicks under local[*], then on a cluster of `cluster_workers` one-core workers."""
+    echo(
+        f"[bold]local vs cluster[/]: {p.cluster_clicks:,} clicks over {p.users:,} users, local[*], then "
+        f"{p.cluster_workers} one-core workers"
+    )
+    loaded = inputs.clicks(p.users, p.cluster_clicks, p.cluster_clicks // 100)
+    local = pair_side(bench, "local", loaded.clicks, p)
+    echo(f"  starting a Spark cluster of {p.cluster_workers} workers")
+    with cluster.spark_cluster(bench, p.cluster_workers) as on_cluster:
+        clustered = pair_side(on_cluster, "cluster", loaded.clicks, p)
+    echo("  Spark cluster stopped")
+    pair = {
+        "workers": p.cluster_workers,
+        "clicks": loaded.clicks,
+        "users": p.users,
+        "updates": loaded.updates,
+        "order": "local first, then cluster",
+        "local": local,
+        "cluster": clustered,
+        "cluster_over_local": round(clustered["clicks_per_s"] / local["clicks_per_s"], 3),
+        "projection": cluster.projection(clustered["breakdown"], loaded.clicks),
+        "how_measured": cluster.__doc__,
+    }
+    echo(
+        f"  local {local['clicks_per_s']:,} clicks/s, cluster {clustered['clicks_per_s']:,} clicks/s: "
+        f"cluster / local {pair['cluster_over_local']:.2f}"
+    )
+    return pair
+
+
 def limits(bench: Bench, offsets: stack.Offsets) -> dict[str, Any]:
     echo("[bold]limit[/]: raw confluent-kafka consumer")
     env = {**os.environ, **bench.env}
@@ -307,6 +373,9 @@ def naive(bench: Bench, offsets: stack.Offsets) -> dict[str, Any]:
 def measure(p: Params, results: dict[str, Any]) -> None:
     with stack.running(p.home, echo, keep=p.keep_stack) as bench:
         inputs = Inputs(bench)
+        if p.cluster_only:
+            results["cluster"] = cluster_comparison(bench, inputs, p)
+            return
         results["scaling"] = [scaling_step(bench, inputs, u, p) for u in p.scaling_users if u < p.users]
         results.update(main_measurement(bench, inputs, p))
         offsets = results.pop("input_offsets")
@@ -314,6 +383,8 @@ def measure(p: Params, results: dict[str, Any]) -> None:
             results.update(limits(bench, offsets))
         if p.naive:
             results["naive"] = naive(bench, offsets)
+        if p.cluster_workers:  # before the larger user counts: the pair runs over `--users` users
+            results["cluster"] = cluster_comparison(bench, inputs, p)
         results["scaling"] += [scaling_step(bench, inputs, u, p) for u in p.scaling_users if u >= p.users]
         main = results["streamfold"]
         results["ratios"] = {
@@ -361,6 +432,16 @@ def main(
     skip_scaling: Annotated[bool, typer.Option(help="no cost-growth steps")] = False,
     skip_naive: Annotated[bool, typer.Option(help="no naive baseline")] = False,
     skip_limits: Annotated[bool, typer.Option(help="no raw consumer / Spark noop")] = False,
+    skip_cluster: Annotated[bool, typer.Option(help="no local-vs-cluster comparison")] = False,
+    cluster_workers: Annotated[
+        int, typer.Option(help="one-core Spark workers of the local-vs-cluster comparison")
+    ] = 2,
+    cluster_clicks: Annotated[
+        int | None, typer.Option(help="clicks of the local-vs-cluster comparison (default --clicks)")
+    ] = None,
+    cluster_only: Annotated[
+        bool, typer.Option(help="only the local-vs-cluster comparison (a quick one for development)")
+    ] = False,
     profile_seconds: Annotated[
         float, typer.Option(help="py-spy the job this long during the throughput run")
     ] = 0,
@@ -376,6 +457,10 @@ def main(
     ] = report.RESULTS_DIR,
 ) -> None:
     """Throughput, latency and memory of streamfold, a naive baseline, and the machine's limit."""
+    if cluster_only and (skip_cluster or cluster_workers < 1):
+        raise typer.BadParameter(
+            "--cluster-only needs the comparison: --cluster-workers >= 1, no --skip-cluster"
+        )
     p = Params(
         clicks=clicks,
         users=users,
@@ -387,6 +472,9 @@ def main(
         scaling_clicks=scaling_clicks,
         naive=not skip_naive,
         limits=not skip_limits,
+        cluster_workers=0 if skip_cluster else cluster_workers,
+        cluster_clicks=clicks if cluster_clicks is None else cluster_clicks,
+        cluster_only=cluster_only,
         profile_seconds=profile_seconds,
         job_conf=dict(item.split("=", 1) for item in job_conf or []),
         home=home,

@@ -26,6 +26,7 @@ SHORT_RUN = [
     "--skip-scaling",
     "--skip-naive",
     "--skip-limits",
+    "--skip-cluster",  # no chart of its own, and minutes more (bench/cluster.py)
     "--low-rates", "200",
     "--rate", "500",
     "--latency-seconds", "5",

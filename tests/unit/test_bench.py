@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from bench import job, procmem, profile, report
+from bench import cluster, cpu, job, procmem, profile, report
 from bench.latency import Observations, percentile, summary
 from bench.naive import STAGING_COLUMNS, pg_array, user_click
 from tests.support.records import USER_CLICKS_FIELDS
@@ -120,3 +120,146 @@ def test_markdown_has_the_throughput_ratios():
     text = report.markdown(results)
     assert "| naive: PostgreSQL lookup per click | 100 | 5.0 | 20 | 0.50x |" in text
     assert "streamfold/naive: 0.50" in text
+
+
+def stage(batch: int, tasks: dict[int, int], start_s: float, end_s: float, **metrics: int) -> dict:
+    """A completed stage as Spark's REST API lists it (?details=true): its tasks' durations in ms."""
+    return {
+        "description": f"\nid = q\nrunId = r\nbatch = {batch}",
+        "numCompleteTasks": len(tasks),
+        "firstTaskLaunchedTime": f"2026-11-26T19:00:{start_s:06.3f}GMT",
+        "completionTime": f"2026-11-26T19:00:{end_s:06.3f}GMT",
+        "tasks": {
+            str(i): {"status": "SUCCESS", "duration": ms, "taskMetrics": {"executorCpuTime": ms * 500_000}}
+            for i, ms in tasks.items()
+        },  # each task on a CPU half its time
+        **metrics,
+    }
+
+
+def test_stages_are_told_apart_by_their_shuffle_and_attributed_to_their_batch():
+    read = cluster.stage_summary(stage(3, {0: 100, 1: 300}, 1.0, 1.4, shuffleWriteBytes=10))
+    join = cluster.stage_summary(stage(3, {0: 200}, 1.5, 1.7, shuffleReadBytes=10, executorCpuTime=5_000_000))
+    assert (read["batch"], read["kind"], read["tasks"], read["task_ms"], read["max_task_ms"]) == (
+        3,
+        cluster.READ,
+        2,
+        400,
+        300,
+    )
+    assert join["kind"] == cluster.JOIN and join["cpu_ms"] == 5 and join["max_task_cpu_ms"] == 100
+    assert round(join["end_ms"] - join["start_ms"]) == 200
+    assert cluster.batch_of({"description": None}) is None
+
+
+def test_busy_time_is_the_union_of_overlapping_stages():
+    assert cluster.busy_ms([(0, 10), (5, 15), (20, 25), (21, 22)]) == 20
+
+
+def test_breakdown_splits_a_batch_into_the_drivers_serial_time_and_its_stages():
+    stages = [
+        cluster.stage_summary(
+            stage(1, {0: 300, 1: 300}, 1.0, 1.4, shuffleWriteBytes=1, executorCpuTime=3 * 10**8)
+        ),
+        cluster.stage_summary(
+            stage(1, {0: 200, 1: 100}, 1.5, 1.7, shuffleReadBytes=1, executorCpuTime=15 * 10**7)
+        ),
+        cluster.stage_summary(stage(9, {0: 1}, 2.0, 2.1)),  # another batch: left out
+    ]
+    events = [{"batchId": 1, "durationMs": {"triggerExecution": 1000, "queryPlanning": 50, "addBatch": 800}}]
+    b = cluster.breakdown(stages, events)
+    assert b["stages_wall_ms"] == 600 and b["driver_serial_ms"] == 400
+    assert b["driver_phases_ms"] == {"addBatch": 800, "queryPlanning": 50}
+    assert b["kinds"][cluster.JOIN]["task_ms"] == 300 and b["kinds"][cluster.READ]["max_tasks"] == 2
+    assert [s["batch"] for s in b["stages"]] == [1, 1]
+    # W workers: serial 400 ms + each stage over min(W, tasks) slots, never below its longest task; then
+    # the same with the tasks' CPU time (half of each task here).
+    rows = cluster.projection(b, clicks=1000, workers=(1, 2, 4))
+    assert [(r["workers"], r["batch_ms_total"], r["clicks_per_s"]) for r in rows] == [
+        (1, 400 + 600 + 300, round(1000 / 1.3)),
+        (2, 400 + 300 + 200, round(1000 / 0.9)),
+        (4, 400 + 300 + 200, round(1000 / 0.9)),
+    ]
+    assert [r["cpu_only_batch_ms_total"] for r in rows] == [400 + 300 + 150, 400 + 150 + 100, 400 + 150 + 100]
+
+
+def test_cpu_usage_names_what_the_groups_left_to_other_processes():
+    a = cpu.Sample(100.0, busy_s=50.0, groups={"job": 10.0, "postgres": 1.0})
+    b = cpu.Sample(110.0, busy_s=65.0, groups={"job": 20.0, "postgres": 3.0})
+    used = cpu.usage(a, b)
+    assert used["wall_s"] == 10.0 and used["machine_busy_core_s"] == 15.0
+    assert used["core_s"] == {"job": 10.0, "postgres": 2.0, "other": 3.0}
+
+
+def test_cpu_clock_counts_a_tree_and_an_exact_pid_apart():
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        me = os.getpid()
+        with cpu.CpuClock({"me": [me], "tree": [me]}, interval_s=0.1, exact=frozenset({"me"})) as clock:
+            time.sleep(1.0)
+        used = clock.between(clock.samples[0].at, clock.samples[-1].at)["core_s"]
+        assert used["tree"] > 0  # the busy child, below this process (however busy the machine is)
+        assert used["me"] < used["tree"]
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_worker_tree_names_its_daemon_and_its_executors_apart():
+    tree = procmem.Tree(7, "cluster daemons", "executor ")
+    assert procmem.role(7, "java", 7, tree) == "cluster daemons"
+    assert procmem.role(8, "java", 7, tree) == "executor jvm"
+    assert procmem.role(9, "python3", 7, tree) == "executor workers"
+
+
+def test_markdown_has_the_local_vs_cluster_pair_and_names_the_bottleneck():
+    stages = [
+        cluster.stage_summary(stage(1, {0: 300, 1: 300}, 1.0, 1.4, shuffleWriteBytes=2**20)),
+        cluster.stage_summary(stage(1, {0: 2000, 1: 100}, 1.5, 3.5, shuffleReadBytes=2**20)),
+    ]
+    events = [{"batchId": 1, "durationMs": {"triggerExecution": 5000, "queryPlanning": 50}}]
+
+    def side(mode: str, rate: int) -> dict:
+        return {
+            "mode": mode,
+            "clicks": 1000,
+            "seconds": 1000 / rate,
+            "clicks_per_s": rate,
+            "launch_to_first_read_s": 9.0,
+            "batches": 3,
+            "loadavg_after": "1.0 1.0 1.0",
+            "memory": {"peak_rss_mib": {"driver": 100, "jvm": 900}, "peak_total_rss_mib": 1000}
+            | {"peak_total_pss_mib": 950},
+            "cpu": {"wall_s": 10.0, "cores": 2, "machine_busy_core_s": 19.0, "machine_busy_share": 0.95}
+            | {"core_s": {"executors": 5.0, "postgres": 2.0, "other": 1.5}},
+            "breakdown": cluster.breakdown(stages, events),
+        }
+
+    pair = {
+        "workers": 2,
+        "clicks": 1000,
+        "order": "local first, then cluster",
+        "local": side("local", 200),
+        "cluster": side("cluster", 100),
+        "cluster_over_local": 0.5,
+    }
+    pair["projection"] = cluster.projection(pair["cluster"]["breakdown"], 1000, workers=(4,))
+    text = report.markdown({"cluster": pair})
+    # CPU a click: Spark's processes (here the executors' 5 core-s), the whole stack (+ Postgres' 2)
+    assert (
+        "| local[*] | 1,000 | 5.0 | 200 | 1.00x | 9.0 | 3 | 5000.0 | 7000.0 | 95% | 1.5 | 1.0 1.0 1.0 |"
+        in text
+    )
+    assert "| cluster, 2 workers | 1,000 | 10.0 | 100 | 0.50x |" in text
+    assert "| local[*] | 100 | 900 | - | - | - | - | 1000 | 950 |" in text
+    assert "| executors | 5.0 | 5.0 |" in text
+    # 2.6 s driver serial (5 s minus 2.4 s of stages) + 0.3 s read at 4 slots + the join's 2 s longest task;
+    # CPU time only: the longest tasks on a CPU, 0.15 and 1 s
+    assert "| 4 | 4.9 | 204 | 3.8 | 267 |" in text
+    assert "- cluster of 2 one-core workers / local[*]: 0.50 (100 against 200 clicks/s" in text
+    assert "Spark's processes local 5000.0 µs, cluster 5000.0 µs (1.00x); the tasks' own CPU 0.0" in text
+    assert (
+        "Postgres (one server, whatever the workers): 2.0 core-s for 1,000 clicks, 2000.0 µs a click" in text
+    )
+    assert "bottleneck on this machine: its 2 cores (95% busy" in text
+    assert "the largest term left is the driver's serial part, 2.6 s of 4.9 s" in text
