@@ -47,8 +47,10 @@ class Bench:
         return self.settings.pg_dsn
 
     def job_env(self, job_home: Path) -> dict[str, str]:
-        """The stack's variables with another STREAMFOLD_HOME: each job run gets fresh checkpoints."""
-        return {**os.environ, **self.env, "STREAMFOLD_HOME": str(job_home)}
+        """The stack's variables with another STREAMFOLD_HOME: each job run gets fresh checkpoints. The
+        master is the bench stack's (a cluster only while the comparison runs one), never the shell's."""
+        shell = {k: v for k, v in os.environ.items() if k != "STREAMFOLD_SPARK_MASTER"}
+        return {**shell, **self.env, "STREAMFOLD_HOME": str(job_home)}
 
 
 @contextmanager
