@@ -155,9 +155,10 @@ def kill_the_driver(
     traffic.stop()
     print(f"killed the driver with batch {batch} landing ({landed} partitions landed)")
     # The master lists the application finished as soon as it loses the driver, and frees its cores, while
-    # the workers are still killing its executors: a driver started meanwhile can get executors beside old
-    # ones still running tasks of the killed batch. The sink claims each partition once, so that is safe,
-    # but this test restarts cleanly, once the old ones are gone.
+    # the workers are still killing its executors: a driver started meanwhile could get executors beside
+    # old ones still running tasks of the killed batch. The sink claims each partition once, so that would
+    # be safe, but this test restarts cleanly, once the old ones are gone (here within about a second; a
+    # driver restarted at once took ~4 s to register, after they were gone).
     sp.wait_until(lambda: cluster.finished(home, app["id"]), START_S, f"{app['id']} to finish", 0.2)
     ended = time.monotonic() - killed
     zombies = cluster.executor_ids(home, app["id"], running_only=True)
