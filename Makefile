@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export STREAMFOLD_HOME ?= $(CURDIR)/.streamfold
 
-.PHONY: setup demo test unit e2e lint bench stack-down clean images test-compose test-containers
+.PHONY: setup demo test unit e2e lint bench stack-down clean images test-cluster test-compose test-containers
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -17,11 +17,13 @@ lint: setup
 	$(VENV)/mypy common streamfold pipeline connectors db stack
 	$(VENV)/lint-imports
 
-# Unit tests first (seconds), then the end-to-end suite on one shared local stack, then the compose
-# stack and the containers-backed tests on a real Docker Engine (started by the tests when none runs).
+# Unit tests first (seconds), then the end-to-end suite on one shared local stack, the cluster suite on
+# another (with a Spark cluster), then the compose stack and the containers-backed tests on a real Docker
+# Engine (started by the tests when none runs).
 test: setup lint
 	$(VENV)/pytest tests/unit -q
 	$(VENV)/pytest tests/e2e -q
+	$(MAKE) --no-print-directory test-cluster
 	$(MAKE) --no-print-directory test-compose
 	$(MAKE) --no-print-directory test-containers
 
@@ -30,6 +32,11 @@ unit: setup
 
 e2e: setup
 	$(VENV)/pytest tests/e2e -q
+
+# The story and kill -9 of a worker and of the driver on a 2-worker Spark standalone cluster (tests/cluster):
+# a session of its own, since its stack runs the cluster. Own temp dir: it may run beside another session.
+test-cluster: setup
+	$(VENV)/pytest tests/cluster -q -p no:cacheprovider --basetemp=/tmp/streamfold-cluster-pytest
 
 # The compose stack's images. BASE_IMAGE=debian:bookworm-slim uses the registry's Debian; otherwise
 # scripts/images.sh makes a Debian 12 base with debootstrap, once per machine. STREAMFOLD_BUILD_CA: a

@@ -60,10 +60,18 @@ def _containers_module() -> ModuleType:
 
 
 @pytest.fixture(scope="session")
+def spark_workers() -> int:
+    """How many Spark workers the session's local stack runs: none (Spark's local mode); tests/cluster
+    overrides it. One stack per session, so a session never mixes the cluster suite with another."""
+    return 0
+
+
+@pytest.fixture(scope="session")
 def stack(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     new_stack_home: Callable[[str], Path],
+    spark_workers: int,
 ) -> Iterator[dict[str, str]]:
     """Start one stack for the session, export its variables, yield them, stop it at the end.
 
@@ -72,6 +80,8 @@ def stack(
     with contextlib.ExitStack() as cleanup:
         patch = cleanup.enter_context(pytest.MonkeyPatch.context())
         if request.config.getoption("--stack") == "containers":
+            if spark_workers:
+                pytest.fail("a Spark cluster runs on the local stack only (--stack=local)")
             from tests.support import engine
 
             containers = _containers_module()
@@ -83,7 +93,7 @@ def stack(
             from stack import lifecycle
 
             home = new_stack_home("stack")
-            env = lifecycle.up(home)
+            env = lifecycle.up(home, spark_workers=spark_workers)
             cleanup.callback(lifecycle.down, home)
         for key, value in env.items():
             patch.setenv(key, value)

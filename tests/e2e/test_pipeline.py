@@ -17,7 +17,7 @@ import uuid
 import psycopg
 import pytest
 
-from common import names, topics
+from common import kinesis, names, topics
 from tests.e2e.conftest import SNAPSHOT_USERS
 from tests.support import pipeline as sp
 from tests.support.kafka import read_all
@@ -55,7 +55,8 @@ def story(streamfold_setup, kafka_sandbox):
         return tell_story(pg, streamfold_setup, kafka_sandbox)
 
 
-def tell_story(pg, streamfold_setup, kafka_sandbox):
+def tell_story(pg, streamfold_setup, sandbox, source: str = "kafka"):
+    """The story's profile changes and clicks (through `source`: kafka or kinesis), then `run --once`."""
     alice, ghost = f"alice-{uuid.uuid4().hex[:6]}", f"ghost-{uuid.uuid4().hex[:6]}"
     poisoned = f"poisoned-{uuid.uuid4().hex[:6]}"
     before_alice = now_ms() - 5_000
@@ -102,8 +103,8 @@ def tell_story(pg, streamfold_setup, kafka_sandbox):
     forged = f"forged-{uuid.uuid4().hex[:6]}"
     produce_cdc(streamfold_setup.kafka_bootstrap, forged_cdc_records(forged))
     records.append(click(forged, in_asia, "/forged"))
-    produce(streamfold_setup.kafka_bootstrap, kafka_sandbox.clicks_topic, records)
-    result = kafka_sandbox.run_once("kafka")
+    deliver(streamfold_setup.kafka_bootstrap, sandbox, source, records)
+    result = sandbox.run_once(source)
     return {
         "alice": alice,
         "ghost": ghost,
@@ -113,6 +114,15 @@ def tell_story(pg, streamfold_setup, kafka_sandbox):
         "odd": odd,
         "log": result.stderr,
     }
+
+
+def deliver(bootstrap: str, sandbox: sp.Sandbox, source: str, records: list[tuple[str, bytes]]) -> None:
+    if source == "kinesis":
+        # A Kinesis partition key holds at most 256 characters (the 10,000-character userid's click).
+        keyed = [(key[:256], value) for key, value in records]
+        kinesis.put_records(kinesis.client(), sandbox.stream(), keyed)
+    else:
+        produce(bootstrap, sandbox.clicks_topic, records)
 
 
 def produce_cdc(bootstrap: str, records: list[tuple[str, bytes | None, bytes]]) -> None:

@@ -122,6 +122,12 @@ def kill9(process: subprocess.Popen) -> None:
     process.wait(timeout=30)
 
 
+def batches(sandbox: Sandbox) -> int:
+    """The partitions of micro-batches the sandbox's job has landed (streamfold.sink_batches claims)."""
+    with sandbox.connect() as conn:
+        return conn.execute("SELECT count(*) FROM streamfold.sink_batches").fetchone()[0]
+
+
 def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 2.0) -> None:
     wait_until_value(lambda: predicate() or None, timeout_s, what, poll_s)
 

@@ -1,0 +1,1 @@
+"""The job on a local stack with a Spark standalone cluster of two workers (`make test-cluster`)."""
