@@ -98,6 +98,7 @@ CLUSTER = {
     "spark.python.daemon.module": "pyspark.daemon",
 }
 SHIPPED_PACKAGES = ("common", "pipeline")
+LOOPBACK_MASTERS = ("spark://127.0.0.1:", "spark://localhost:")
 
 
 def local_master(folder: Path) -> dict[str, str]:
@@ -129,6 +130,8 @@ def master(conf: dict[str, str] | None) -> str:
 def settings(conf: dict[str, str] | None = None) -> dict[str, str]:
     """The session's Spark settings: DEFAULTS, then LOCAL_MASTER or CLUSTER, then conf's spark.*."""
     where = local_master(jars_dir()) if master(conf).startswith("local") else {**CLUSTER, **executor_env()}
+    if master(conf).startswith(LOOPBACK_MASTERS):  # the native cluster: executors call back on loopback
+        where = {**where, "spark.driver.host": "127.0.0.1"}
     chosen = {k: v for k, v in (conf or {}).items() if k.startswith("spark.")}
     return {**DEFAULTS, **where, **chosen, "spark.master": master(conf)}
 

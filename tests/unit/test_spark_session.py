@@ -40,6 +40,10 @@ def test_the_master_is_conf_then_streamfold_spark_master_then_local(monkeypatch,
     monkeypatch.setenv("STREAMFOLD_SPARK_MASTER", "spark://127.0.0.1:7077")
     assert spark_session.settings()["spark.master"] == "spark://127.0.0.1:7077"
     assert spark_session.settings()["spark.executor.memory"] == "2g"
+    assert (
+        spark_session.settings()["spark.driver.host"] == "127.0.0.1"
+    )  # a cluster on loopback: the driver too
+    assert "spark.driver.host" not in spark_session.settings({"spark.master": "spark://m:7077"})
     assert spark_session.settings({"spark.master": "local[2]"})["spark.master"] == "local[2]"
     monkeypatch.setenv(
         "STREAMFOLD_SINK_RETRY_S", "30"
