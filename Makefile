@@ -14,7 +14,7 @@ demo: setup
 lint: setup
 	$(VENV)/ruff check .
 	$(VENV)/ruff format --check .
-	$(VENV)/mypy common streamfold pipeline connectors db stack
+	$(VENV)/mypy common streamfold pipeline connectors db stack spec
 	$(VENV)/lint-imports
 
 # Unit tests first (seconds), then the end-to-end suite on one shared local stack, the cluster suite on
