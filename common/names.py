@@ -1,4 +1,5 @@
-"""Every topic, stream, table and connector name of the contract (docs/contracts.md), defined once."""
+"""Every topic, stream, table and connector name of the contract (docs/contracts.md), and the values that
+stand for "no region" and "before any click", defined once."""
 
 from __future__ import annotations
 
@@ -41,3 +42,7 @@ URL_REGION_TABLE = f"{SINK_SCHEMA}.url_region_click_count"
 DEAD_LETTERS_TABLE = f"{SINK_SCHEMA}.dead_letters"
 
 UNKNOWN_REGION = "UNKNOWN"
+
+# Valid-from of snapshot rows (op=r): before any click. Small enough to be below every real time, far
+# enough from the long range that adding a retention cannot overflow.
+BEGINNING_OF_TIME_MS = -(2**62)

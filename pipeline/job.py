@@ -21,8 +21,8 @@ from rich.markup import escape
 from common.config import Settings
 from pipeline import spark as spark_session
 from pipeline import status_files, topology
-from pipeline.temporal_join import JoinConfig, run_until_drained
-from pipeline.temporal_state import parse_duration_ms
+from pipeline.join_config import JoinConfig, parse_duration_ms
+from pipeline.temporal_join import run_until_drained
 
 
 class JobError(RuntimeError):

@@ -54,7 +54,7 @@ CLICK = _struct(
 CHANGE = _struct(
     ("userid", _STR),
     ("op", _STR),  # c | u | d | r
-    ("valid_from_ms", _LONG),  # source.ts_ms; pipeline.temporal_state.BEGINNING_OF_TIME_MS for op=r
+    ("valid_from_ms", _LONG),  # source.ts_ms; common.names.BEGINNING_OF_TIME_MS for op=r
     ("lsn", _LONG),
     ("regionid", _STR),
     ("gender", _STR),

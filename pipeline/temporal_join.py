@@ -15,7 +15,7 @@ Semantics (docs/join-semantics.md "In short"):
 How: clicks and changes are tagged into one row shape, unioned, and keyed by userid into ONE
 transformWithState operator written in Java (jvm/src/main/java/io/streamfold/join: RocksDB state, event-time
 timers), reached through `TemporalJoin.apply`. Its per-user logic is a line-for-line port of
-pipeline.temporal_state, the pure-Python reference that tests/unit/test_join_operator.py holds it to. (A
+spec.temporal_state, the pure-Python reference that tests/unit/test_join_operator.py holds it to. (A
 Python operator costs a socket round trip per state call and an Arrow->pandas conversion per key; the JVM one
 does a key in a few RocksDB operations, see README.md, "Benchmark".)
 
@@ -59,11 +59,9 @@ from pyspark.sql.types import (
 
 from common import names
 from pipeline import records
-from pipeline.temporal_state import BEGINNING_OF_TIME_MS, LATEST, JoinConfig
+from pipeline.join_config import LATEST, JoinConfig
 
 __all__ = [
-    "BEGINNING_OF_TIME_MS",
-    "JoinConfig",
     "Pending",
     "committed_batches",
     "pending_clicks",

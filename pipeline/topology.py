@@ -30,8 +30,9 @@ from pyspark.sql.streaming import StreamingQuery
 
 from common.config import Settings
 from pipeline import cdc_fold, clicks, sources
+from pipeline.join_config import JoinConfig
 from pipeline.sinks import EnrichedClicksSink
-from pipeline.temporal_join import JoinConfig, temporal_join
+from pipeline.temporal_join import temporal_join
 
 
 @dataclass(frozen=True)

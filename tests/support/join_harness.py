@@ -15,7 +15,8 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StringType, StructField, StructType
 
 from pipeline import records
-from pipeline.temporal_join import JoinConfig, temporal_join
+from pipeline.join_config import JoinConfig
+from pipeline.temporal_join import temporal_join
 
 CDC_ERROR_FIELDS = ("kind", "error", "event_id", "payload")  # an unfoldable CDC record's (all text here)
 

@@ -22,7 +22,7 @@ import typer.main
 
 from common import config, names
 from db import tables
-from pipeline.temporal_state import JoinConfig, parse_duration_ms
+from pipeline.join_config import JoinConfig, parse_duration_ms
 from streamfold.cli import app
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """Differential test: the Java join operator on a real local Spark against the Python model it ports.
 
 Hundreds of random histories run through one streaming query, one micro-batch per step, and through
-pipeline.temporal_state driven by the same schedule (each batch's watermark as Spark reports it; input rows
+spec.temporal_state driven by the same schedule (each batch's watermark as Spark reports it; input rows
 first, then every user whose timer the watermark has passed). Every output row must be identical and
 come out in the same batch. The histories mix out-of-order and late clicks, inserts, updates, deletes
 and re-inserts, snapshot rows, replayed changes, equal timestamps (a click at a version's valid-from, two
@@ -25,12 +25,11 @@ from typing import Any
 import pytest
 from pyspark.sql import Row, SparkSession
 
-from pipeline.temporal_state import (
-    BEGINNING_OF_TIME_MS,
-    LATEST,
+from common.names import BEGINNING_OF_TIME_MS
+from pipeline.join_config import LATEST, JoinConfig
+from spec.temporal_state import (
     Click,
     Enriched,
-    JoinConfig,
     UserState,
     Version,
     advance,
@@ -162,7 +161,7 @@ def _click(row: dict[str, Any]) -> Click:
 
 
 class Model:
-    """pipeline.temporal_state driven the way Spark drives the operator: in each batch the join's watermark
+    """spec.temporal_state driven the way Spark drives the operator: in each batch the join's watermark
     is max(Spark's watermark, the CDC progress read so far, this batch's included), and a row is complete
     when that CDC progress has reached its click."""
 

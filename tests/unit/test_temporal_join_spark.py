@@ -13,15 +13,11 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from common.names import UNKNOWN_REGION
+from common.names import BEGINNING_OF_TIME_MS, UNKNOWN_REGION
 from pipeline import records
-from pipeline.temporal_join import (
-    BEGINNING_OF_TIME_MS,
-    JoinConfig,
-    pending_clicks,
-    run_until_drained,
-)
-from pipeline.temporal_state import Enriched
+from pipeline.join_config import JoinConfig
+from pipeline.temporal_join import pending_clicks, run_until_drained
+from spec.temporal_state import Enriched
 from tests.support.join_harness import Harness
 
 pytestmark = pytest.mark.spark

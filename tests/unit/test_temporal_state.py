@@ -1,4 +1,5 @@
-"""The temporal join's per-user logic (pipeline.temporal_state), no Spark: versions, completeness, expiry."""
+"""The temporal join's per-user logic (spec.temporal_state), no Spark: versions, completeness, expiry; and
+the join's settings (pipeline.join_config)."""
 
 from __future__ import annotations
 
@@ -6,19 +7,17 @@ import itertools
 
 import pytest
 
-from common.names import UNKNOWN_REGION
-from pipeline.temporal_state import (
-    BEGINNING_OF_TIME_MS,
+from common.names import BEGINNING_OF_TIME_MS, UNKNOWN_REGION
+from pipeline.join_config import JoinConfig, parse_duration_ms
+from spec.temporal_state import (
     Click,
     Enriched,
-    JoinConfig,
     UserState,
     Version,
     add_version,
     advance,
     advance_latest,
     expire_versions,
-    parse_duration_ms,
     version_at,
 )
 

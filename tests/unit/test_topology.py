@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from common import names
 from pipeline import records
-from pipeline.temporal_join import BEGINNING_OF_TIME_MS, JoinConfig
+from pipeline.join_config import JoinConfig
 from pipeline.topology import enrich
 
 pytestmark = pytest.mark.spark
@@ -131,7 +131,7 @@ def test_raw_records_come_out_enriched_rejected_or_as_changelog(spark: SparkSess
         "c5": ("carol", names.UNKNOWN_REGION, T + 1_000),
     }
     assert all(r.profile_complete for r in joined.values())  # released by CDC progress, not max_wait
-    assert joined["c2"].profile_valid_from_ms == BEGINNING_OF_TIME_MS
+    assert joined["c2"].profile_valid_from_ms == names.BEGINNING_OF_TIME_MS
     assert joined["c1"].profile_valid_from_ms == T + 10_000
     assert (joined["c1"].click_url, joined["c1"].device_type, joined["c1"].click_location) == (
         "/home",

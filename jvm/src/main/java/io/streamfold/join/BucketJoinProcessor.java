@@ -30,7 +30,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * <p>Why buckets: a per-user operator pays a state write and a timer for every user with a click, then
  * again when the watermark releases it. Here a bucket keeps its waiting clicks in one value and has one
  * timer, so a click costs one RocksDB read of its user's versions when it is released. Each user is still
- * advanced exactly when the per-user model would run it (pipeline/temporal_state.py, UserHistory): in a
+ * advanced exactly when the per-user model would run it (spec/temporal_state.py, UserHistory): in a
  * batch where the user has input, or where the watermark has passed one of its waiting clicks or its
  * next version expiry. So the output is the model's, row for row (tests/unit/test_join_operator.py).
  *

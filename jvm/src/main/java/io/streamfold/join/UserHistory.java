@@ -6,7 +6,7 @@ import java.util.List;
 
 /**
  * One user's join state and the decisions made on it: a line-for-line port of
- * pipeline/temporal_state.py (advance, advance_latest and their helpers), which stays the reference.
+ * spec/temporal_state.py (advance, advance_latest and their helpers), which stays the reference.
  * tests/unit/test_join_operator.py runs random histories through both and compares every output row.
  */
 final class UserHistory {

@@ -5,64 +5,20 @@ wait for completeness. `advance` is the whole event-time operator for one user a
 rows or a timer); `advance_latest` is the Kafka Streams KStream-KTable flavour. This module is the
 reference: the Spark operator (jvm/src/main/java/io/streamfold/join/UserHistory.java) ports it line for
 line, and tests/unit/test_join_operator.py runs random histories through both and compares every output row.
+Snapshot rows (op=r) are valid from common.names.BEGINNING_OF_TIME_MS; the job's settings (join.mode,
+max_wait, version retention) are pipeline.join_config's.
 """
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from common.names import UNKNOWN_REGION
 
-# Valid-from of snapshot rows (op=r): before any click. Same value as cdc_fold uses; small enough to be
-# below every real time, far enough from the long range that adding a retention cannot overflow.
-BEGINNING_OF_TIME_MS = -(2**62)
 DELETE = "d"
-
-EVENT_TIME = "event_time"
-LATEST = "latest"
-MODES = (EVENT_TIME, LATEST)
-
-_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
-
-
-def parse_duration_ms(text: str) -> int:
-    """'500ms', '10s', '5m', '2h', '7d' -> milliseconds."""
-    match = _DURATION.match(text.lower())
-    if not match:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 500ms, 10s, 5m, 2h, 7d)")
-    return int(match.group(1)) * _UNIT_MS[match.group(2)]
-
-
-@dataclass(frozen=True)
-class JoinConfig:
-    mode: str = EVENT_TIME
-    max_wait_ms: int = 10_000
-    version_retention_ms: int = 7 * _UNIT_MS["d"]
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"join.mode must be one of {MODES}, got {self.mode!r}")
-        if self.max_wait_ms < 0 or self.version_retention_ms <= 0:
-            raise ValueError("join.max_wait must be >= 0 and join.version_retention > 0")
-
-    @classmethod
-    def from_conf(cls, conf: Mapping[str, str]) -> JoinConfig:
-        """Reads join.mode, join.max_wait and join.version_retention; missing keys keep the defaults."""
-        defaults = cls()
-        return cls(
-            mode=conf.get("join.mode", defaults.mode),
-            max_wait_ms=_duration_or(conf, "join.max_wait", defaults.max_wait_ms),
-            version_retention_ms=_duration_or(conf, "join.version_retention", defaults.version_retention_ms),
-        )
-
-
-def _duration_or(conf: Mapping[str, str], key: str, default: int) -> int:
-    return parse_duration_ms(conf[key]) if key in conf else default
 
 
 class Version(NamedTuple):
