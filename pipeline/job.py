@@ -147,7 +147,10 @@ def run(
     with exclusive(settings.home / "run.lock"):
         # The JVM listener (pipeline/spark.py) prints a line per batch and writes status/<query>.json.
         status = {spark_session.STATUS_DIR_CONF: str(status_files.status_dir(settings.home))}
-        spark = spark_session.session(f"streamfold-{source}", {**conf, **status})
+        try:
+            spark = spark_session.session(f"streamfold-{source}", {**conf, **status})
+        except spark_session.MissingJars as exc:
+            raise JobError(str(exc)) from None
         if not once:
             # `docker compose stop` and process managers send SIGTERM, people Ctrl-C: stop the queries
             # cleanly. After the session: SparkContext installs its own SIGINT handler, which calls the JVM

@@ -114,12 +114,31 @@ def jars_in(folder: Path) -> list[str]:
     return sorted(str(p) for p in folder.glob("*.jar"))
 
 
+# The jars the job cannot start without (pom.xml's `spark` profile and the join operator), as glob patterns.
+REQUIRED_JARS = (
+    JOIN_JAR,
+    "spark-sql-kafka-0-10_*.jar",
+    "spark-token-provider-kafka-0-10_*.jar",
+    "kafka-clients-*.jar",
+    "commons-pool2-*.jar",
+    "postgresql-*.jar",
+)
+
+
+class MissingJars(FileNotFoundError):
+    """A jar the job needs is not in jars_dir(); the message names each and how to get them."""
+
+
 def jars() -> list[str]:
     folder = jars_dir()
-    found = jars_in(folder)
-    if not found:
-        raise FileNotFoundError(f"no Spark connector jars in {folder}: run `make setup`")
-    return found
+    missing = [pattern for pattern in REQUIRED_JARS if not any(folder.glob(pattern))]
+    if missing:
+        raise MissingJars(
+            f"the Spark job's jars are not in {folder}: missing {', '.join(missing)}. `make setup` in a "
+            "streamfold checkout builds them into its lib/spark; set STREAMFOLD_JARS to that folder when "
+            "streamfold runs from elsewhere (a `pip install`)"
+        )
+    return jars_in(folder)
 
 
 def master(conf: dict[str, str] | None) -> str:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import sys
+import tomllib
 from collections.abc import Iterator
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -28,6 +31,41 @@ console = Console(stderr=True, soft_wrap=True)
 class Source(StrEnum):
     kafka = "kafka"
     kinesis = "kinesis"
+
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+def version() -> str:
+    """The installed distribution's version; where streamfold runs without being pip-installed (the
+    compose image puts the packages on PYTHONPATH), the version in the pyproject.toml beside them."""
+    try:
+        return importlib.metadata.version("streamfold")
+    except importlib.metadata.PackageNotFoundError:
+        return pyproject_version(PYPROJECT) or "unknown"
+
+
+def pyproject_version(path: Path) -> str | None:
+    try:
+        return str(tomllib.loads(path.read_text())["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return None
+
+
+def print_version(wanted: bool) -> None:
+    if wanted:
+        print(f"streamfold {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    _version: Annotated[
+        bool,
+        typer.Option("--version", callback=print_version, is_eager=True, help="print the version and exit"),
+    ] = False,
+) -> None:
+    """streamfold: CDC ingestion and enrichment appliance."""
 
 
 def fail(message: str) -> None:

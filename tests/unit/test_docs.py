@@ -1,7 +1,8 @@
 """The docs say what the code does, checked without a stack (well under a second).
 
 - Every place in the code that cites README.md or a docs/ file by section names a heading that exists.
-- Every relative link in README.md and docs/ points to a file, and a heading, that exist.
+- Every relative link in README.md, CHANGELOG.md and docs/ (its subfolders too) points to a file, and a
+  heading, that exist.
 - docs/contracts.md names every `streamfold` command and option, make target, environment variable,
   topic, table and column, role, `streamfold run --conf` key and `status --json` section the code defines.
 """
@@ -27,6 +28,7 @@ from streamfold.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
+CHANGELOG = REPO / "CHANGELOG.md"
 DOCS = REPO / "docs"
 CONTRACTS = DOCS / "contracts.md"
 
@@ -174,7 +176,7 @@ def test_every_cited_section_exists() -> None:
 
 def test_every_link_in_the_docs_resolves() -> None:
     broken = []
-    for page in [README, *sorted(DOCS.glob("*.md"))]:
+    for page in [README, CHANGELOG, *sorted(DOCS.rglob("*.md"))]:
         fenced = False
         for line in page.read_text().splitlines():
             if line.lstrip().startswith("```"):
