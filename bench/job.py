@@ -130,8 +130,8 @@ class JobRun:
     def commits(self) -> list[tuple[int, int, datetime]]:
         """(batch_id, rows, committed_at) of the clicks query's Postgres commits: the batch's rows over
         its partitions, and when its first partition started its transaction. The first, not the last: a
-        click becomes visible when its own partition commits, and taking the last made the latency
-        breakdown of 2026-11-24T050658Z attribute clicks to the batch before (negative segments)."""
+        click becomes visible when its own partition commits, and the last would attribute clicks of an
+        early partition to the batch before (negative segments in the latency breakdown)."""
         with psycopg.connect(self.bench.admin_dsn) as conn:
             return conn.execute(
                 "SELECT batch_id, sum(rows)::bigint, min(committed_at) FROM streamfold.sink_batches "

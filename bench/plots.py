@@ -186,7 +186,8 @@ def throughput_figure(results: dict[str, Any]) -> Figure | None:
         xs = [p.users for p, _ in scaling]
         ys = [p.clicks_per_s for p, _ in scaling]
         clicks = ", ".join(sorted({f"{p.clicks:,.0f}" for p, _ in scaling}))
-        # Since 2026-11-25 a step folds its users' change events before the clicks arrive (catch_up).
+        # A step with catch_up folded its users' change events before its clicks arrived; older results
+        # measured the clicks on a fresh state.
         state = "after the CDC catch-up" if section(results, "scaling")[0].get("catch_up") else "fresh state"
         ax.plot(xs, ys, "o-", color=COLORS[0], label=f"streamfold, cost growth ({clicks} clicks, {state})")
         for point, unknown in scaling:

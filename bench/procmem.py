@@ -5,12 +5,12 @@ sampled as PSS (proportional set size, /proc/<pid>/smaps_rollup), which splits s
 
 Processes the JVM is spawning are left out. Hadoop's local filesystem runs `chmod` for every checkpoint
 file it writes, several times a second. Until the child execs, it shares the JVM's memory and carries the
-name of the spawning thread ("Executor task l", "stream executio"). Counting it added the whole JVM a
-second time: the full runs of 2026-11-24 reported 2 GiB of "python workers" that were never there.
+name of the spawning thread ("Executor task l", "stream executio"). Counting it would add the whole JVM a
+second time, as "python workers" that are not there.
 
 RSS is cheap to read (/proc/<pid>/status) and is sampled 4 times a second. PSS is not: the kernel walks
-every page of the process to sum it, about 6 ms for a 0.5 GiB JVM, so reading it at that rate for the
-whole tree took about 5% of this 2-core machine away from the job. It is sampled every 2 s.
+every page of the process to sum it, and reading it at that rate for the whole tree would take CPU from
+the job it measures. It is sampled every 2 s.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 Spark starts its Python workers through this module (`spark.python.daemon.module`, pipeline/spark.py).
 Why: before each task a worker calls importlib.invalidate_caches(), and on Python 3.11 that makes every
 zipimporter re-read its archive's directory in pure Python. The workers' sys.path holds pyspark.zip,
-py4j's zip and the spark-core jar (thousands of entries): about 0.3 s of CPU per task, whatever its size,
-which was most of an idle micro-batch's sink time (Python 3.12 made this lazy). These archives do not change
-while a worker lives, so their importers keep what they read; an archive added later (addPyFile) is a new
-path and is read as usual.
+py4j's zip and the spark-core jar (thousands of entries): a fixed CPU cost per task, whatever its size
+(docs/decisions/spark-settings.md, "Python out of the per-batch path"; Python 3.12 made this lazy). These
+archives do not change while a worker lives, so their importers keep what they read; an archive added
+later (addPyFile) is a new path and is read as usual.
 """
 
 from __future__ import annotations

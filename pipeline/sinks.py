@@ -31,8 +31,7 @@ Robustness (docs/guarantees.md "Failure modes"):
   claims it once), its Kafka records and the aggregate flush are retried with backoff for up to
   STREAMFOLD_SINK_RETRY_S seconds (default 900), logging one line per attempt.
 
-Why the landing is Java: handing every row to a Python worker through Arrow, and formatting it there, took
-about half of the job's CPU (README, "Benchmark").
+Why the executors land the rows, and in Java: docs/decisions/executors-land-the-rows.md.
 """
 
 from __future__ import annotations
@@ -56,8 +55,8 @@ from pipeline.retry import one_line, retry_budget_s, retrying
 log = logging.getLogger(__name__)
 
 # The executors' producer request limit: a user_clicks record holds a profile and a click, over 1 MB at most
-# (the topics take it: names.OUTPUT_RECORD_MAX_BYTES). At 1 MB, a 1 MB profile and a 60 KB click once made a
-# record Kafka refused at every retry, and the batch never landed.
+# (the topics take it: names.OUTPUT_RECORD_MAX_BYTES). With a 1 MB limit, a 1 MB profile and its click make a
+# record Kafka refuses at every retry, and the batch would never land.
 KAFKA_MAX_REQUEST_BYTES = names.OUTPUT_RECORD_MAX_BYTES
 # How long one attempt of the executors' producer waits for the broker before it is retried.
 KAFKA_ATTEMPT_MS = 60_000

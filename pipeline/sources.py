@@ -13,10 +13,9 @@ from pyspark.sql import functions as F
 from common import names
 
 # The most records a micro-batch reads from one source while it catches up on a backlog (after a start, an
-# outage, a burst). Each batch costs a fixed ~0.6 s (planning, scheduling, commits) and keeps the JIT
-# compiling code that runs once per batch: 2M clicks over 100,000 users ran, back to back, at 38,819
-# clicks/s in batches of 200,000 and 43,492 in batches of 500,000 (README "Benchmark"). A live stream's
-# batches stay far below.
+# outage, a burst). Each batch has a fixed cost (planning, scheduling, commits) and keeps the JIT compiling
+# code that runs once per batch, so larger batches catch up faster, at the price of the job's memory
+# (docs/decisions/spark-settings.md, "Sources and micro-batches"). A live stream's batches stay far below.
 DEFAULT_MAX_RECORDS_PER_BATCH = 500_000
 # A Kafka partition's records of a batch are read by tasks of at most this many, so a batch's clicks (3
 # partitions) are read by many tasks rather than 3 on 2 cores (the third ran alone), and a CDC snapshot
@@ -34,7 +33,7 @@ def _kafka(spark: SparkSession, bootstrap: str, topics: str, max_records: int) -
         .option("maxRecordsPerPartition", str(RECORDS_PER_TASK))
         # Spark seeks its cached consumers each batch, and a consumer must first wait out the fetch it left
         # in flight at the log end: the broker holds that fetch for fetch.max.wait.ms (default 500 ms) on a
-        # quiet partition (the CDC topics). That made an idle batch of the clicks query 2.7 s instead of 1.4.
+        # quiet partition (the CDC topics), and every batch would wait that long.
         .option("kafka.fetch.max.wait.ms", "10")
         .load()
     )
@@ -43,8 +42,8 @@ def _kafka(spark: SparkSession, bootstrap: str, topics: str, max_records: int) -
 def _arrival_ms(timestamp: str) -> Column:
     """now_ms, the time a click's event_time may lead by at most a minute (pipeline/clicks.py): when the
     record reached its source, so a replay decides the same. Not the batch's time: Spark writes that into
-    the generated code as a literal, and the parser's stage was compiled again every batch (2 compilations,
-    ~35 ms each here). A record without one (never seen) gets 0, so its click is a dead letter."""
+    the generated code as a literal, so the parser's stage would be compiled again every batch. A record
+    without one gets 0, so its click is a dead letter."""
     return F.coalesce(F.unix_millis(timestamp), F.lit(0)).alias("now_ms")
 
 

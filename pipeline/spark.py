@@ -24,12 +24,10 @@ STATUS_DIR_CONF = "spark.streamfold.status.dir"
 PROGRESS_LOG_CONF = "spark.streamfold.progress.log"
 
 # The click parser's whole-stage generated code is one method above HotSpot's 8,000-byte JIT limit, so by
-# default it runs interpreted: compiling it makes the parse 2.5x faster. While the batch's time was a literal
-# in the parser's generated code, Spark compiled new classes every micro-batch and the optimising C2
-# compiler recompiled the huge methods again and again, so the job ran C1 only. Since the parser checks
-# against the record's arrival (pipeline/sources.py) nothing is compiled per batch, and C2 halves the
-# executors' CPU per click (README "Benchmark"). A 256 MB code cache keeps HotSpot from flushing and
-# recompiling methods (jstat: 14 s of compile time per 90 s of a loaded job with 48 MB, ~1 s with 256 MB).
+# default it would run interpreted. Tiered C2 stays on: nothing is compiled per batch (the parser checks
+# against the record's arrival, pipeline/sources.py), so C2 compiles the hot code once. A 256 MB code cache
+# keeps HotSpot from flushing and recompiling methods. Measurements: docs/decisions/spark-settings.md,
+# "The JIT".
 JIT = "-XX:-DontCompileHugeMethods -XX:ReservedCodeCacheSize=256m"
 
 DEFAULTS = {
@@ -39,7 +37,7 @@ DEFAULTS = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
     # Commit a batch's state as a small changelog file rather than a RocksDB snapshot (snapshots are taken in
-    # the background): the per-batch commit goes from about a second to milliseconds.
+    # the background), so the per-batch commit writes only the batch's changes.
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     # State is partitioned by this at the first run of a checkpoint; small machines want few partitions.
     "spark.sql.shuffle.partitions": "4",
@@ -54,7 +52,8 @@ DEFAULTS = {
     "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",
     "spark.sql.streaming.metricsEnabled": "true",
     # Progress lines, status/<query>.json and the bench's progress log, written in the JVM
-    # (jvm/src/main/java/io/streamfold/status/ProgressListener.java): Python listeners cost ~10% of the CPU.
+    # (jvm/src/main/java/io/streamfold/status/ProgressListener.java), not by Python listeners, which get
+    # every event converted over Py4J.
     "spark.sql.streaming.streamingQueryListeners": "io.streamfold.status.ProgressListener",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # Python workers that skip re-reading pyspark's zips before every task (pipeline/pyspark_daemon.py).
@@ -68,7 +67,8 @@ DEFAULTS = {
 
 # Settings for a local master only. Checkpoints on the local file system without a child process per
 # file (Hadoop without its native library runs `chmod` for each new file and `readlink` for each
-# FileContext rename: dozens of forks of the Spark JVM per micro-batch, a fifth of an idle batch's time).
+# FileContext rename: dozens of forks of the Spark JVM per micro-batch; docs/decisions/spark-settings.md,
+# "State and checkpoints").
 # jvm/.../fs/ForklessLocalFileSystem sets permissions through java.nio; the FileSystem-based checkpoint
 # manager renames with File.renameTo. Hadoop loads the file system class before spark.jars are on the
 # classpath, hence the driver class path (the executors are in the driver's JVM under a local master;
@@ -82,7 +82,7 @@ LOCAL_MASTER = {
         "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
     ),
     # Shuffle files of a local master never leave the machine (the page cache, mostly): compressing and
-    # checksumming them is CPU for nothing (+3-6% clicks/s in reduced benches, README "Benchmark").
+    # checksumming them is CPU for nothing.
     "spark.shuffle.compress": "false",
     "spark.shuffle.checksum.enabled": "false",
 }

@@ -30,9 +30,10 @@ JOB_FILE = "job.json"
 WAITING_FILE = "join.json"
 REQUEST_FILE = "join.request"
 # Counting means reading the join's state (Spark's state data source restores every state partition from the
-# checkpoint). Read every 30 s unasked, at 100,000 users it took both task slots for 1.1-1.3 s, and the batch
-# due then waited that long: the click latency p99 at 5,000 clicks/s came from those stalls. So the job counts
-# only when asked, in one task (the stream keeps the other slot), and at most every WAITING_EVERY_S.
+# checkpoint). That takes task slots, and the micro-batch due meanwhile waits for one: counted unasked, those
+# stalls made the click latency's tail (docs/decisions/spark-settings.md, "Python out of the per-batch path").
+# So the job counts only when asked, in one task (the stream keeps the other slot), and at most every
+# WAITING_EVERY_S.
 WAITING_EVERY_S = 10.0
 
 

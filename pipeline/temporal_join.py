@@ -12,12 +12,12 @@ Semantics (docs/join-semantics.md "In short"):
 - mode "latest": Kafka Streams KStream-KTable leftJoin (latest version when processed, a key's changes
   before its clicks within a micro-batch, nothing waits).
 
-How: clicks and changes are tagged into one row shape, unioned, and keyed by userid into ONE
+How: clicks and changes are tagged into one row shape, unioned, and keyed by a bucket of userid into ONE
 transformWithState operator written in Java (jvm/src/main/java/io/streamfold/join: RocksDB state, event-time
-timers), reached through `TemporalJoin.apply`. Its per-user logic is a line-for-line port of
-spec.temporal_state, the pure-Python reference that tests/unit/test_join_operator.py holds it to. (A
-Python operator costs a socket round trip per state call and an Arrow->pandas conversion per key; the JVM one
-does a key in a few RocksDB operations, see README.md, "Benchmark".)
+timers; docs/decisions/bucketed-join-state.md), reached through `TemporalJoin.apply`. Its per-user logic is
+a line-for-line port of spec.temporal_state, the pure-Python reference that tests/unit/test_join_operator.py
+holds it to. (A Python operator costs a socket round trip per state call and an Arrow->pandas conversion per
+key; the JVM one does a key in a few RocksDB operations: docs/decisions/join-in-the-jvm.md.)
 
 The watermark trick: event time *is* Spark's watermark, so a replay after a crash makes the same decisions
 (the watermark is in the offset log). The CDC rows, UNION ticks of Spark's `rate` source (progress_ms = tick
@@ -34,8 +34,8 @@ profile_complete = false. The CDC source is read and parsed once per batch for a
 Under Trigger.AvailableNow the `rate` source makes Spark 4.0 run a single batch per
 run (no trailing no-data batch, SPARK-45178): see run_until_drained for `--once`.
 
-Verified on Spark 4.0.0: the union of watermarked and plain streams drives TWS EventTime timers; late rows
-reach handleInputRows; a timer registered below the watermark fires in the same batch.
+What this relies on in Spark 4.0: the union of watermarked and plain streams drives TWS EventTime timers;
+late rows reach handleInputRows; a timer registered below the watermark fires in the same batch.
 """
 
 from __future__ import annotations

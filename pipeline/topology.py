@@ -7,16 +7,17 @@ One streaming query, clicks-<source>, per micro-batch (records: pipeline/records
      through
   4. sink, per partition of the join's output (pipeline/sinks.py): one Postgres transaction that claims the
      partition in the batch ledger, COPYs the enriched clicks and dead letters, and adds the partition's
-     totals per region and per URL x region (the aggregates, pipeline/aggregates.py); then its Kafka records
-     (user_clicks, users_changelog, clicks_dlq); then the driver publishes the totals the batch touched.
+     totals per region and per URL x region, summed from the rows it COPYs
+     (jvm/src/main/java/io/streamfold/sink/PartitionRows.java); then its Kafka records (user_clicks,
+     users_changelog, clicks_dlq); then the driver publishes the current totals of the keys the batch
+     touched (pipeline/aggregates.py reads them back).
 
-Why one query and one path: a second query for users_changelog re-planned, checkpointed and scheduled its
-own batches in the same 2 task slots, and its tasks queued behind the join's (an idle batch of it waited up
-to 16 s); a second branch over the CDC topic read and parsed it twice per batch and doubled the fold's share
-of each batch's planning. So rejects and changes pass through the join operator. The aggregates are summed
-in the sink, not by a Spark aggregation: a groupBy would shuffle every batch a second time and write its
-totals apart from the rows; summed from the rows a partition COPYs, in the same transaction, they equal the
-sum over enriched_clicks in every committed state.
+Why one query and one path: a second query, or a second branch over the CDC topic, would plan, read and
+parse a source again every batch and compete for the same task slots; so rejects and profile changes pass
+through the join operator (docs/decisions/one-streaming-query.md). The aggregates are summed in the sink,
+not by a Spark aggregation: a groupBy would shuffle every batch a second time and write its totals apart
+from the rows; summed from the rows a partition COPYs, in the same transaction, they equal the sum over
+enriched_clicks in every committed state.
 """
 
 from __future__ import annotations

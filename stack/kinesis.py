@@ -71,7 +71,7 @@ class Kinesis(Service):
 
     def stop(self) -> None:
         """kinesis-local rewrites its whole data file in place every PERSIST_INTERVAL: a stop in the middle
-        of a write leaves it truncated, and the streams are gone at the next start (seen in CI). So it is
+        of a write leaves it truncated, and the streams are gone at the next start. So it is
         frozen at a moment its file is whole, then killed; like any crash of it, that loses the writes of
         at most the last interval."""
         pid = self.pid()
@@ -80,8 +80,8 @@ class Kinesis(Service):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
             wait_gone(pid, 10)
-            # A killed process's sockets close a moment after it is gone (seen: ~0.3 s): wait, or a
-            # start right after this stop finds its port taken.
+            # A killed process's sockets close a moment after it is gone: wait, or a start right after
+            # this stop finds its port taken.
             deadline = time.monotonic() + 10
             while not all(port_free(self.stack.ports[p]) for p in self.port_names):
                 if time.monotonic() > deadline:

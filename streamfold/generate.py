@@ -100,9 +100,9 @@ def clicks(spec: ClickSpec) -> Iterator[dict]:
 class Pacer:
     """Sleeps so that `sent` clicks take `sent / rate` seconds, in bursts of at least MIN_SLEEP_S.
 
-    Why bursts: a sleep per click (50 us apart at 20,000/s) cost the generator tens of thousands of
-    context switches a second, CPU taken from the job a benchmark measures. The producer's linger.ms
-    batches the records for 20 ms anyway.
+    Why bursts: a sleep per click (50 us apart at 20,000/s) costs tens of thousands of context switches a
+    second, CPU taken from the job a benchmark measures (docs/decisions/spark-settings.md, "The load
+    generator"). The producer's linger.ms batches the records for 20 ms anyway.
     """
 
     MIN_SLEEP_S = 0.002

@@ -38,8 +38,9 @@ CODE_NAMES = {"Makefile", "Dockerfile", ".env"}
 NOT_CODE = {".git", ".venv", "lib", "node_modules", "target", "build", ".streamfold", ".streamfold-bench"}
 NOT_CODE_ANYWHERE = {"__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "node_modules"}
 
-# README "Layout", README.md, "Benchmark", docs/guarantees.md "Totals", README: "Using it", a bare file.
-CITATION = re.compile(r"""(?<![\w/.-])(README(?:\.md)?|docs/[\w.-]+\.md)(?:[ ,:]+"([^"\n]+)")?""")
+# README "Layout", README.md, "Benchmark", docs/guarantees.md "Totals", README: "Using it", a bare file,
+# docs/decisions/one-streaming-query.md.
+CITATION = re.compile(r"""(?<![\w/.-])(README(?:\.md)?|docs/[\w./-]+\.md)(?:[ ,:]+"([^"\n]+)")?""")
 # A comment wrapped between a file and its section: the next line's comment marker is not part of it.
 WRAPPED = re.compile(r"[ \t]*\n[ \t]*(?:#+|//+|\*+)?[ \t]*")
 ENV_NAME = re.compile(r"\b(?:STREAMFOLD|AWS)_[A-Z0-9_]*[A-Z0-9]\b")

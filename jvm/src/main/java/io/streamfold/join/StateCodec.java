@@ -18,9 +18,9 @@ import org.apache.spark.sql.types.StructType;
  * the buckets' waiting-click counts; tests read the version counts) and whose content is one binary
  * column in a compact format of its own (Body).
  *
- * <p>Why binary: with the content as nested arrays of structs, Spark's Row encoders (validating and
- * converting every nested value on each state read and write) took about a tenth of the job's CPU at
- * 5,000 clicks/s, more than the join's own logic (JFR, README "Benchmark").
+ * <p>Why binary: with the content as nested arrays of structs, Spark's Row encoders validate and convert
+ * every nested value on each state read and write, which costs more than the join's own logic
+ * (docs/decisions/bucketed-join-state.md).
  */
 final class StateCodec {
   /** MapState "versions": userid -> this; body holds the versions (see encodeUser). */

@@ -20,8 +20,8 @@ import org.apache.spark.sql.catalyst.InternalRow;
  * failed half-way lands only the partitions still missing. The batch is computed once, never cached, and
  * never collected: the driver gets one small report per partition.
  *
- * <p>Why in the JVM: handing each row to a Python worker (Arrow) and formatting it there took about half
- * of the job's CPU (README "Benchmark").
+ * <p>Why in the JVM: handing each row to a Python worker (Arrow) and formatting it there costs more CPU
+ * than the rest of the job (docs/decisions/executors-land-the-rows.md).
  */
 public final class Landing implements Serializable {
   private static final long serialVersionUID = 1L;

@@ -127,7 +127,7 @@ final class PgCsv extends Bytes {
   }
 
   /** "yyyy-mm-ddThh:mm:ss." of a UTC epoch second (days to a civil date: H. Hinnant's algorithm; not
-   * String.format, whose pattern parsing cost a quarter of the landing's CPU). */
+   * String.format, which parses its pattern at every call). */
   static byte[] secondText(long epochSecond) {
     long days = Math.floorDiv(epochSecond, 86_400);
     int secs = Math.floorMod(epochSecond, 86_400);

@@ -18,8 +18,7 @@ import org.apache.spark.sql.streaming.StreamingQueryProgress;
  * {@code streamfold status}), and optionally every progress as a JSON line (the benchmark's record).
  *
  * <p>Why in the JVM: a Python listener gets every event converted field by field over Py4J, whose
- * reflection misses scan the jars; in {@code make bench} the job's Python listeners took about a tenth of
- * its CPU. Registered by pipeline/spark.py through {@code spark.sql.streaming.streamingQueryListeners},
+ * reflection misses scan the jars (docs/decisions/spark-settings.md). Registered by pipeline/spark.py through {@code spark.sql.streaming.streamingQueryListeners},
  * configured by {@code spark.streamfold.status.dir} and {@code spark.streamfold.progress.log}.
  */
 public final class ProgressListener extends StreamingQueryListener {
