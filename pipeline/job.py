@@ -26,7 +26,7 @@ from pipeline.temporal_join import run_until_drained
 
 
 class JobError(RuntimeError):
-    """The job cannot run or a query failed; the message says why."""
+    """The job cannot run or its query failed; the message says why."""
 
 
 @contextmanager
@@ -62,7 +62,7 @@ class StopRequest:
         self.signal = signum
 
     def wait(self, spark: SparkSession, on_poll: Callable[[], None], poll_s: int = 1) -> None:
-        """Until a query ends (its exception is raised) or a stop is requested; on_poll() every poll_s."""
+        """Until the query ends (its exception is raised) or a stop is requested; on_poll() every poll_s."""
         while self.signal is None:
             if spark.streams.awaitAnyTermination(poll_s):
                 spark.streams.awaitAnyTermination()  # raises the query's exception, if any
@@ -71,7 +71,7 @@ class StopRequest:
 
 
 class StallReporter:
-    """Says when a query has spent a while in one phase of a micro-batch. Spark waits for an unreachable
+    """Says when the query has spent a while in one phase of a micro-batch. Spark waits for an unreachable
     Kafka without a word (fetching offsets, or inside a batch's read), for minutes; a long first batch
     is silent too. One line per long phase tells the user what the job is doing."""
 
@@ -81,6 +81,7 @@ class StallReporter:
         self.phase: dict[str, tuple[str, float, bool]] = {}  # query id -> (message, since, reported)
 
     def check(self, queries: list[StreamingQuery]) -> None:
+        """queries: spark.streams.active, the job's one query while it runs."""
         now = time.monotonic()
         for query in queries:
             status = query.status
@@ -152,10 +153,10 @@ def run(
         except spark_session.MissingJars as exc:
             raise JobError(str(exc)) from None
         if not once:
-            # `docker compose stop` and process managers send SIGTERM, people Ctrl-C: stop the queries
+            # `docker compose stop` and process managers send SIGTERM, people Ctrl-C: stop the query
             # cleanly. After the session: SparkContext installs its own SIGINT handler, which calls the JVM
             # from inside the signal handler; when the main thread is itself in a Py4J call (it mostly
-            # is, waiting on the queries), that breaks the Py4J connection and Ctrl-C ended in a traceback.
+            # is, waiting on the query), that would break the Py4J connection and end Ctrl-C in a traceback.
             signal.signal(signal.SIGTERM, stop)
             signal.signal(signal.SIGINT, stop)
         status_files.write_job(settings.home, source, spark)
@@ -189,7 +190,7 @@ def run(
             spark.stop()
 
 
-STOP_WAIT_S = 120  # for the batch being written, then for Spark to stop the queries
+STOP_WAIT_S = 120  # for the batch being written, then for Spark to stop the query
 
 
 class StopRefused(RuntimeError):
@@ -215,13 +216,13 @@ HIDE_STOP_REFUSALS = HideStopRefusals()
 
 
 class BatchGate:
-    """Stops the queries between writes rather than in the middle of one.
+    """Stops the query between writes rather than in the middle of one.
 
     Spark has no graceful stop: `query.stop()` interrupts the batch thread wherever it is. Interrupted
     inside foreachBatch, the batch is redone at the next start (nothing is lost), but Py4J and Spark log
     stack traces, and Spark's regex over a long Python traceback overflows the thread stack (a
-    StackOverflowError). So the sinks pass through this gate: `stop` closes it, waits for the writes in
-    flight, stops the queries, and only then lets a batch that arrived meanwhile fail with STOP_REFUSAL."""
+    StackOverflowError). So the sink passes through this gate: `stop` closes it, waits for the writes in
+    flight, stops the query, and only then lets a batch that arrived meanwhile fail with STOP_REFUSAL."""
 
     def __init__(self) -> None:
         self._writes = threading.Condition()
@@ -255,6 +256,7 @@ class BatchGate:
         return guarded
 
     def stop(self, queries: list[StreamingQuery], echo: Callable[[str], None]) -> None:
+        """queries: spark.streams.active, the job's one query, or none if it has ended already."""
         with self._writes:
             self._closed = True
             if self._in_flight:

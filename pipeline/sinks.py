@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 KAFKA_MAX_REQUEST_BYTES = names.OUTPUT_RECORD_MAX_BYTES
 # How long one attempt of the executors' producer waits for the broker before it is retried.
 KAFKA_ATTEMPT_MS = 60_000
-_JVM_LANDING = "io.streamfold.sink.Landing"
 
 R = TypeVar("R")
 

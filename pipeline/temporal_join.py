@@ -93,7 +93,6 @@ _TAGGED_SCHEMA = StructType(
 _ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _STATE_NAME = "bucket"  # io.streamfold.join.BucketJoinProcessor.BUCKET
 _OPERATOR_NAME = "transformWithStateExec"
-_JVM_JOIN = "io.streamfold.join.TemporalJoin"
 
 
 def temporal_join(clicks: DataFrame, cdc: DataFrame, cfg: JoinConfig | None = None) -> DataFrame:

@@ -38,7 +38,7 @@ from pipeline.temporal_join import temporal_join
 
 @dataclass(frozen=True)
 class Flow:
-    """A streaming query to start: its frame and its foreachBatch sink."""
+    """The job's one streaming query, to start: its name, its frame and its foreachBatch sink."""
 
     name: str
     frame: DataFrame

@@ -11,8 +11,8 @@ import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * The Kafka record values the sink writes, as compact JSON bytes with null fields left out: exactly what
- * Spark's `to_json` of the same struct writes (tests/unit/test_landing.py holds each to its Spark
- * expression, byte for byte).
+ * Spark's `to_json` of the same struct writes (tests/unit/test_sinks.py holds them to Spark's to_json,
+ * byte for byte).
  */
 final class Values {
   /** clicks_dlq carries at most this many payload bytes (as text and as base64, ~2.4x): the full bytes
