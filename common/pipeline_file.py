@@ -283,30 +283,34 @@ class Pipeline(_Strict):
                 raise ValueError(f"two aggregates are named {name!r}")
         for i, aggregate in enumerate(self.aggregates):
             for column, ref in aggregate.group_by.items():
-                source, target = self.resolve(ref, f"aggregates.{i}.group_by.{column}")
-                if source == "event" and target in self.events.fields and not self.events.fields[target].required:
-                    raise ValueError(
-                        f"aggregates.{i}.group_by.{column}: event field {target!r} is an aggregate key, so it "
-                        f"must be required: remove `required: false` from events.fields.{target}"
-                    )
-                if source == "profile" and self.profile.columns[target].if_missing is None:
-                    raise ValueError(
-                        f"aggregates.{i}.group_by.{column}: profile column {target!r} is an aggregate key, "
-                        f"so it needs a value for events without a profile: add `if_missing: UNKNOWN` to "
-                        f"profile.columns.{target}"
-                    )
+                self._check_group_key(ref, f"aggregates.{i}.group_by.{column}")
             for column, ref in aggregate.sums.items():
                 source, target = self.resolve(ref, f"aggregates.{i}.sums.{column}")
-                kind = self.events.fields[target].type if source == "event" else None
-                if kind not in NUMBER_TYPES:
+                field = self.events.fields.get(target) if source == "event" else None
+                if field is None or field.type not in NUMBER_TYPES:
                     raise ValueError(f"aggregates.{i}.sums.{column}: {ref!r} is not a numeric event field")
-        for field in self.outputs.enriched.event_columns:
-            if field not in self.events.fields:
+        for name in self.outputs.enriched.event_columns:
+            if name not in self.events.fields:
                 raise ValueError(
-                    f"outputs.enriched.event_columns: {field!r} is not an event field"
-                    f"{_did_you_mean(field, list(self.events.fields))}"
+                    f"outputs.enriched.event_columns: {name!r} is not an event field"
+                    f"{_did_you_mean(name, list(self.events.fields))}"
                 )
         return self
+
+    def _check_group_key(self, ref: str, where: str) -> None:
+        """An aggregate key is never null: a required event field, or a profile column with if_missing."""
+        source, target = self.resolve(ref, where)
+        field = self.events.fields.get(target)
+        if source == "event" and field is not None and not field.required:
+            raise ValueError(
+                f"{where}: event field {target!r} is an aggregate key, so it must be required: remove "
+                f"`required: false` from events.fields.{target}"
+            )
+        if source == "profile" and self.profile.columns[target].if_missing is None:
+            raise ValueError(
+                f"{where}: profile column {target!r} is an aggregate key, so it needs a value for events "
+                f"without a profile: add `if_missing: UNKNOWN` to profile.columns.{target}"
+            )
 
     def resolve(self, ref: str, where: str) -> tuple[str, str]:
         """('event' | 'profile', name) for an aggregate's reference."""
