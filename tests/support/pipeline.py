@@ -113,7 +113,7 @@ def make_sandbox(admin_dsn: str, name: str, home: Path) -> Sandbox:
     schema.apply(dsn)
     home.mkdir(parents=True, exist_ok=True)
     topic = f"{names.CLICKS_TOPIC}-{name.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
-    setup.ensure_topics(config.load().kafka_bootstrap, topic)
+    setup.ensure_topics(config.load().kafka_bootstrap, config.load().pipeline, topic)
     return Sandbox(name, dsn, home, topic)
 
 
