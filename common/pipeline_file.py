@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 
 DEFAULT_FILE = "streamfold.yaml"
 PIPELINE_VAR = "STREAMFOLD_PIPELINE"
@@ -274,6 +282,14 @@ class Pipeline(_Strict):
     join: Join = Join()
     outputs: Outputs = Outputs()
     aggregates: list[Aggregate] = Field(default_factory=list)
+    _source: str = PrivateAttr(default=DEFAULT_FILE)
+    _lines: dict[tuple[str, ...], int] = PrivateAttr(default_factory=dict)
+
+    def error(self, path: str, message: str) -> PipelineFileError:
+        """An error about the key at the dotted `path`, at its line in the file."""
+        parts = tuple(path.split("."))
+        found = next((parts[:n] for n in range(len(parts), 0, -1) if parts[:n] in self._lines), ())
+        return PipelineFileError(f"{self._source}:{self._lines.get(found, 1)}: {path}: {message}")
 
     @model_validator(mode="after")
     def _references(self) -> Pipeline:
@@ -464,9 +480,11 @@ def parse(text: str, where: str = DEFAULT_FILE) -> Pipeline:
     if not isinstance(data, dict):
         raise PipelineFileError(f"{where}:1: a pipeline file is a mapping (profile:, events:, ...)")
     try:
-        return Pipeline.model_validate(data)
+        pipeline = Pipeline.model_validate(data)
     except ValidationError as exc:
         raise PipelineFileError(_message(exc, lines, where)) from None
+    pipeline._source, pipeline._lines = where, lines
+    return pipeline
 
 
 def _check_keys(

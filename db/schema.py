@@ -18,7 +18,7 @@ from psycopg import sql
 
 from common import config
 from common import pipeline_file as pf
-from db import tables
+from db import introspect, tables
 
 _ROLES = (
     (config.DEBEZIUM_ROLE, "LOGIN REPLICATION"),
@@ -91,6 +91,8 @@ def apply(admin_dsn: str, pipeline: pf.Pipeline | None = None) -> tuple[str | No
         revisions = _upgrade(connection)
         conn = connection.connection.driver_connection
         assert isinstance(conn, psycopg.Connection)
+        # Before any grant or publication: a file the database contradicts changes nothing.
+        introspect.check(conn, pipeline)
         for role, attributes in _ROLES:
             _ensure_role(conn, role, config.lookup(config.PASSWORD_VARS[role]), attributes)
         _grant(conn, pipeline)

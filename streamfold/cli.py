@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from common import config
+from common import pipeline_file as pf
 
 app = typer.Typer(help="streamfold: CDC ingestion and enrichment appliance.", no_args_is_help=True)
 stack_app = typer.Typer(help="The local stack: every service as a native process under STREAMFOLD_HOME.")
@@ -30,9 +33,37 @@ class Source(StrEnum):
     kinesis = "kinesis"
 
 
-def fail(message: str) -> None:
+def fail(message: str, code: int = 1) -> None:
     console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
-    raise typer.Exit(1)
+    raise typer.Exit(code)
+
+
+# Commands that need no pipeline file (the local stack is the same whatever the pipeline).
+_WITHOUT_PIPELINE = {None, "stack"}
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    pipeline: Annotated[
+        Path | None,
+        typer.Option(
+            envvar=pf.PIPELINE_VAR,
+            help="the pipeline file (default: ./streamfold.yaml)",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Reads and validates the pipeline file first: a bad one is one error with its line, exit 2, before any
+    service is touched. The file's path goes to every process the command starts."""
+    if pipeline is not None:
+        os.environ[pf.PIPELINE_VAR] = str(pipeline.resolve())
+    if ctx.invoked_subcommand in _WITHOUT_PIPELINE or "--help" in sys.argv:
+        return
+    try:
+        pf.load()
+    except pf.PipelineFileError as exc:
+        fail(str(exc), code=2)
 
 
 def progress() -> Progress:
@@ -146,6 +177,29 @@ def stack_restart(service: ServiceArgument) -> None:
 
 
 @app.command()
+def check() -> None:
+    """Validate the pipeline file, and hold it against the database: the table, its key, its columns."""
+    import psycopg
+
+    from db import introspect
+
+    settings = config.load()
+    try:
+        with psycopg.connect(settings.pg_dsn, connect_timeout=10) as conn:
+            introspect.check(conn, settings.pipeline)
+    except pf.PipelineFileError as exc:
+        fail(str(exc), code=2)
+    except psycopg.OperationalError as exc:
+        fail(f"the file is valid, but Postgres is not reachable to check it against: {str(exc).strip()}")
+    p = settings.pipeline
+    console.print(
+        f"[green]ok[/] pipeline {p.name}: {p.profile.table} (key {p.profile.key}, {len(p.profile.columns)} "
+        f"columns) joins {p.events.kafka_topic or p.events.kinesis_stream} on {p.events.key}; "
+        f"{len(p.aggregates)} aggregates"
+    )
+
+
+@app.command()
 def setup(
     timeout: Annotated[float, typer.Option(help="seconds to wait for the connector to run")] = 180,
 ) -> None:
@@ -154,6 +208,8 @@ def setup(
 
     try:
         run_setup(config.load(), timeout_s=timeout, echo=lambda msg: console.print(f"[cyan]setup[/] {msg}"))
+    except pf.PipelineFileError as exc:
+        fail(str(exc), code=2)
     except (SetupError, config.ConfigError) as exc:
         fail(str(exc))
 
