@@ -304,17 +304,23 @@ def status(
 
 
 @app.command()
-def query(sql_or_name: Annotated[str, typer.Argument(help="SQL, or a name: clicks_per_region, ...")]) -> None:
+def query(
+    sql_or_name: Annotated[
+        str, typer.Argument(help="SQL, or a name: an aggregate's, the enriched table's, totals")
+    ],
+) -> None:
     """Print rows from the enriched tables (read-only role)."""
     import psycopg
 
     from db import queries
 
     try:
-        columns, rows = queries.run(config.load().reader_dsn, sql_or_name)
+        settings = config.load()
+        named = queries.named(settings.pipeline)
+        columns, rows = queries.run(settings.reader_dsn, named.get(sql_or_name, sql_or_name))
     except psycopg.Error as exc:
         fail(str(exc).strip())
-    table = Table(*columns, title=sql_or_name if sql_or_name in queries.NAMED else None)
+    table = Table(*columns, title=sql_or_name if sql_or_name in named else None)
     for row in rows:
         table.add_row(*("" if v is None else str(v) for v in row))
     Console(width=200 if not sys.stdout.isatty() else None).print(table)

@@ -234,3 +234,24 @@ def test_any_misspelt_key_is_an_error_at_its_line(data: st.DataObject):
     message = str(error.value)
     line = int(message.split(":")[1])
     assert typo in text.splitlines()[line - 1] or "missing" in message, message
+
+
+def test_query_has_a_short_name_per_aggregate_and_the_enriched_table():
+    from db import queries
+
+    named = queries.named(DEFAULT)
+    assert {
+        "clicks_per_region",
+        "url_region_click_count",
+        "enriched_clicks",
+        "dead_letters",
+        "totals",
+    } <= set(named)
+    assert named["url_region_click_count"].startswith(
+        "SELECT url, region, click_count FROM streamfold.url_region"
+    )
+    mine = queries.named(pf.parse(MINIMAL))
+    assert mine["views_per_country"].startswith(
+        "SELECT country, count, ms_total FROM streamfold.views_per_country"
+    )
+    assert "count(*)" in mine["totals"]  # no count field: every event counts one
