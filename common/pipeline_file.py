@@ -25,6 +25,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     PrivateAttr,
     ValidationError,
     model_validator,
@@ -62,6 +63,23 @@ MAX_KEY_BYTES = 1024
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+# The types whose columns may be aggregate keys, what their if_missing must be, and an example.
+_IF_MISSING_TYPES: dict[str, tuple[type, ...]] = {
+    "text": (str,),
+    "integer": (int,),
+    "bigint": (int,),
+    "double": (int, float),
+    "numeric": (int, float),
+    "boolean": (bool,),
+}
+_IF_MISSING_EXAMPLES = {
+    "text": "UNKNOWN",
+    "integer": "0",
+    "bigint": "0",
+    "double": "0",
+    "numeric": "0",
+    "boolean": "false",
+}
 _PATH_IN_MESSAGE = re.compile(r"^([a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)*): ")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -119,7 +137,10 @@ Identifier = Annotated[str, BeforeValidator(_identifier)]
 Table = Annotated[str, BeforeValidator(_qualified)]
 Topic = Annotated[str, BeforeValidator(_topic)]
 TypeName = Annotated[str, BeforeValidator(_type)]
-Duration = Annotated[int, BeforeValidator(parse_duration_ms)]
+# Read from text ('10s'), kept as milliseconds, written back as text ('10000ms') so a dump reads again.
+Duration = Annotated[
+    int, BeforeValidator(parse_duration_ms), PlainSerializer(lambda ms: f"{ms}ms", return_type=str)
+]
 
 
 class _Strict(BaseModel):
@@ -127,11 +148,25 @@ class _Strict(BaseModel):
 
 
 class ProfileColumn(_Strict):
-    """A carried profile column: its type, and the value it takes in outputs when a click has no profile
-    (or the value is null or empty), which an aggregate key over it needs."""
+    """A carried profile column: its type, and the value it takes in outputs when an event has no profile
+    (or, for text, the value is null or empty), which an aggregate key over it needs."""
 
     type: TypeName
     if_missing: str | int | float | bool | None = None
+
+    @model_validator(mode="after")
+    def _if_missing_has_the_columns_type(self) -> ProfileColumn:
+        value = self.if_missing
+        if value is None:
+            return self
+        accepted = _IF_MISSING_TYPES.get(self.type)
+        if accepted is None:
+            raise ValueError(f"if_missing: a {self.type} column takes none")
+        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
+            raise ValueError(
+                f"if_missing: {value!r} is not a {self.type} value (e.g. {_IF_MISSING_EXAMPLES[self.type]})"
+            )
+        return self
 
 
 def _column(value: Any) -> Any:
@@ -322,10 +357,14 @@ class Pipeline(_Strict):
                 f"{where}: event field {target!r} is an aggregate key, so it must be required: remove "
                 f"`required: false` from events.fields.{target}"
             )
-        if source == "profile" and self.profile.columns[target].if_missing is None:
+        column = self.profile.columns.get(target) if source == "profile" else None
+        if column is not None and column.if_missing is None:
+            example = _IF_MISSING_EXAMPLES.get(column.type)
+            if example is None:
+                raise ValueError(f"{where}: a {column.type} column cannot be an aggregate key")
             raise ValueError(
                 f"{where}: profile column {target!r} is an aggregate key, so it needs a value for events "
-                f"without a profile: add `if_missing: UNKNOWN` to profile.columns.{target}"
+                f"without a profile: add `if_missing: {example}` to profile.columns.{target}"
             )
 
     def resolve(self, ref: str, where: str) -> tuple[str, str]:

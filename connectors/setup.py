@@ -230,7 +230,9 @@ def _error_text(response: requests.Response) -> str:
 
 def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[[str], None] = print) -> None:
     """Every step of `streamfold setup`, in order; each is a no-op when already done."""
-    before, after = schema.apply(settings.pg_dsn, settings.pipeline)
+    before, after = schema.apply(
+        settings.pg_dsn, settings.pipeline, echo=lambda change: echo(f"tables: {change}")
+    )
     moved = "" if before == after else f", upgraded from {before or 'no revision'}"
     echo(f"schema at revision {after} (head{moved}); roles and publication applied")
     created = ensure_topics(settings.kafka_bootstrap, settings.pipeline, settings.clicks_topic)

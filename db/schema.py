@@ -3,7 +3,7 @@ applied idempotently."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -18,7 +18,7 @@ from psycopg import sql
 
 from common import config
 from common import pipeline_file as pf
-from db import introspect, tables
+from db import introspect, pipeline_schema, tables
 
 _ROLES = (
     (config.DEBEZIUM_ROLE, "LOGIN REPLICATION"),
@@ -82,10 +82,13 @@ def upgrade(dsn: str) -> tuple[str | None, str]:
         return _upgrade(connection)
 
 
-def apply(admin_dsn: str, pipeline: pf.Pipeline | None = None) -> tuple[str | None, str]:
-    """Upgrade the tables, then roles, grants and the publication of the pipeline's profile table (the
-    pipeline file's, by default), in one transaction. Safe to run any number of times. Returns the
-    revisions before and after."""
+def apply(
+    admin_dsn: str, pipeline: pf.Pipeline | None = None, echo: Callable[[str], None] = lambda _: None
+) -> tuple[str | None, str]:
+    """Upgrade streamfold's tables, bring the pipeline's sink tables to its file (db/pipeline_schema.py),
+    then roles, grants and the publication of its profile table, in one transaction: a file the database
+    contradicts, or a change it cannot absorb, changes nothing. Safe to run any number of times. Returns
+    the revisions before and after; `echo` hears each change to the sink tables."""
     pipeline = pipeline or pf.load()
     with _locked(admin_dsn) as connection:
         revisions = _upgrade(connection)
@@ -93,6 +96,8 @@ def apply(admin_dsn: str, pipeline: pf.Pipeline | None = None) -> tuple[str | No
         assert isinstance(conn, psycopg.Connection)
         # Before any grant or publication: a file the database contradicts changes nothing.
         introspect.check(conn, pipeline)
+        for change in pipeline_schema.apply(connection, pipeline):
+            echo(change)
         for role, attributes in _ROLES:
             _ensure_role(conn, role, config.lookup(config.PASSWORD_VARS[role]), attributes)
         _grant(conn, pipeline)
@@ -163,8 +168,8 @@ def _grant(conn: psycopg.Connection, pipeline: pf.Pipeline) -> None:
             writer
         ),
         sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA streamfold TO {}").format(reader),
-        # The migration history is setup's alone.
-        sql.SQL("REVOKE INSERT, UPDATE, DELETE ON streamfold.{} FROM {}").format(
+        # The migration history and the applied pipeline files are setup's alone.
+        sql.SQL("REVOKE INSERT, UPDATE, DELETE ON streamfold.{}, streamfold.pipelines FROM {}").format(
             sql.Identifier(VERSION_TABLE), writer
         ),
         sql.SQL("GRANT USAGE ON ALL SEQUENCES IN SCHEMA streamfold TO {}").format(writer),
