@@ -2,8 +2,10 @@
 
 One seeded generator makes a few thousand click payloads (valid ones, each kind of invalid one, random
 bytes, nested junk, unicode, huge numbers) and Debezium envelopes; each set runs through Spark as ONE
-DataFrame, and every row must match `parse_click` / `parse_envelope`: accept or reject, the parsed
-fields, and the category of the reason.
+DataFrame, and every row must match `parse_event` (the default event spec) / `parse_envelope`: accept or
+reject, the parsed fields, and the category of the reason. Another makes random event specs (field names,
+types, required flags, key type, time format, count or none, limits) and payloads for each, valid and not:
+a few specs per Spark job, every row again matched to `parse_event` with its spec.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from common import names
-from pipeline import cdc_fold, clicks
+from pipeline import cdc_fold, events
 from pipeline.cdc_fold import BadEnvelope, Change, Progress, parse_envelope
-from pipeline.clicks import MAX_RECORD_BYTES, Rejected, parse_click
+from pipeline.events import DEFAULT_EVENT_SPEC, MAX_RECORD_BYTES
+from spec.events import Event, Rejected, parse_event
 
 pytestmark = pytest.mark.spark
 
@@ -70,6 +73,10 @@ CDC_CATEGORIES = (
 CATEGORIES = (*CDC_CATEGORIES, *CLICK_CATEGORIES)
 
 
+def parse_click(payload: bytes | None, now_ms: int) -> Event:
+    return parse_event(payload, now_ms, DEFAULT_EVENT_SPEC)
+
+
 def category(reason: str) -> str:
     found = [c for c in CATEGORIES if c in re.sub(r"ts_ms -?\d+ is outside", "ts_ms is outside", reason)]
     assert found, reason
@@ -98,8 +105,8 @@ def junk_value(rng: random.Random, depth: int = 0) -> Any:
     }
 
 
-# Around clicks.MAX_KEY_BYTES (1,024 UTF-8 bytes): ASCII, 2-byte and 4-byte characters (a surrogate pair in
-# Java, escaped as two \u escapes by json.dumps(ensure_ascii=True)).
+# Around common.limits.MAX_KEY_BYTES (1,024 UTF-8 bytes): ASCII, 2-byte and 4-byte characters (a surrogate
+# pair in Java, escaped as two \u escapes by json.dumps(ensure_ascii=True)).
 LONG_KEYS = ("u" * 1024, "u" * 1025, "é" * 512, "é" * 513, "😀" * 256, "😀" * 256 + "u", "日" * 5000)
 
 
@@ -178,7 +185,7 @@ def click_payloads(rng: random.Random) -> list[bytes | None]:
 
 
 def plain_path_edges() -> list[bytes]:
-    """Near-valid clicks aimed at the JVM fast path (PlainClick): each must be rejected, or accepted with
+    """Near-valid clicks aimed at the JVM fast path (PlainEvent): each must be rejected, or accepted with
     the fields parse_click gives."""
     good = json.dumps(GOOD)
     body = good[1:-1]
@@ -227,7 +234,8 @@ def test_blank_text_is_pythons_isspace(spark: SparkSession):
     chars = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
     rows = [(f"e{c}", "t", json.dumps({**GOOD, "userid": chr(c)}).encode(), NOW) for c in chars]
     frame = spark.createDataFrame(rows, "event_id string, source string, payload binary, now_ms long")
-    blank = {int(r["event_id"][1:]) for r in clicks.parse(frame).where("error IS NOT NULL").collect()}
+    parsed = events.parse(frame, DEFAULT_EVENT_SPEC)
+    blank = {int(r["event_id"][1:]) for r in parsed.where("error IS NOT NULL").collect()}
     assert sorted(blank) == [c for c in chars if chr(c).isspace()]
 
 
@@ -246,7 +254,7 @@ def test_jvm_reasons_say_which_strict_json_rule_failed(spark: SparkSession):
     reasons = list(cases.values()) + ["not JSON: invalid UTF-8"]
     rows = [(f"e{i}", "t", p, NOW) for i, p in enumerate(payloads)]
     frame = spark.createDataFrame(rows, "event_id string, source string, payload binary, now_ms long")
-    got = {r["event_id"]: r["error"] for r in clicks.parse(frame).collect()}
+    got = {r["event_id"]: r["error"] for r in events.parse(frame, DEFAULT_EVENT_SPEC).collect()}
     for i, reason in enumerate(reasons):
         assert got[f"e{i}"] is not None and got[f"e{i}"].startswith(reason), (reason, got[f"e{i}"])
 
@@ -258,11 +266,11 @@ def test_click_parser_agrees_with_parse_click(spark: SparkSession):
 
 
 def check_clicks(spark: SparkSession, payloads: list[bytes | None]) -> dict[str, int]:
-    """Every payload through clicks.parse (one DataFrame) and parse_click must agree; returns the outcomes."""
+    """Every payload through events.parse (one DataFrame) and parse_click must agree; returns the outcomes."""
     rows = [(f"e{i}", "kafka:clicks", p, NOW) for i, p in enumerate(payloads)]
     frame = spark.createDataFrame(rows, "event_id string, source string, payload binary, now_ms long")
-    out = clicks.parse(frame)
-    assert tuple(out.columns) == clicks.PARSED_COLUMNS
+    out = events.parse(frame, DEFAULT_EVENT_SPEC)
+    assert tuple(out.columns) == events.parsed_columns(DEFAULT_EVENT_SPEC)
     got = {r["event_id"]: r for r in out.collect()}
     assert len(got) == len(payloads)
     kinds: dict[str, int] = {}
@@ -278,18 +286,20 @@ def check_clicks(spark: SparkSession, payloads: list[bytes | None]) -> dict[str,
             continue
         assert row["error"] is None, (payload, row["error"])
         assert (row["userid"], row["url"], row["device_id"], row["ip"]) == (
-            want.userid,
-            want.url,
-            want.device_id,
-            want.ip,
+            want.key,
+            want.fields["url"],
+            want.fields["device_id"],
+            want.fields["ip"],
         ), payload
-        assert (row["click_time_ms"], row["clicks"], row["payload"]) == (
-            want.click_time_ms,
-            want.clicks,
-            None,
-        )
+        assert (row["click_time_ms"], row["clicks"], row["payload"]) == (want.time_ms, want.count, None)
         kinds["valid"] = kinds.get("valid", 0) + 1
     return kinds
+
+
+def register_plain_event(spark: SparkSession, name: str, spec: dict[str, Any]) -> None:
+    """The fast path alone as a UDF of its own, for the tests that hold it to the spec."""
+    plain = spark._jvm.io.streamfold.events.PlainEvent(json.dumps(spec))  # type: ignore[union-attr]
+    events.register_java_udf(spark, name, plain, events.parse_type(spec))
 
 
 def test_plain_click_fast_path_accepts_only_what_parse_click_accepts(spark: SparkSession):
@@ -298,8 +308,8 @@ def test_plain_click_fast_path_accepts_only_what_parse_click_accepts(spark: Spar
     frame = spark.createDataFrame(
         [(f"e{i}", p, NOW) for i, p in enumerate(payloads)], "event_id string, payload binary, now_ms long"
     )
-    # The fast path returns ClickParse's row (ClickParse calls it first), or NULL.
-    spark.udf.registerJavaFunction("plain_click", "io.streamfold.clicks.PlainClick", clicks.PARSE_TYPE)
+    # The fast path returns EventParse's row (EventParse calls it first), or NULL.
+    register_plain_event(spark, "plain_click", DEFAULT_EVENT_SPEC)
     plain = frame.select("event_id", F.call_function("plain_click", "payload", "now_ms").alias("p"))
     got = {r["event_id"]: r["p"] for r in plain.collect()}
     taken = valid = 0
@@ -315,12 +325,12 @@ def test_plain_click_fast_path_accepts_only_what_parse_click_accepts(spark: Spar
         if fast is not None:
             taken += 1
             assert (fast.userid, fast.url, fast.device_id, fast.ip, fast.click_time_ms, fast.clicks) == (
-                want.userid,
-                want.url,
-                want.device_id,
-                want.ip,
-                want.click_time_ms,
-                want.clicks,
+                want.key,
+                want.fields["url"],
+                want.fields["device_id"],
+                want.fields["ip"],
+                want.time_ms,
+                want.count,
             ), payload
     # Most valid clicks take the fast path (json.dumps escapes non-ASCII in about half of them).
     assert taken > valid // 3, (taken, valid)
