@@ -14,6 +14,7 @@ import functools
 import json
 import random
 import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -874,7 +875,7 @@ def same_value(kind: str, got: Any, want: Any) -> bool:
 
 
 def spec_frames(
-    spark: SparkSession, specs: list[dict[str, Any]], payloads: list[list[bytes | None]], fast: bool
+    spark: SparkSession, specs: list[dict[str, Any]], payloads: Sequence[Sequence[bytes | None]], fast: bool
 ) -> DataFrame:
     """Each spec's payloads parsed by its own UDF (the full parser, or the fast path alone), as JSON text,
     unioned into one frame: (spec, event_id, payload, row)."""

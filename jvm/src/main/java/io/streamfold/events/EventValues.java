@@ -19,7 +19,8 @@ public final class EventValues {
    * or an offset +HH:MM / -HH:MM.
    */
   public static final String ISO_TIME =
-      "([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\\.([0-9]{1,9}))?(Z|([+-])([0-9]{2}):([0-9]{2}))";
+      "([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\\.([0-9]{1,9}))?"
+          + "(Z|([+-])([0-9]{2}):([0-9]{2}))";
 
   private static final Pattern ISO = Pattern.compile(ISO_TIME);
   private static final long DAY_S = 86_400L;
@@ -106,7 +107,8 @@ public final class EventValues {
     }
     BigDecimal ms = seconds.movePointRight(3);
     // Compared before rounding, so a huge exponent is never expanded.
-    if (ms.compareTo(BigDecimal.valueOf(lo)) < 0 || ms.compareTo(BigDecimal.valueOf(hi).add(BigDecimal.ONE)) >= 0) {
+    BigDecimal end = BigDecimal.valueOf(hi).add(BigDecimal.ONE);
+    if (ms.compareTo(BigDecimal.valueOf(lo)) < 0 || ms.compareTo(end) >= 0) {
       return null;
     }
     return ms.setScale(0, RoundingMode.FLOOR).longValueExact();
@@ -153,7 +155,8 @@ public final class EventValues {
     if (inDay == 0) {
       return date.toString();
     }
-    String time = String.format(Locale.ROOT, "T%02d:%02d:%02d", inDay / 3_600_000, inDay / 60_000 % 60, inDay / 1000 % 60);
+    String time = String.format(Locale.ROOT, "T%02d:%02d:%02d", inDay / 3_600_000, inDay / 60_000 % 60,
+        inDay / 1000 % 60);
     return date + time + (inDay % 1000 == 0 ? "" : String.format(Locale.ROOT, ".%03d", inDay % 1000)) + "Z";
   }
 
