@@ -14,7 +14,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from pipeline import cdc_fold, clicks
+from pipeline import cdc_fold, events
 from pipeline import spark as spark_session
 
 RUNS, SHOWN = 8, 3
@@ -55,7 +55,7 @@ def main() -> None:
         [("cdc.public.users", b'{"userid": "u1"}', b"{}", "r1", 1)],
         "topic string, key binary, value binary, event_id string, written_ms bigint",
     )
-    measure("clicks.parse", clicks.parse(raw_clicks))
+    measure("events.parse", events.parse(raw_clicks, events.DEFAULT_EVENT_SPEC))
     measure("cdc_fold.fold", cdc_fold.fold(raw_cdc))
     spark.stop()
 

@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from common.config import Settings
-from pipeline import cdc_fold, clicks, sources
+from pipeline import cdc_fold, events, sources
 from pipeline.sinks import EnrichedClicksSink
 from pipeline.temporal_join import JoinConfig, temporal_join
 
@@ -53,7 +53,7 @@ def read_clicks(spark: SparkSession, settings: Settings, source: str, once: bool
 def enrich(raw_clicks: DataFrame, cdc_raw: DataFrame, join: JoinConfig) -> DataFrame:
     """Steps 2 and 3, whatever the sources: raw clicks (event_id, source, payload, now_ms) and raw CDC records
     (topic, key, value, event_id, written_ms) -> the join's output (records.JOIN_OUTPUT)."""
-    parsed = clicks.parse(raw_clicks)  # clicks, and rejects with their error
+    parsed = events.parse(raw_clicks, events.DEFAULT_EVENT_SPEC)  # clicks, and rejects with their error
     changes = cdc_fold.fold(cdc_raw)  # changes, progress, rejects
     # Rejects and changes ride through the join operator, so each source is read and parsed once per batch.
     return temporal_join(parsed, changes, join)  # enriched clicks, dead letters, users_changelog rows

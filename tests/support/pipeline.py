@@ -28,7 +28,8 @@ from common import config, kinesis, names
 from connectors import setup
 from db import schema
 from pipeline.cdc_fold import BadEnvelope, parse_envelope
-from pipeline.clicks import Rejected, parse_click
+from pipeline.events import DEFAULT_EVENT_SPEC
+from spec.events import Rejected, parse_event
 from tests.support.kafka import Message, read_all
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -240,12 +241,12 @@ def expected(
     rows, dead = {}, set(cdc_dead)
     for item in inputs:
         try:
-            click = parse_click(item.payload, now_ms)
+            click = parse_event(item.payload, now_ms, DEFAULT_EVENT_SPEC)
         except Rejected:
             dead.add(item.event_id)
             continue
-        region = expected_region(history, click.userid, click.click_time_ms)
-        rows[item.event_id] = (click.userid, region, click.clicks)
+        region = expected_region(history, click.key, click.time_ms)
+        rows[item.event_id] = (click.key, region, click.count)
     return Expected(rows, dead)
 
 
