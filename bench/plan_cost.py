@@ -14,6 +14,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from common import pipeline_file as pf
 from pipeline import cdc_fold, events
 from pipeline import spark as spark_session
 
@@ -55,7 +56,7 @@ def main() -> None:
         [("cdc.public.users", b'{"userid": "u1"}', b"{}", "r1", 1)],
         "topic string, key binary, value binary, event_id string, written_ms bigint",
     )
-    measure("events.parse", events.parse(raw_clicks, events.DEFAULT_EVENT_SPEC))
+    measure("events.parse", events.parse(raw_clicks, pf.load().event_spec()))
     measure("cdc_fold.fold", cdc_fold.fold(raw_cdc))
     spark.stop()
 

@@ -31,6 +31,8 @@ from pydantic import (
     model_validator,
 )
 
+from common.limits import MAX_KEY_BYTES
+
 DEFAULT_FILE = "streamfold.yaml"
 PIPELINE_VAR = "STREAMFOLD_PIPELINE"
 
@@ -57,9 +59,6 @@ HEARTBEAT_TABLE = "cdc_heartbeat"
 # A change event larger than this is a dead letter, not folded: its profile would ride on every one of the
 # key's enriched events.
 MAX_CHANGE_BYTES = 1024 * 1024
-# A key or aggregate key longer than this (UTF-8) is a dead letter: Postgres indexes them, and a B-tree row
-# holds about 2.7 kB.
-MAX_KEY_BYTES = 1024
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")

@@ -21,7 +21,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from common.limits import MAX_FUTURE_MS, MAX_KEY_BYTES
 from pipeline import records
 from pipeline.field_types import spark_type
 
@@ -29,21 +28,6 @@ MAX_RECORD_BYTES = 64 * 1024
 # Event times before this are not real clicks (2000-01-01T00:00:00Z).
 MIN_EVENT_MS = 946_684_800_000
 MAX_CLICKS = 1_000_000
-# The default pipeline's event spec (the demo's clicks), until the pipeline file declares it.
-DEFAULT_EVENT_SPEC: dict[str, Any] = {
-    "key": {"field": "userid", "type": "text"},
-    "fields": [
-        {"name": "url", "type": "text", "required": True},
-        {"name": "device_id", "type": "text", "required": True},
-        {"name": "ip", "type": "text", "required": True},
-    ],
-    "time": {"field": "event_time", "format": "epoch_ms"},
-    "count": {"field": "clicks", "max": MAX_CLICKS},
-    "max_record_bytes": MAX_RECORD_BYTES,
-    "min_time_ms": MIN_EVENT_MS,
-    "max_future_ms": MAX_FUTURE_MS,
-    "max_key_bytes": MAX_KEY_BYTES,
-}
 # The job's columns for an event's time and count (records.CLICK), whatever the JSON names them.
 TIME_COLUMN = "click_time_ms"
 COUNT_COLUMN = "clicks"
@@ -53,7 +37,7 @@ _RESERVED = frozenset({"event_id", TIME_COLUMN, COUNT_COLUMN, *records.names(rec
 
 def parse_type(spec: dict[str, Any]) -> StructType:
     """The row EventParse returns, by position: the key, each field, the time, the count (all null on a
-    reject), the error. For DEFAULT_EVENT_SPEC: records.CLICK without event_id, then error."""
+    reject), the error. For the default pipeline file's spec: records.CLICK without event_id, then error."""
     key = spec["key"]["field"]
     fields = [StructField(f["name"], spark_type(f["type"])) for f in spec["fields"]]
     names = [key, *(f.name for f in fields)]

@@ -25,12 +25,15 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from common import config, kinesis, names
+from common import pipeline_file as pf
 from connectors import setup
 from db import schema
 from pipeline.cdc_fold import BadEnvelope, parse_envelope
-from pipeline.events import DEFAULT_EVENT_SPEC
 from spec.events import Rejected, parse_event
 from tests.support.kafka import Message, read_all
+
+# The default pipeline file's event spec (the demo's clicks).
+DEFAULT_EVENT_SPEC = pf.load().event_spec()
 
 ROOT = Path(__file__).resolve().parents[2]
 NEVER = -(2**63)

@@ -26,10 +26,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from common import names
+from common import pipeline_file as pf
 from pipeline import cdc_fold, events
 from pipeline.cdc_fold import BadEnvelope, Change, Progress, parse_envelope
-from pipeline.events import DEFAULT_EVENT_SPEC, MAX_RECORD_BYTES
+from pipeline.events import MAX_RECORD_BYTES
 from spec.events import ISO_TIME, MAX_MICROS, MIN_MICROS, Event, Rejected, parse_event
+
+# The default pipeline file's event spec (the demo's clicks).
+DEFAULT_EVENT_SPEC = pf.load().event_spec()
 
 pytestmark = pytest.mark.spark
 
