@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
 
 import io.streamfold.join.StateCodec.Bucket;
 import io.streamfold.join.UserHistory.Click;
@@ -14,6 +15,7 @@ import java.io.UncheckedIOException;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Objects;
 import java.util.Random;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
@@ -29,6 +31,28 @@ class StateCodecTest {
 
   static Object seq(String... items) {
     return CollectionConverters.asScala(Arrays.asList(items)).toList();
+  }
+
+  /**
+   * assertEquals for values that hold a multi-megabyte text: on a difference it shows where, not the
+   * whole of both.
+   */
+  static void assertSameState(Object expected, Object actual, String what) {
+    if (Objects.equals(expected, actual)) return;
+    String e = String.valueOf(expected);
+    String a = String.valueOf(actual);
+    int at = 0;
+    while (at < Math.min(e.length(), a.length()) && e.charAt(at) == a.charAt(at)) at++;
+    fail(what + " differs at character " + at + " of its text: expected ..." + around(e, at) + "... but was ..."
+        + around(a, at) + "...");
+  }
+
+  static String around(String s, int at) {
+    return s.substring(Math.max(0, at - 80), Math.min(s.length(), at + 80));
+  }
+
+  static void assertSameState(Object expected, Object actual) {
+    assertSameState(expected, actual, "state");
   }
 
   static List<Version> roundTrip(List<Version> versions) {
@@ -48,7 +72,7 @@ class StateCodecTest {
         new Version(Long.MAX_VALUE, Long.MIN_VALUE, "u", "", "", seq(), 0L),
         new Version(5, 6, "c", "r", "g", seq(null, "", null), Long.MIN_VALUE));
     List<Version> back = roundTrip(versions);
-    assertEquals(versions, back);
+    assertSameState(versions, back);
     assertNull(back.get(1).interests());
     assertEquals(3, CollectionConverters.asJava((scala.collection.Seq<?>) back.get(4).interests()).size());
   }
@@ -57,7 +81,7 @@ class StateCodecTest {
   void textsSurviveWhateverTheirContentAndLength() {
     List<Version> versions = new ArrayList<>();
     for (String t : TEXTS) versions.add(new Version(1, 2, t, t, t, seq(t, null, t), 3L));
-    assertEquals(versions, roundTrip(versions));
+    assertSameState(versions, roundTrip(versions));
     assertEquals(List.of(), roundTrip(List.of()));
   }
 
@@ -81,7 +105,7 @@ class StateCodecTest {
             randomText(random), random.nextInt(4) == 0 ? null : seq(interests),
             random.nextInt(3) == 0 ? null : random.nextLong()));
       }
-      assertEquals(versions, roundTrip(versions), "round " + round);
+      assertSameState(versions, roundTrip(versions), "round " + round);
     }
   }
 
@@ -123,8 +147,8 @@ class StateCodecTest {
 
   static void assertSameBucket(Bucket expected, Bucket actual) {
     assertEquals(new ArrayList<>(expected.pending.keySet()), new ArrayList<>(actual.pending.keySet()));
-    assertEquals(expected.pending, actual.pending);
-    assertEquals(expected.expiries, actual.expiries);
+    assertSameState(expected.pending, actual.pending);
+    assertSameState(expected.expiries, actual.expiries);
     assertEquals(expected.timerMs, actual.timerMs);
     assertEquals(expected.progressMs, actual.progressMs);
   }
