@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export STREAMFOLD_HOME ?= $(CURDIR)/.streamfold
 
-.PHONY: setup demo test unit e2e lint bench stack-down clean images test-cluster test-compose test-containers
+.PHONY: setup demo test test-jvm unit e2e lint bench stack-down clean images test-cluster test-compose test-containers
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -17,10 +17,11 @@ lint: setup
 	$(VENV)/mypy common streamfold pipeline connectors db stack spec
 	$(VENV)/lint-imports
 
-# Unit tests first (seconds), then the end-to-end suite on one shared local stack, the cluster suite on
-# another (with a Spark cluster), then the compose stack and the containers-backed tests on a real Docker
-# Engine (started by the tests when none runs).
+# The JUnit suite and the unit tests first (seconds), then the end-to-end suite on one shared local stack,
+# the cluster suite on another (with a Spark cluster), then the compose stack and the containers-backed
+# tests on a real Docker Engine (started by the tests when none runs).
 test: setup lint
+	$(MAKE) --no-print-directory test-jvm
 	$(VENV)/pytest tests/unit -q
 	$(VENV)/pytest tests/e2e -q
 	$(MAKE) --no-print-directory test-cluster
@@ -28,7 +29,13 @@ test: setup lint
 	$(MAKE) --no-print-directory test-containers
 
 unit: setup
+	$(MAKE) --no-print-directory test-jvm
 	$(VENV)/pytest tests/unit -q
+
+# The Java code's JUnit suite (jvm/src/test): Maven and a JDK only, no Spark session, a few seconds.
+# Not quiet, so that Surefire's count of tests run shows.
+test-jvm:
+	mvn --no-transfer-progress -P join test
 
 e2e: setup
 	$(VENV)/pytest tests/e2e -q

@@ -23,9 +23,13 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from bench.measured import emit, parse_offsets
 from bench.stack import Offsets
 from common import config, names
+from common import pipeline_file as pf
 from pipeline import records
-from pipeline.clicks import Rejected, parse_click
 from pipeline.sinks import EnrichedClicksSink
+from spec.events import Rejected, parse_event
+
+# The default pipeline file's event spec (the demo's clicks).
+DEFAULT_EVENT_SPEC = pf.load().event_spec()
 
 BATCH = 2000
 LOOKUP = "SELECT regionid, gender, interests, registertime FROM public.users WHERE userid = %s"
@@ -84,19 +88,19 @@ def pg_array(values: list[str] | None) -> str | None:
 def enrich(msg: Message, lookup: psycopg.Cursor, now_ms: int) -> dict[str, Any] | None:
     """One click -> one enriched row (None for a record the parser rejects)."""
     try:
-        click = parse_click(msg.value(), now_ms)
+        click = parse_event(msg.value(), now_ms, DEFAULT_EVENT_SPEC)
     except Rejected:
         return None
-    profile = lookup.execute(LOOKUP, (click.userid,), prepare=True).fetchone()
+    profile = lookup.execute(LOOKUP, (click.key,), prepare=True).fetchone()
     region, gender, interests, registertime = profile or (None, None, None, None)
     return {
         "event_id": f"kafka:{msg.topic()}:{msg.partition()}:{msg.offset()}",
-        "uid": click.userid,
-        "click_time_ms": click.click_time_ms,
-        "click_url": click.url,
-        "device_type": click.device_id,
-        "click_location": click.ip,
-        "clicks": click.clicks,
+        "uid": click.key,
+        "click_time_ms": click.time_ms,
+        "click_url": click.fields["url"],
+        "device_type": click.fields["device_id"],
+        "click_location": click.fields["ip"],
+        "clicks": click.count,
         "user_regionid": region or names.UNKNOWN_REGION,
         "user_gender": gender,
         "user_interests": interests,

@@ -3,7 +3,7 @@
 With streamfold's own Spark session settings (pipeline.spark), the same offset range of the clicks topic
 is read three times into Spark's `noop` sink:
   read       the Kafka connector alone (the first pass also warms the JVM and is not reported)
-  parse      + the click parser (pipeline.clicks.parse, one Java UDF)
+  parse      + the click parser (pipeline.events.parse, one Java UDF)
 Each step is timed around its action, so JVM start-up is excluded, like the job's first-read timing.
 """
 
@@ -19,7 +19,8 @@ from pyspark.sql import functions as F
 from bench.measured import emit, parse_offsets
 from bench.stack import Offsets
 from common import names
-from pipeline import clicks
+from common import pipeline_file as pf
+from pipeline import events
 from pipeline import spark as spark_session
 
 
@@ -43,7 +44,7 @@ def parsed(raw: DataFrame) -> DataFrame:
         F.lit(f"kafka:{names.CLICKS_TOPIC}").alias("source"),
         F.col("value").alias("payload"),
         F.unix_millis(F.current_timestamp()).alias("now_ms"),
-    ).transform(clicks.parse)
+    ).transform(lambda frame: events.parse(frame, pf.load().event_spec()))
 
 
 def timed_noop(frame: DataFrame, records: int) -> dict[str, float]:

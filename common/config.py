@@ -7,12 +7,13 @@ A variable that is not set falls back to the local stack's `$STREAMFOLD_HOME/sta
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from common import names
+from common import pipeline_file as pf
 
 # The contract (docs/contracts.md "Environment variables"): the endpoints, the role passwords and AWS.
 ENDPOINT_VARS = (
@@ -83,6 +84,8 @@ class Settings:
     home: Path
     clicks_topic: str = names.CLICKS_TOPIC
     clicks_stream: str = names.CLICKS_STREAM
+    # What the appliance joins and aggregates (--pipeline / STREAMFOLD_PIPELINE / ./streamfold.yaml).
+    pipeline: pf.Pipeline = field(default_factory=pf.load)
 
     def role_dsn(self, role: str) -> str:
         """The admin DSN with another role's credentials (same host, port, database)."""
@@ -99,14 +102,19 @@ class Settings:
 
 
 def load() -> Settings:
+    """The endpoints and the pipeline file; a bad pipeline file raises pipeline_file.PipelineFileError."""
+    pipeline = pf.load()
     return Settings(
         pg_dsn=lookup("STREAMFOLD_PG_DSN"),
         kafka_bootstrap=lookup("STREAMFOLD_KAFKA_BOOTSTRAP"),
         connect_url=lookup("STREAMFOLD_CONNECT_URL").rstrip("/"),
         kinesis_endpoint=lookup("STREAMFOLD_KINESIS_ENDPOINT", ""),
         home=home(),
-        clicks_topic=lookup("STREAMFOLD_CLICKS_TOPIC", names.CLICKS_TOPIC),
-        clicks_stream=lookup("STREAMFOLD_CLICKS_STREAM", names.CLICKS_STREAM),
+        clicks_topic=lookup("STREAMFOLD_CLICKS_TOPIC", pipeline.events.kafka_topic or names.CLICKS_TOPIC),
+        clicks_stream=lookup(
+            "STREAMFOLD_CLICKS_STREAM", pipeline.events.kinesis_stream or names.CLICKS_STREAM
+        ),
+        pipeline=pipeline,
     )
 
 

@@ -6,6 +6,7 @@ Every step is idempotent, so the compose `setup` service and developers can run 
 from __future__ import annotations
 
 import json
+import re
 import string
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from confluent_kafka.admin import (
 from psycopg.conninfo import conninfo_to_dict
 
 from common import config, names
+from common import pipeline_file as pf
 from db import schema
 
 CLICK_PARTITIONS = 3
@@ -41,17 +43,18 @@ CDC_PARTITIONS = 1
 CDC_MAX_BYTES = 16 * 1024 * 1024
 
 
-# Topics whose records may pass the broker's default 1 MB: the CDC topic, and the job's outputs that carry
-# a whole profile (names.OUTPUT_RECORD_MAX_BYTES).
-RECORD_LIMITS = {
-    names.CDC_USERS_TOPIC: CDC_MAX_BYTES,
-    names.USER_CLICKS_TOPIC: names.OUTPUT_RECORD_MAX_BYTES,
-    names.USERS_CHANGELOG_TOPIC: names.OUTPUT_RECORD_MAX_BYTES,
-}
+def record_limits(pipeline: pf.Pipeline) -> dict[str, int]:
+    """Topics whose records may pass the broker's default 1 MB: the CDC topic, and the job's outputs that
+    carry a whole profile (names.OUTPUT_RECORD_MAX_BYTES)."""
+    return {
+        pipeline.cdc_topic: CDC_MAX_BYTES,
+        pipeline.enriched_topic: names.OUTPUT_RECORD_MAX_BYTES,
+        pipeline.changelog_topic: names.OUTPUT_RECORD_MAX_BYTES,
+    }
 
 
-def _record_limit(topic: str) -> dict[str, str]:
-    return {"max.message.bytes": str(RECORD_LIMITS[topic])} if topic in RECORD_LIMITS else {}
+def _record_limit(limits: dict[str, int], topic: str) -> dict[str, str]:
+    return {"max.message.bytes": str(limits[topic])} if topic in limits else {}
 
 
 class SetupError(RuntimeError):
@@ -59,44 +62,69 @@ class SetupError(RuntimeError):
 
 
 def connector_config(settings: config.Settings) -> dict[str, str]:
-    """connectors/debezium-postgres.json with endpoints and names filled in. The password stays a
-    reference (`${env:STREAMFOLD_DEBEZIUM_PASSWORD}`) that the Connect worker resolves from its own
-    environment, so neither the REST API nor the config topic ever holds it."""
+    """connectors/debezium-postgres.json with endpoints and the pipeline file's names filled in. The
+    password stays a reference (`${env:STREAMFOLD_DEBEZIUM_PASSWORD}`) that the Connect worker resolves
+    from its own environment, so neither the REST API nor the config topic ever holds it."""
     template = resources.files("connectors").joinpath("debezium-postgres.json").read_text()
     dsn = conninfo_to_dict(settings.pg_dsn)
-    columns = schema.PUBLIC_USER_COLUMNS
+    pipeline = settings.pipeline
+    table = pipeline.profile.table
+    columns = schema.carried_columns(pipeline)
+    heartbeat = f"{pf.HEARTBEAT_SCHEMA}.{pf.HEARTBEAT_TABLE}"
+    prefix = pipeline.outputs.cdc_topic_prefix
     values = {
         # Where Kafka Connect reaches Postgres; differs from the DSN when setup runs outside the containers.
         "PG_HOST": config.lookup("STREAMFOLD_CONNECT_PG_HOST", str(dsn.get("host", "localhost"))),
         "PG_PORT": config.lookup("STREAMFOLD_CONNECT_PG_PORT", str(dsn.get("port", "5432"))),
         "PG_DATABASE": str(dsn.get("dbname", "postgres")),
         "DEBEZIUM_ROLE": config.DEBEZIUM_ROLE,
-        "CDC_TOPIC_PREFIX": names.CDC_TOPIC_PREFIX,
-        "INCLUDED_COLUMNS": ",".join(f"public.users.{c}" for c in columns),
-        "SNAPSHOT_SELECT": f"SELECT {', '.join(columns)} FROM public.users",
-        "PUBLICATION_NAME": names.PUBLICATION_NAME,
-        "SLOT_NAME": names.SLOT_NAME,
+        "CDC_TOPIC_PREFIX": prefix,
+        "CDC_TOPIC": pipeline.cdc_topic,
+        "PROFILE_TABLE": table,
+        "HEARTBEAT_TABLE": heartbeat,
+        # The heartbeat table's events go to the profile topic: CDC progress in commit order with them.
+        "HEARTBEAT_TOPIC_REGEX": re.escape(f"{prefix}.{heartbeat}"),
+        "INCLUDED_COLUMNS": ",".join(f"{table}.{c}" for c in columns),
+        "SNAPSHOT_SELECT": f"SELECT {', '.join(columns)} FROM {table}",
+        "PUBLICATION_NAME": pipeline.publication,
+        "SLOT_NAME": pipeline.slot,
     }
     rendered: dict[str, str] = json.loads(template)
-    return {key: string.Template(value).substitute(values) for key, value in rendered.items()}
+    fill = string.Template
+    return {fill(key).substitute(values): fill(value).substitute(values) for key, value in rendered.items()}
 
 
-def ensure_topics(bootstrap: str, clicks_topic: str = names.CLICKS_TOPIC) -> list[str]:
-    """Create the pipeline and CDC topics that are missing (and `clicks_topic` if it is another one);
+def pipeline_topics(pipeline: pf.Pipeline, events_topic: str | None = None) -> list[tuple[str, bool]]:
+    """The topics streamfold reads and writes besides the CDC ones, (name, compacted): the events (the
+    file's topic, and `events_topic` if another), the enriched events, the changelog, the aggregates, the
+    dead letters."""
+    events = dict.fromkeys(t for t in (pipeline.events.kafka_topic, events_topic) if t)
+    return [
+        *((topic, False) for topic in events),
+        (pipeline.changelog_topic, True),
+        (pipeline.enriched_topic, False),
+        *((pipeline.aggregate_topic(a), True) for a in pipeline.aggregates),
+        (pipeline.dead_letters_topic, False),
+    ]
+
+
+def ensure_topics(bootstrap: str, pipeline: pf.Pipeline, events_topic: str | None = None) -> list[str]:
+    """Create the pipeline and CDC topics that are missing (and `events_topic`, if another events topic);
     returns the ones created."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    limits = record_limits(pipeline)
+    events = {pipeline.events.kafka_topic, events_topic}
+
+    def topic(name: str, partitions: int, compacted: bool = False) -> NewTopic:
+        settings = {**({"cleanup.policy": "compact"} if compacted else {}), **_record_limit(limits, name)}
+        return NewTopic(name, partitions, 1, config=settings)
+
     wanted = [
-        NewTopic(names.CDC_USERS_TOPIC, CDC_PARTITIONS, 1, config=_record_limit(names.CDC_USERS_TOPIC)),
-        NewTopic(names.HEARTBEAT_TOPIC, 1, 1),
-        *([NewTopic(clicks_topic, CLICK_PARTITIONS, 1)] if clicks_topic != names.CLICKS_TOPIC else []),
+        topic(pipeline.cdc_topic, CDC_PARTITIONS),
+        topic(f"__debezium-heartbeat.{pipeline.outputs.cdc_topic_prefix}", 1),
         *(
-            NewTopic(
-                topic,
-                CLICK_PARTITIONS if topic == names.CLICKS_TOPIC else OUTPUT_PARTITIONS,
-                1,
-                config={**({"cleanup.policy": "compact"} if compacted else {}), **_record_limit(topic)},
-            )
-            for topic, compacted in names.PIPELINE_TOPICS
+            topic(name, CLICK_PARTITIONS if name in events else OUTPUT_PARTITIONS, compacted)
+            for name, compacted in pipeline_topics(pipeline, events_topic)
         ),
     ]
     existing = set(admin.list_topics(timeout=30).topics)
@@ -109,7 +137,7 @@ def ensure_topics(bootstrap: str, clicks_topic: str = names.CLICKS_TOPIC) -> lis
                 ConfigEntry("max.message.bytes", str(limit), incremental_operation=AlterConfigOpType.SET)
             ],
         )
-        for topic, limit in RECORD_LIMITS.items()
+        for topic, limit in limits.items()
         if topic in existing
     ]
     if resources:
@@ -119,13 +147,13 @@ def ensure_topics(bootstrap: str, clicks_topic: str = names.CLICKS_TOPIC) -> lis
     if not missing:
         return []
     created = []
-    for topic, future in admin.create_topics(missing, operation_timeout=30).items():
+    for name, future in admin.create_topics(missing, operation_timeout=30).items():
         try:
             future.result()
-            created.append(topic)
+            created.append(name)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise SetupError(f"could not create topic {topic}: {exc.args[0].str()}") from exc
+                raise SetupError(f"could not create topic {name}: {exc.args[0].str()}") from exc
     return created
 
 
@@ -202,19 +230,20 @@ def _error_text(response: requests.Response) -> str:
 
 def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[[str], None] = print) -> None:
     """Every step of `streamfold setup`, in order; each is a no-op when already done."""
-    before, after = schema.apply(settings.pg_dsn)
+    before, after = schema.apply(
+        settings.pg_dsn, settings.pipeline, echo=lambda change: echo(f"tables: {change}")
+    )
     moved = "" if before == after else f", upgraded from {before or 'no revision'}"
     echo(f"schema at revision {after} (head{moved}); roles and publication applied")
-    created = ensure_topics(settings.kafka_bootstrap, settings.clicks_topic)
+    created = ensure_topics(settings.kafka_bootstrap, settings.pipeline, settings.clicks_topic)
     echo(f"topics: created {', '.join(created)}" if created else "topics: all present")
     if settings.kinesis_endpoint or config.aws_settings()["region_name"]:
         from common import kinesis
 
         kinesis.ensure_stream(kinesis.client(), settings.clicks_stream, shards=CLICK_PARTITIONS)
         echo(f"kinesis stream {settings.clicks_stream}: active")
-    changed = register_connector(settings.connect_url, names.CONNECTOR_NAME, connector_config(settings))
-    echo(
-        f"connector {names.CONNECTOR_NAME}: {'registered' if changed else 'unchanged'}; waiting until it runs"
-    )
-    wait_until_running(settings.connect_url, names.CONNECTOR_NAME, timeout_s)
-    echo(f"connector {names.CONNECTOR_NAME}: RUNNING")
+    connector = settings.pipeline.connector
+    changed = register_connector(settings.connect_url, connector, connector_config(settings))
+    echo(f"connector {connector}: {'registered' if changed else 'unchanged'}; waiting until it runs")
+    wait_until_running(settings.connect_url, connector, timeout_s)
+    echo(f"connector {connector}: RUNNING")

@@ -1,4 +1,5 @@
-"""Named queries over the enriched tables, run with the read-only role."""
+"""Named queries over the pipeline's tables, run with the read-only role: one per aggregate (its name),
+the enriched table's latest rows, the dead letters and the totals (`streamfold query NAME`)."""
 
 from __future__ import annotations
 
@@ -6,36 +7,43 @@ import psycopg
 from psycopg.types.string import TextLoader
 
 from common import names
+from common import pipeline_file as pf
 
-NAMED = {
-    "clicks_per_region": (
-        f"SELECT region, clicks FROM {names.CLICKS_PER_REGION_TABLE} ORDER BY clicks DESC, region"
-    ),
-    "url_region_click_count": (
-        f"SELECT url, region, click_count FROM {names.URL_REGION_TABLE} "
-        "ORDER BY click_count DESC, url, region LIMIT 50"
-    ),
-    "enriched_clicks": (
-        f"SELECT event_id, uid, click_time, click_url, device_type, user_regionid, user_gender, clicks, "
-        f"profile_valid_from FROM {names.ENRICHED_CLICKS_TABLE} ORDER BY click_time DESC, event_id LIMIT 20"
-    ),
-    "dead_letters": (
+
+def named(pipeline: pf.Pipeline) -> dict[str, str]:
+    """Short names for `streamfold query`, from the pipeline file."""
+    enriched = pipeline.enriched_table
+    out = pipeline.outputs.enriched
+    key, time = out.key_column or pipeline.events.key, out.time_column or pipeline.events.time.field
+    count = f"sum({out.count_column or pipeline.events.count})" if pipeline.events.count else "count(*)"
+    queries = {a.name: _aggregate(pipeline, a) for a in pipeline.aggregates}
+    queries[enriched.split(".")[1]] = f"SELECT * FROM {enriched} ORDER BY {time} DESC, event_id LIMIT 20"
+    queries["dead_letters"] = (
         f"SELECT dead_letter_id, source, reason, left(encode(payload, 'escape'), 60) AS payload, recorded_at "
         f"FROM {names.DEAD_LETTERS_TABLE} ORDER BY recorded_at DESC LIMIT 20"
-    ),
-    "totals": (
-        f"SELECT (SELECT count(*) FROM {names.ENRICHED_CLICKS_TABLE}) AS enriched_rows, "
-        f"(SELECT coalesce(sum(clicks), 0) FROM {names.ENRICHED_CLICKS_TABLE}) AS clicks, "
+    )
+    queries["totals"] = (
+        f"SELECT (SELECT count(*) FROM {enriched}) AS enriched_rows, "
+        f"(SELECT coalesce({count}, 0) FROM {enriched}) AS events, "
+        f"(SELECT count(DISTINCT {key}) FROM {enriched}) AS keys, "
         f"(SELECT count(*) FROM {names.DEAD_LETTERS_TABLE}) AS dead_letters"
-    ),
-}
+    )
+    return queries
 
 
-def resolve(sql_or_name: str) -> str:
-    return NAMED.get(sql_or_name, sql_or_name)
+def _aggregate(pipeline: pf.Pipeline, aggregate: pf.Aggregate) -> str:
+    """The aggregate's largest totals first (its own columns, without the md5 key columns)."""
+    groups = list(aggregate.group_by)
+    columns = ", ".join([*groups, aggregate.count_column, *aggregate.sums])
+    order = ", ".join([f"{aggregate.count_column} DESC", *groups])
+    return f"SELECT {columns} FROM {pipeline.aggregate_table(aggregate)} ORDER BY {order} LIMIT 100"
 
 
-def run(reader_dsn: str, sql_or_name: str) -> tuple[list[str], list[tuple]]:
+def resolve(pipeline: pf.Pipeline, sql_or_name: str) -> str:
+    return named(pipeline).get(sql_or_name, sql_or_name)
+
+
+def run(reader_dsn: str, sql: str) -> tuple[list[str], list[tuple]]:
     """Column names and rows, from ONE statement in a read-only transaction.
 
     The reader role can only SELECT from the sink schema, but any role may alter itself: the extended
@@ -44,10 +52,10 @@ def run(reader_dsn: str, sql_or_name: str) -> tuple[list[str], list[tuple]]:
     """
     with psycopg.connect(reader_dsn) as conn:
         conn.read_only = True
-        # Timestamps as Postgres prints them: profile_valid_from may be '-infinity' (no Python datetime).
+        # Timestamps as Postgres prints them: a valid-from may be '-infinity' (no Python datetime).
         for type_name in ("timestamptz", "timestamp"):
             conn.adapters.register_loader(type_name, TextLoader)
         with conn.pipeline():
-            cur = conn.execute(resolve(sql_or_name))
+            cur = conn.execute(sql)
         columns = [c.name for c in cur.description or []]
         return columns, cur.fetchall()

@@ -3,7 +3,7 @@ applied idempotently."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -16,11 +16,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from psycopg import sql
 
-from common import config, names
-from db import tables
-
-# The columns that may leave the database. name, email and contactinfo are PII and stay behind.
-PUBLIC_USER_COLUMNS = ("userid", "regionid", "gender", "interests", "registertime")
+from common import config
+from common import pipeline_file as pf
+from db import introspect, pipeline_schema, tables
 
 _ROLES = (
     (config.DEBEZIUM_ROLE, "LOGIN REPLICATION"),
@@ -84,17 +82,26 @@ def upgrade(dsn: str) -> tuple[str | None, str]:
         return _upgrade(connection)
 
 
-def apply(admin_dsn: str) -> tuple[str | None, str]:
-    """Upgrade the tables, then roles, grants and the publication, in one transaction. Safe to run any
-    number of times. Returns the revisions before and after."""
+def apply(
+    admin_dsn: str, pipeline: pf.Pipeline | None = None, echo: Callable[[str], None] = lambda _: None
+) -> tuple[str | None, str]:
+    """Upgrade streamfold's tables, bring the pipeline's sink tables to its file (db/pipeline_schema.py),
+    then roles, grants and the publication of its profile table, in one transaction: a file the database
+    contradicts, or a change it cannot absorb, changes nothing. Safe to run any number of times. Returns
+    the revisions before and after; `echo` hears each change to the sink tables."""
+    pipeline = pipeline or pf.load()
     with _locked(admin_dsn) as connection:
         revisions = _upgrade(connection)
         conn = connection.connection.driver_connection
         assert isinstance(conn, psycopg.Connection)
+        # Before any grant or publication: a file the database contradicts changes nothing.
+        introspect.check(conn, pipeline)
+        for change in pipeline_schema.apply(connection, pipeline):
+            echo(change)
         for role, attributes in _ROLES:
             _ensure_role(conn, role, config.lookup(config.PASSWORD_VARS[role]), attributes)
-        _grant(conn)
-        _ensure_publication(conn)
+        _grant(conn, pipeline)
+        _ensure_publication(conn, pipeline)
     return revisions
 
 
@@ -125,20 +132,33 @@ def _ensure_role(conn: psycopg.Connection, role: str, password: str, attributes:
     )
 
 
-def _grant(conn: psycopg.Connection) -> None:
+def carried_columns(pipeline: pf.Pipeline) -> tuple[str, ...]:
+    """The profile table's columns that may leave the database: the key and the declared columns. Every
+    other column (PII by default) stays behind."""
+    return (pipeline.profile.key, *pipeline.profile.columns)
+
+
+def _profile_table(pipeline: pf.Pipeline) -> sql.Composable:
+    return sql.Identifier(pipeline.profile.schema_name, pipeline.profile.table_name)
+
+
+def _grant(conn: psycopg.Connection, pipeline: pf.Pipeline) -> None:
     db = conn.info.dbname
     debezium, writer, reader = (
         sql.Identifier(r) for r in (config.DEBEZIUM_ROLE, config.WRITER_ROLE, config.READER_ROLE)
     )
-    columns = sql.SQL(", ").join(sql.Identifier(c) for c in PUBLIC_USER_COLUMNS)
+    columns = sql.SQL(", ").join(sql.Identifier(c) for c in carried_columns(pipeline))
+    profile = _profile_table(pipeline)
     statements = [
         sql.SQL("GRANT CONNECT ON DATABASE {} TO {}, {}, {}").format(
             sql.Identifier(db), debezium, writer, reader
         ),
-        sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(debezium),
+        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+            sql.Identifier(pipeline.profile.schema_name), debezium
+        ),
         # Column-level: even a misconfigured connector cannot read PII.
-        sql.SQL("REVOKE ALL ON public.users FROM {}").format(debezium),
-        sql.SQL("GRANT SELECT ({}) ON public.users TO {}").format(columns, debezium),
+        sql.SQL("REVOKE ALL ON {} FROM {}").format(profile, debezium),
+        sql.SQL("GRANT SELECT ({}) ON {} TO {}").format(columns, profile, debezium),
         # The heartbeat table (pipeline/cdc_fold.py): Debezium's heartbeat.action.query upserts its row.
         sql.SQL("GRANT USAGE ON SCHEMA streamfold TO {}").format(debezium),
         sql.SQL("REVOKE ALL ON streamfold.cdc_heartbeat FROM {}").format(debezium),
@@ -148,8 +168,8 @@ def _grant(conn: psycopg.Connection) -> None:
             writer
         ),
         sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA streamfold TO {}").format(reader),
-        # The migration history is setup's alone.
-        sql.SQL("REVOKE INSERT, UPDATE, DELETE ON streamfold.{} FROM {}").format(
+        # The migration history and the applied pipeline files are setup's alone.
+        sql.SQL("REVOKE INSERT, UPDATE, DELETE ON streamfold.{}, streamfold.pipelines FROM {}").format(
             sql.Identifier(VERSION_TABLE), writer
         ),
         sql.SQL("GRANT USAGE ON ALL SEQUENCES IN SCHEMA streamfold TO {}").format(writer),
@@ -158,17 +178,19 @@ def _grant(conn: psycopg.Connection) -> None:
         conn.execute(statement)
 
 
-def _ensure_publication(conn: psycopg.Connection) -> None:
+def _ensure_publication(conn: psycopg.Connection, pipeline: pf.Pipeline) -> None:
     """A publication with a column list (PostgreSQL 15+): pgoutput never decodes the PII columns.
 
     It also carries streamfold.cdc_heartbeat (CDC progress, see pipeline/cdc_fold.py)."""
-    # The heartbeat table too: its change events are CDC progress, in commit order with the users'.
-    table = sql.SQL("public.users ({}), streamfold.cdc_heartbeat").format(
-        sql.SQL(", ").join(sql.Identifier(c) for c in PUBLIC_USER_COLUMNS)
+    # The heartbeat table too: its change events are CDC progress, in commit order with the profiles'.
+    table = sql.SQL("{} ({}), {}").format(
+        _profile_table(pipeline),
+        sql.SQL(", ").join(sql.Identifier(c) for c in carried_columns(pipeline)),
+        sql.Identifier(pf.HEARTBEAT_SCHEMA, pf.HEARTBEAT_TABLE),
     )
-    name = sql.Identifier(names.PUBLICATION_NAME)
+    name = sql.Identifier(pipeline.publication)
     exists = conn.execute(
-        "SELECT 1 FROM pg_publication WHERE pubname = %s", (names.PUBLICATION_NAME,)
+        "SELECT 1 FROM pg_publication WHERE pubname = %s", (pipeline.publication,)
     ).fetchone()
     if exists:
         conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(name, table))

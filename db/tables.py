@@ -119,3 +119,14 @@ sink_batches = sa.Table(
     sa.Column("committed_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
     schema=SCHEMA,
 )
+
+# The pipeline file each pipeline was last set up with (`streamfold setup`, db/pipeline_schema.py): a later
+# file is held against it.
+pipelines = sa.Table(
+    "pipelines",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("spec", sa.JSON, nullable=False),
+    sa.Column("applied_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    schema=SCHEMA,
+)

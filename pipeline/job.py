@@ -12,12 +12,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from rich.markup import escape
 
+from common import pipeline_file as pf
 from common.config import Settings
 from pipeline import spark as spark_session
 from pipeline import status_files, topology
@@ -132,13 +134,41 @@ def trigger_ms(conf: dict[str, str]) -> int:
         raise JobError(f"trigger.interval: {exc}") from None
 
 
+# What the join operator and the sink carry today: the default pipeline file's profile columns, event
+# fields and outputs. A file may change the topics, the stream and the join settings.
+_FREE: Any = {"join": True, "events": {"kafka_topic", "kinesis_stream"}}
+
+
+def check_pipeline(pipeline: pf.Pipeline) -> None:
+    """Refuses a pipeline file whose columns, fields or outputs the join operator and sink cannot carry
+    yet (CHANGELOG.md, Unreleased): they are the default file's."""
+    default = pf.load(Path(pf.__file__).resolve().parents[1] / pf.DEFAULT_FILE)
+    if pipeline.model_dump(exclude=_FREE) != default.model_dump(exclude=_FREE):
+        raise JobError(
+            "this version's join operator and sink carry the default pipeline's profile columns, event "
+            "fields and outputs only (streamfold.yaml); the file declares others. `streamfold setup` and "
+            "`streamfold check` take it already; `run` will with the generic operator."
+        )
+
+
+def file_join_conf(pipeline: pf.Pipeline) -> dict[str, str]:
+    """The pipeline file's join settings as --conf keys (a --conf given to `run` overrides them)."""
+    join = pipeline.join
+    return {
+        "join.mode": join.mode,
+        "join.max_wait": f"{join.max_wait}ms",
+        "join.version_retention": f"{join.version_retention}ms",
+    }
+
+
 def run(
     settings: Settings, source: str, once: bool, conf: dict[str, str], echo: Callable[[str], None] = print
 ) -> None:
     checkpoints = settings.home / "checkpoints"
     check_conf(conf)
+    check_pipeline(settings.pipeline)
     try:
-        join = JoinConfig.from_conf(conf)
+        join = JoinConfig.from_conf({**file_join_conf(settings.pipeline), **conf})
     except ValueError as exc:
         raise JobError(str(exc)) from None
     interval_ms = trigger_ms(conf)

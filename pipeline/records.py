@@ -1,8 +1,8 @@
 """The records that flow through the job, each defined once: the Spark schemas, the UDFs' return types and
-the column lists of pipeline/clicks.py, cdc_fold.py, temporal_join.py (and the naive baseline's staging
+the column lists of pipeline/events.py, cdc_fold.py, temporal_join.py (and the naive baseline's staging
 table) are derived from these.
 
-  CLICK     a click as parsed (pipeline/clicks.py: the JSON contract), with the id of its record
+  CLICK     a click as parsed (pipeline/events.py, the default event spec), with the id of its record
   CHANGE    a profile version folded from a Debezium envelope (pipeline/cdc_fold.py)
   REJECT    why a record is a dead letter, where it came from, and its original bytes
   ENRICHED  a click joined with the profile version valid at its time: a row of streamfold.enriched_clicks,
@@ -17,7 +17,8 @@ its source position, is `event_id` for clicks and CDC records alike (`dead_lette
 streamfold.dead_letters). Inside the join, `ts_ms` is the one time column clicks and changes share.
 
 The JVM reads these columns by name, except the UDFs' return rows, which it builds by position: CLICK
-(without event_id) is ClickParse's row and CHANGE is EnvelopeFold's, in this order.
+(without event_id) is EventParse's row for the default event spec (pipeline.events.DEFAULT_EVENT_SPEC) and
+CHANGE is EnvelopeFold's, in this order.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from pipeline.strict_json import is_int
 from pipeline.temporal_join import pending_clicks
 
 STATUS_DIR = "status"
@@ -81,7 +80,7 @@ def requested_ms(request: Any) -> int | None:
     """When `streamfold status` asked for a count (request_count writes {"requested_ms": int}); None for no
     request or a file that is not one: the job's poll loop must never fail on it."""
     value = request.get("requested_ms") if isinstance(request, dict) else None
-    return value if is_int(value) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class WaitingClicks:

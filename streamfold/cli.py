@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import os
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from common import config
+from common import pipeline_file as pf
 
 app = typer.Typer(help="streamfold: CDC ingestion and enrichment appliance.", no_args_is_help=True)
 stack_app = typer.Typer(help="The local stack: every service as a native process under STREAMFOLD_HOME.")
@@ -58,19 +60,41 @@ def print_version(wanted: bool) -> None:
         raise typer.Exit()
 
 
+def fail(message: str, code: int = 1) -> None:
+    console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+# Commands that need no pipeline file (the local stack is the same whatever the pipeline).
+_WITHOUT_PIPELINE = {None, "stack"}
+
+
 @app.callback()
 def main(
+    ctx: typer.Context,
     _version: Annotated[
         bool,
         typer.Option("--version", callback=print_version, is_eager=True, help="print the version and exit"),
     ] = False,
+    pipeline: Annotated[
+        Path | None,
+        typer.Option(
+            envvar=pf.PIPELINE_VAR,
+            help="the pipeline file (default: ./streamfold.yaml)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """streamfold: CDC ingestion and enrichment appliance."""
-
-
-def fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
-    raise typer.Exit(1)
+    """Reads and validates the pipeline file first: a bad one is one error with its line, exit 2, before any
+    service is touched. The file's path goes to every process the command starts."""
+    if pipeline is not None:
+        os.environ[pf.PIPELINE_VAR] = str(pipeline.resolve())
+    if ctx.invoked_subcommand in _WITHOUT_PIPELINE or "--help" in sys.argv:
+        return
+    try:
+        pf.load()
+    except pf.PipelineFileError as exc:
+        fail(str(exc), code=2)
 
 
 def progress() -> Progress:
@@ -184,6 +208,29 @@ def stack_restart(service: ServiceArgument) -> None:
 
 
 @app.command()
+def check() -> None:
+    """Validate the pipeline file, and hold it against the database: the table, its key, its columns."""
+    import psycopg
+
+    from db import introspect
+
+    settings = config.load()
+    try:
+        with psycopg.connect(settings.pg_dsn, connect_timeout=10) as conn:
+            introspect.check(conn, settings.pipeline)
+    except pf.PipelineFileError as exc:
+        fail(str(exc), code=2)
+    except psycopg.OperationalError as exc:
+        fail(f"the file is valid, but Postgres is not reachable to check it against: {str(exc).strip()}")
+    p = settings.pipeline
+    console.print(
+        f"[green]ok[/] pipeline {p.name}: {p.profile.table} (key {p.profile.key}, {len(p.profile.columns)} "
+        f"columns) joins {p.events.kafka_topic or p.events.kinesis_stream} on {p.events.key}; "
+        f"{len(p.aggregates)} aggregates"
+    )
+
+
+@app.command()
 def setup(
     timeout: Annotated[float, typer.Option(help="seconds to wait for the connector to run")] = 180,
 ) -> None:
@@ -192,6 +239,8 @@ def setup(
 
     try:
         run_setup(config.load(), timeout_s=timeout, echo=lambda msg: console.print(f"[cyan]setup[/] {msg}"))
+    except pf.PipelineFileError as exc:
+        fail(str(exc), code=2)
     except (SetupError, config.ConfigError) as exc:
         fail(str(exc))
 
@@ -286,17 +335,23 @@ def status(
 
 
 @app.command()
-def query(sql_or_name: Annotated[str, typer.Argument(help="SQL, or a name: clicks_per_region, ...")]) -> None:
+def query(
+    sql_or_name: Annotated[
+        str, typer.Argument(help="SQL, or a name: an aggregate's, the enriched table's, totals")
+    ],
+) -> None:
     """Print rows from the enriched tables (read-only role)."""
     import psycopg
 
     from db import queries
 
     try:
-        columns, rows = queries.run(config.load().reader_dsn, sql_or_name)
+        settings = config.load()
+        named = queries.named(settings.pipeline)
+        columns, rows = queries.run(settings.reader_dsn, named.get(sql_or_name, sql_or_name))
     except psycopg.Error as exc:
         fail(str(exc).strip())
-    table = Table(*columns, title=sql_or_name if sql_or_name in queries.NAMED else None)
+    table = Table(*columns, title=sql_or_name if sql_or_name in named else None)
     for row in rows:
         table.add_row(*("" if v is None else str(v) for v in row))
     Console(width=200 if not sys.stdout.isatty() else None).print(table)

@@ -45,10 +45,12 @@ def collect(settings: config.Settings) -> dict[str, Any]:
         "queries": section(lambda: queries(home, checkpoints)),
         "kafka_lag": section(lambda: kafka_lag(settings.kafka_bootstrap, checkpoints)),
         "kinesis_lag": section(lambda: kinesis_lag(settings.clicks_stream, checkpoints)),
-        "cdc_progress": section(lambda: cdc_progress(settings.kafka_bootstrap, checkpoints)),
+        "cdc_progress": section(
+            lambda: cdc_progress(settings.kafka_bootstrap, settings.pipeline.cdc_topic, checkpoints)
+        ),
         "join_waiting": section(lambda: join_waiting(home)),
         "dead_letters_last_hour": section(lambda: dead_letters_last_hour(settings.reader_dsn)),
-        "connector": section(lambda: connector(settings.connect_url)),
+        "connector": section(lambda: connector(settings.connect_url, settings.pipeline.connector)),
     }
 
 
@@ -204,7 +206,7 @@ def kafka_lag(bootstrap: str, checkpoints: dict[str, Committed]) -> list[dict[st
     return rows
 
 
-def cdc_progress(bootstrap: str, checkpoints: dict[str, Committed]) -> dict[str, Any] | None:
+def cdc_progress(bootstrap: str, cdc_topic: str, checkpoints: dict[str, Committed]) -> dict[str, Any] | None:
     """The newest Debezium ts_ms (a change's commit, or a heartbeat) the clicks query has processed."""
     client = consumer(bootstrap)
     try:
@@ -213,7 +215,7 @@ def cdc_progress(bootstrap: str, checkpoints: dict[str, Committed]) -> dict[str,
             for query, committed in checkpoints.items()
             if query.startswith("clicks-")
             for topic, processed in committed.kafka()
-            if topic == names.CDC_USERS_TOPIC
+            if topic == cdc_topic
             for partition, offset in processed.items()
         ]
     finally:
@@ -312,11 +314,11 @@ def dead_letters_last_hour(reader_dsn: str) -> dict[str, int]:
     return {source: count for source, count in rows}
 
 
-def connector(connect_url: str) -> dict[str, Any]:
-    response = requests.get(f"{connect_url}/connectors/{names.CONNECTOR_NAME}/status", timeout=TIMEOUT_S)
+def connector(connect_url: str, name: str) -> dict[str, Any]:
+    response = requests.get(f"{connect_url}/connectors/{name}/status", timeout=TIMEOUT_S)
     if response.status_code == 404:
-        return {"name": names.CONNECTOR_NAME, "state": "NOT REGISTERED (run `streamfold setup`)", "tasks": []}
+        return {"name": name, "state": "NOT REGISTERED (run `streamfold setup`)", "tasks": []}
     response.raise_for_status()
     body = response.json()
     tasks = [task["state"] for task in body.get("tasks", [])]
-    return {"name": names.CONNECTOR_NAME, "state": body["connector"]["state"], "tasks": tasks}
+    return {"name": name, "state": body["connector"]["state"], "tasks": tasks}

@@ -119,7 +119,7 @@ def beat_key(message: Message) -> bytes:
 
 
 def test_setup_twice_is_a_no_op(streamfold_setup):
-    assert connector_setup.ensure_topics(streamfold_setup.kafka_bootstrap) == []
+    assert connector_setup.ensure_topics(streamfold_setup.kafka_bootstrap, streamfold_setup.pipeline) == []
     cfg = connector_setup.connector_config(streamfold_setup)
     assert (
         connector_setup.register_connector(streamfold_setup.connect_url, names.CONNECTOR_NAME, cfg) is False

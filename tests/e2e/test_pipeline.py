@@ -150,7 +150,7 @@ def forged_cdc_records(user: str) -> list[tuple[str, bytes | None, bytes]]:
 BIG_INTERESTS = ["i" * 10_200] * 100  # a change event just under cdc_fold.MAX_CHANGE_BYTES
 LONG_URL = "/" + "u" * 20_000  # under the 64 KiB record limit, over a b-tree index row
 # 10,000 characters Postgres cannot compress into an index row (~2.7 KB): as a userid or regionid, once a
-# failed COPY at every restart; now over pipeline.clicks.MAX_KEY_BYTES, so a dead letter.
+# failed COPY at every restart; now over common.limits.MAX_KEY_BYTES, so a dead letter.
 UNINDEXABLE = "".join(random.Random(7).choices(string.ascii_letters + string.digits, k=10_000))
 
 

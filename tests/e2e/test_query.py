@@ -6,6 +6,7 @@ import psycopg
 import pytest
 
 from common import config
+from common import pipeline_file as pf
 from db import queries
 
 pytestmark = pytest.mark.e2e
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.e2e
 
 def test_query_reads_named_and_free_sql(streamfold_setup) -> None:
     reader = streamfold_setup.reader_dsn
-    columns, _ = queries.run(reader, "clicks_per_region")
+    columns, _ = queries.run(reader, queries.resolve(pf.load(), "clicks_per_region"))
     assert columns == ["region", "clicks"]
     assert queries.run(reader, "SELECT 40 + 2 AS answer") == (["answer"], [(42,)])
 

@@ -13,7 +13,8 @@ import pytest
 from psycopg import sql
 
 from common import names, topics
-from db.schema import PUBLIC_USER_COLUMNS
+from common import pipeline_file as pf
+from db.schema import carried_columns
 from tests.support import pipeline as sp
 from tests.support.kafka import read_all
 
@@ -37,9 +38,10 @@ def publish(pg: psycopg.Connection, columns: tuple[str, ...]) -> None:
 def retype_regionid(pg: psycopg.Connection, statement: str) -> None:
     """PostgreSQL refuses to retype a column in a publication's column list: take it out, retype, put it
     back (what an operator has to do; changes committed in between carry no regionid)."""
-    publish(pg, tuple(c for c in PUBLIC_USER_COLUMNS if c != "regionid"))
+    columns = carried_columns(pf.load())
+    publish(pg, tuple(c for c in columns if c != "regionid"))
     pg.execute(statement)
-    publish(pg, PUBLIC_USER_COLUMNS)
+    publish(pg, columns)
 
 
 def now_ms() -> int:

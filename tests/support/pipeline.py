@@ -25,11 +25,15 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from common import config, kinesis, names
+from common import pipeline_file as pf
 from connectors import setup
 from db import schema
 from pipeline.cdc_fold import BadEnvelope, parse_envelope
-from pipeline.clicks import Rejected, parse_click
+from spec.events import Rejected, parse_event
 from tests.support.kafka import Message, read_all
+
+# The default pipeline file's event spec (the demo's clicks).
+DEFAULT_EVENT_SPEC = pf.load().event_spec()
 
 ROOT = Path(__file__).resolve().parents[2]
 NEVER = -(2**63)
@@ -113,7 +117,7 @@ def make_sandbox(admin_dsn: str, name: str, home: Path) -> Sandbox:
     schema.apply(dsn)
     home.mkdir(parents=True, exist_ok=True)
     topic = f"{names.CLICKS_TOPIC}-{name.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
-    setup.ensure_topics(config.load().kafka_bootstrap, topic)
+    setup.ensure_topics(config.load().kafka_bootstrap, config.load().pipeline, topic)
     return Sandbox(name, dsn, home, topic)
 
 
@@ -240,12 +244,12 @@ def expected(
     rows, dead = {}, set(cdc_dead)
     for item in inputs:
         try:
-            click = parse_click(item.payload, now_ms)
+            click = parse_event(item.payload, now_ms, DEFAULT_EVENT_SPEC)
         except Rejected:
             dead.add(item.event_id)
             continue
-        region = expected_region(history, click.userid, click.click_time_ms)
-        rows[item.event_id] = (click.userid, region, click.clicks)
+        region = expected_region(history, click.key, click.time_ms)
+        rows[item.event_id] = (click.key, region, click.count)
     return Expected(rows, dead)
 
 

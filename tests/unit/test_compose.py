@@ -483,7 +483,7 @@ def test_the_pipeline_image_copies_the_code_services_run_and_no_launcher() -> No
     stage = stages(DOCKERFILE)["pipeline"]
     copies = [args.split() for i, args in stage if i == "COPY" and "--from=" not in args]
     copied = {source.split("/")[0] for words in copies for source in words[:-1]}
-    assert copied == {"pyproject.toml", *CODE_DIRS}
+    assert copied == {"pyproject.toml", "streamfold.yaml", *CODE_DIRS}
 
 
 def test_mounted_files_exist() -> None:

@@ -1,11 +1,16 @@
 """The job's guard rails: one job per checkpoint, and readable failures."""
 
 import time
+from pathlib import Path
 
 import pytest
 from rich.markup import escape
 
+from common import pipeline_file as pf
+from pipeline import job
 from pipeline.job import JobError, StallReporter, check_conf, exclusive, root_cause, trigger_ms
+
+ROOT = Path(__file__).resolve().parents[2]
 
 NESTED = """[STREAM_FAILED] Query [id = 1] terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR]
 Traceback (most recent call last):
@@ -99,3 +104,22 @@ def test_a_query_waiting_on_an_unreachable_kafka_says_so(spark, tmp_path):
     assert said[0].startswith(
         f"[yellow]stuck[/]: {escape('Getting offsets from KafkaV2[Subscribe[clicks]]')} for "
     )
+
+
+def test_the_pipeline_files_join_settings_are_the_defaults_conf_overrides():
+    pipeline = pf.load()
+    assert job.file_join_conf(pipeline) == {
+        "join.mode": "event_time",
+        "join.max_wait": "10000ms",
+        "join.version_retention": "604800000ms",
+    }
+
+
+def test_run_refuses_columns_the_operator_cannot_carry_yet():
+    default = pf.load()
+    job.check_pipeline(default.model_copy(update={"join": pf.Join(mode="latest")}))  # settings may differ
+    other = pf.parse(
+        (ROOT / pf.DEFAULT_FILE).read_text().replace("    ip: text\n", "    ip: text\n    ref: text\n")
+    )
+    with pytest.raises(job.JobError, match="carry the default pipeline's profile columns"):
+        job.check_pipeline(other)

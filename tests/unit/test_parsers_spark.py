@@ -2,27 +2,38 @@
 
 One seeded generator makes a few thousand click payloads (valid ones, each kind of invalid one, random
 bytes, nested junk, unicode, huge numbers) and Debezium envelopes; each set runs through Spark as ONE
-DataFrame, and every row must match `parse_click` / `parse_envelope`: accept or reject, the parsed
-fields, and the category of the reason.
+DataFrame, and every row must match `parse_event` (the default event spec) / `parse_envelope`: accept or
+reject, the parsed fields, and the category of the reason. Another makes random event specs (field names,
+types, required flags, key type, time format, count or none, limits) and payloads for each, valid and not:
+a few specs per Spark job, every row again matched to `parse_event` with its spec.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from common import names
-from pipeline import cdc_fold, clicks
+from common import pipeline_file as pf
+from pipeline import cdc_fold, events
 from pipeline.cdc_fold import BadEnvelope, Change, Progress, parse_envelope
-from pipeline.clicks import MAX_RECORD_BYTES, Rejected, parse_click
+from pipeline.events import MAX_RECORD_BYTES
+from spec.events import ISO_TIME, MAX_MICROS, MIN_MICROS, Event, Rejected, parse_event
+
+# The default pipeline file's event spec (the demo's clicks).
+DEFAULT_EVENT_SPEC = pf.load().event_spec()
 
 pytestmark = pytest.mark.spark
 
@@ -70,6 +81,10 @@ CDC_CATEGORIES = (
 CATEGORIES = (*CDC_CATEGORIES, *CLICK_CATEGORIES)
 
 
+def parse_click(payload: bytes | None, now_ms: int) -> Event:
+    return parse_event(payload, now_ms, DEFAULT_EVENT_SPEC)
+
+
 def category(reason: str) -> str:
     found = [c for c in CATEGORIES if c in re.sub(r"ts_ms -?\d+ is outside", "ts_ms is outside", reason)]
     assert found, reason
@@ -98,8 +113,8 @@ def junk_value(rng: random.Random, depth: int = 0) -> Any:
     }
 
 
-# Around clicks.MAX_KEY_BYTES (1,024 UTF-8 bytes): ASCII, 2-byte and 4-byte characters (a surrogate pair in
-# Java, escaped as two \u escapes by json.dumps(ensure_ascii=True)).
+# Around common.limits.MAX_KEY_BYTES (1,024 UTF-8 bytes): ASCII, 2-byte and 4-byte characters (a surrogate
+# pair in Java, escaped as two \u escapes by json.dumps(ensure_ascii=True)).
 LONG_KEYS = ("u" * 1024, "u" * 1025, "é" * 512, "é" * 513, "😀" * 256, "😀" * 256 + "u", "日" * 5000)
 
 
@@ -178,7 +193,7 @@ def click_payloads(rng: random.Random) -> list[bytes | None]:
 
 
 def plain_path_edges() -> list[bytes]:
-    """Near-valid clicks aimed at the JVM fast path (PlainClick): each must be rejected, or accepted with
+    """Near-valid clicks aimed at the JVM fast path (PlainEvent): each must be rejected, or accepted with
     the fields parse_click gives."""
     good = json.dumps(GOOD)
     body = good[1:-1]
@@ -227,7 +242,8 @@ def test_blank_text_is_pythons_isspace(spark: SparkSession):
     chars = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
     rows = [(f"e{c}", "t", json.dumps({**GOOD, "userid": chr(c)}).encode(), NOW) for c in chars]
     frame = spark.createDataFrame(rows, "event_id string, source string, payload binary, now_ms long")
-    blank = {int(r["event_id"][1:]) for r in clicks.parse(frame).where("error IS NOT NULL").collect()}
+    parsed = events.parse(frame, DEFAULT_EVENT_SPEC)
+    blank = {int(r["event_id"][1:]) for r in parsed.where("error IS NOT NULL").collect()}
     assert sorted(blank) == [c for c in chars if chr(c).isspace()]
 
 
@@ -246,7 +262,7 @@ def test_jvm_reasons_say_which_strict_json_rule_failed(spark: SparkSession):
     reasons = list(cases.values()) + ["not JSON: invalid UTF-8"]
     rows = [(f"e{i}", "t", p, NOW) for i, p in enumerate(payloads)]
     frame = spark.createDataFrame(rows, "event_id string, source string, payload binary, now_ms long")
-    got = {r["event_id"]: r["error"] for r in clicks.parse(frame).collect()}
+    got = {r["event_id"]: r["error"] for r in events.parse(frame, DEFAULT_EVENT_SPEC).collect()}
     for i, reason in enumerate(reasons):
         assert got[f"e{i}"] is not None and got[f"e{i}"].startswith(reason), (reason, got[f"e{i}"])
 
@@ -258,11 +274,11 @@ def test_click_parser_agrees_with_parse_click(spark: SparkSession):
 
 
 def check_clicks(spark: SparkSession, payloads: list[bytes | None]) -> dict[str, int]:
-    """Every payload through clicks.parse (one DataFrame) and parse_click must agree; returns the outcomes."""
+    """Every payload through events.parse (one DataFrame) and parse_click must agree; returns the outcomes."""
     rows = [(f"e{i}", "kafka:clicks", p, NOW) for i, p in enumerate(payloads)]
     frame = spark.createDataFrame(rows, "event_id string, source string, payload binary, now_ms long")
-    out = clicks.parse(frame)
-    assert tuple(out.columns) == clicks.PARSED_COLUMNS
+    out = events.parse(frame, DEFAULT_EVENT_SPEC)
+    assert tuple(out.columns) == events.parsed_columns(DEFAULT_EVENT_SPEC)
     got = {r["event_id"]: r for r in out.collect()}
     assert len(got) == len(payloads)
     kinds: dict[str, int] = {}
@@ -278,18 +294,20 @@ def check_clicks(spark: SparkSession, payloads: list[bytes | None]) -> dict[str,
             continue
         assert row["error"] is None, (payload, row["error"])
         assert (row["userid"], row["url"], row["device_id"], row["ip"]) == (
-            want.userid,
-            want.url,
-            want.device_id,
-            want.ip,
+            want.key,
+            want.fields["url"],
+            want.fields["device_id"],
+            want.fields["ip"],
         ), payload
-        assert (row["click_time_ms"], row["clicks"], row["payload"]) == (
-            want.click_time_ms,
-            want.clicks,
-            None,
-        )
+        assert (row["click_time_ms"], row["clicks"], row["payload"]) == (want.time_ms, want.count, None)
         kinds["valid"] = kinds.get("valid", 0) + 1
     return kinds
+
+
+def register_plain_event(spark: SparkSession, name: str, spec: dict[str, Any]) -> None:
+    """The fast path alone as a UDF of its own, for the tests that hold it to the spec."""
+    plain = spark._jvm.io.streamfold.events.PlainEvent(json.dumps(spec))  # type: ignore[union-attr]
+    events.register_java_udf(spark, name, plain, events.parse_type(spec))
 
 
 def test_plain_click_fast_path_accepts_only_what_parse_click_accepts(spark: SparkSession):
@@ -298,8 +316,8 @@ def test_plain_click_fast_path_accepts_only_what_parse_click_accepts(spark: Spar
     frame = spark.createDataFrame(
         [(f"e{i}", p, NOW) for i, p in enumerate(payloads)], "event_id string, payload binary, now_ms long"
     )
-    # The fast path returns ClickParse's row (ClickParse calls it first), or NULL.
-    spark.udf.registerJavaFunction("plain_click", "io.streamfold.clicks.PlainClick", clicks.PARSE_TYPE)
+    # The fast path returns EventParse's row (EventParse calls it first), or NULL.
+    register_plain_event(spark, "plain_click", DEFAULT_EVENT_SPEC)
     plain = frame.select("event_id", F.call_function("plain_click", "payload", "now_ms").alias("p"))
     got = {r["event_id"]: r["p"] for r in plain.collect()}
     taken = valid = 0
@@ -315,12 +333,12 @@ def test_plain_click_fast_path_accepts_only_what_parse_click_accepts(spark: Spar
         if fast is not None:
             taken += 1
             assert (fast.userid, fast.url, fast.device_id, fast.ip, fast.click_time_ms, fast.clicks) == (
-                want.userid,
-                want.url,
-                want.device_id,
-                want.ip,
-                want.click_time_ms,
-                want.clicks,
+                want.key,
+                want.fields["url"],
+                want.fields["device_id"],
+                want.fields["ip"],
+                want.time_ms,
+                want.count,
             ), payload
     # Most valid clicks take the fast path (json.dumps escapes non-ASCII in about half of them).
     assert taken > valid // 3, (taken, valid)
@@ -568,6 +586,409 @@ def check_envelopes(
             ), where
         kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
     return kinds
+
+
+# --- random event specs: the parser is generic over the spec ------------------------------------------
+
+TYPES = (
+    "text",
+    "integer",
+    "bigint",
+    "double",
+    "numeric",
+    "boolean",
+    "timestamptz",
+    "timestamp",
+    "text[]",
+    "jsonb",
+)
+KEY_TYPES = ("text", "integer", "bigint")
+TIME_FORMATS = ("epoch_ms", "epoch_s", "iso8601")
+# JSON field names a spec may use; the parsed frame's own columns (events.parse_type) only as the time or
+# the count, whose columns the job names itself.
+SPEC_NAMES = ("userid", "url", "a", "ab", "a b", "a.b", "é", "日本", "n", "x1", "T", "time", "id", "k", "v")
+JOB_NAMES = ("clicks", "click_time_ms", "error", "event_id")
+TEXTS = (
+    "a",
+    "hello world",
+    "",
+    " ",
+    "\t",
+    "\u3000",
+    "\u200b",
+    "é",
+    "日本",
+    "😀",
+    "\x00",
+    "a\\b",
+    'q"t',
+    "x" * 40,
+)
+NUMBERS = (
+    "0",
+    "-0",
+    "1",
+    "-1",
+    "7",
+    "1.5",
+    "-0.0",
+    "0.1",
+    "1.50",
+    "1e5",
+    "1E+2",
+    "1e308",
+    "1.7976931348623157e308",
+    "1e309",
+    "4.9e-324",
+    "2.5e-324",
+    "1e-400",
+    "123456789012345678901234567890",
+    "1E400",
+    "1e-16383",
+    "1e-16384",
+    "12e131070",
+    "1e131072",
+    "9e9999999999",
+    "0e-9999999999",
+    "1" + "0" * 120,
+)
+# Times at the ends of the years 0001..9999 (UTC), and just past them.
+ISO_EDGES = (
+    "0001-01-01T00:00:00Z",
+    "0001-01-01T00:00:00+00:01",
+    "0001-01-01T00:00:00-00:01",
+    "9999-12-31T23:59:59.999999Z",
+    "9999-12-31T23:59:59.999999-00:01",
+    "1970-01-01T00:00:00.000000001Z",
+    "1969-12-31T23:59:59.9999999Z",
+    "2024-02-29T12:00:00Z",
+    "2023-02-29T12:00:00Z",
+    "2026-11-22T10:00:60Z",
+    "2026-11-22T10:00:00+24:00",
+    "2026-11-22T10:00:00+23:59",
+    "2026-11-22t10:00:00z",
+    "2026-11-22T10:00:00",
+    "2026-11-22 10:00:00Z",
+    "2026-11-22T10:00:00.Z",
+    "2026-11-22T10:00:00.1234567891Z",
+    "0000-06-01T00:00:00Z",
+    "2026-13-01T00:00:00Z",
+    "2026-11-22T10:00:00Z\n",
+    "٢٠٢٦-11-22T10:00:00Z",
+    "+2026-11-22T10:00:00Z",
+)
+
+
+def random_spec(rng: random.Random, i: int) -> dict[str, Any]:
+    """A random event spec; the i-th cycles through the key types and time formats, the first has every
+    field type."""
+    columns = [n for n in SPEC_NAMES]
+    rng.shuffle(columns)
+    types = list(TYPES) if i == 0 else [rng.choice(TYPES) for _ in range(rng.randrange(6))]
+    key, names_ = columns[0], columns[1 : 1 + len(types)]
+    rest = [*columns[1 + len(types) :], *JOB_NAMES]
+    time_name = rest.pop(rng.randrange(len(rest)))
+    fields = []
+    for name, kind in zip(names_, types, strict=True):
+        field: dict[str, Any] = {"name": name, "type": kind}
+        if rng.random() < 0.8:
+            field["required"] = rng.random() < 0.5
+        fields.append(field)
+    count = {"field": rng.choice(rest), "max": rng.choice([1, 3, 1_000_000, 2**31 - 1])}
+    return {
+        "key": {"field": key, "type": KEY_TYPES[i // 3 % 3]},
+        "fields": fields,
+        "time": {"field": time_name, "format": TIME_FORMATS[i % 3]},
+        "count": None if rng.random() < 0.3 else count,
+        "max_record_bytes": rng.choice([300, 2000, 65536]),
+        "min_time_ms": rng.choice([946_684_800_000, NOW - 3_600_000, -62_135_596_800_000, 0]),
+        "max_future_ms": rng.choice([0, 1, 60_000, 86_400_000]),
+        "max_key_bytes": rng.choice([3, 8, 1024]),
+    }
+
+
+def iso_time(rng: random.Random, micros: int) -> str:
+    """An ISO_TIME for micros (cut to its fraction digits), at a random offset."""
+    offset_min = rng.choice([0, 0, 0, 60, -90, 330, 23 * 60 + 59, -(23 * 60 + 59)])
+    try:
+        local = datetime(1970, 1, 1) + timedelta(microseconds=micros + offset_min * 60_000_000)
+    except OverflowError:  # beyond Python's years: the edges say those
+        return rng.choice(ISO_EDGES)
+    digits = rng.choice([0, 0, 1, 3, 6, 9])
+    fraction = f".{local.microsecond:06d}{rng.randrange(1000):03d}"[: digits + 1] if digits else ""
+    hours, minutes = divmod(abs(offset_min), 60)
+    zone = f"{'+-'[offset_min < 0]}{hours:02d}:{minutes:02d}"
+    if offset_min == 0 and rng.random() < 0.7:
+        zone = "Z"
+    return f"{local.year:04d}-{local:%m-%dT%H:%M:%S}{fraction}{zone}"
+
+
+def near(rng: random.Random, lo: int, hi: int) -> int:
+    """A time in ms at or just past the ends of lo..hi, or inside."""
+    return rng.choice([lo, lo - 1, hi, hi + 1, hi - rng.randrange(10**9), lo + rng.randrange(10**6), NOW])
+
+
+def time_literal(rng: random.Random, spec: dict[str, Any]) -> str:
+    """The event time as JSON text, mostly of the spec's format and near its plausible range."""
+    lo, hi = spec["min_time_ms"], NOW + spec["max_future_ms"]
+    ms = near(rng, lo, hi)
+    form = spec["time"]["format"]
+    if rng.random() < 0.1:
+        return rng.choice(
+            [*NUMBERS, json.dumps(str(ms)), "null", "true", "[1]", json.dumps(iso_time(rng, ms * 1000))]
+        )
+    if form == "epoch_ms":
+        return str(ms)
+    if form == "iso8601":
+        if rng.random() < 0.1:
+            return json.dumps(rng.choice(ISO_EDGES))
+        return json.dumps(iso_time(rng, ms * 1000 + rng.randrange(1000)))
+    seconds = Decimal(ms).scaleb(-3) + Decimal(rng.randrange(10**6)).scaleb(-9) * rng.choice([0, 1])
+    return rng.choice(
+        [str(seconds), f"{seconds:f}", f"{seconds:e}", f"{seconds.normalize():E}", str(ms // 1000)]
+    )
+
+
+def field_literal(rng: random.Random, kind: str) -> str:
+    """A value for a field of this type as JSON text: mostly of its type, at and past its edges."""
+    if kind == "text":
+        return json.dumps(rng.choice(TEXTS))
+    if kind in ("integer", "bigint"):
+        bits = 32 if kind == "integer" else 64
+        return rng.choice(["-0", "1.0", "1e2", *(str(v) for v in int_edges(rng, bits))])
+    if kind in ("double", "numeric"):
+        return rng.choice(NUMBERS)
+    if kind == "boolean":
+        return rng.choice(["true", "false"])
+    if kind in ("timestamptz", "timestamp"):
+        edges = [MIN_MICROS, MIN_MICROS - 1, MAX_MICROS, MAX_MICROS + 1, NOW * 1000, -5, 2**63 - 1]
+        if rng.random() < 0.4:
+            return str(rng.choice(edges))
+        if rng.random() < 0.3:
+            return json.dumps(rng.choice(ISO_EDGES))
+        return json.dumps(iso_time(rng, rng.randrange(MIN_MICROS + 10**11, MAX_MICROS - 10**11)))
+    if kind == "text[]":
+        return json.dumps(
+            rng.choice([[], ["a"], ["a", None], [" ", "é"], ["a", 1], [["a"]], "a", {}, [None]])
+        )
+    return json.dumps(junk_value(rng))  # jsonb
+
+
+def int_edges(rng: random.Random, bits: int) -> list[int]:
+    top = 2 ** (bits - 1)
+    return [0, 1, -1, top - 1, top, -top, -top - 1, rng.randrange(-(10**6), 10**6)]
+
+
+def key_literal(rng: random.Random, spec: dict[str, Any]) -> str:
+    if spec["key"]["type"] != "text":
+        return (
+            field_literal(rng, spec["key"]["type"]) if rng.random() < 0.3 else str(rng.randrange(-99, 10**6))
+        )
+    most = spec["max_key_bytes"]
+    longish = ["é" * (most // 2), "é" * (most // 2) + "u", "u" * most, "u" * (most + 1), "😀" * (most // 4)]
+    return json.dumps(
+        rng.choice([*TEXTS, *longish]) if rng.random() < 0.3 else rng.choice(["u1", "é", "U 2"])
+    )
+
+
+def event_payload(rng: random.Random, spec: dict[str, Any]) -> bytes:
+    """A record for the spec: mostly valid, each field sometimes missing, null or of another type, and the
+    whole sometimes broken in one of the ways the click generator breaks it."""
+    pairs: list[tuple[str, str]] = []
+    if rng.random() < 0.95:
+        pairs.append((spec["key"]["field"], key_literal(rng, spec)))
+    for field in spec["fields"]:
+        roll = rng.random()
+        if roll < 0.04:
+            continue
+        value = (
+            "null" if roll < 0.08 else field_literal(rng, rng.choice(TYPES) if roll < 0.12 else field["type"])
+        )
+        pairs.append((field["name"], value))
+    if rng.random() < 0.95:
+        pairs.append((spec["time"]["field"], time_literal(rng, spec)))
+    if spec["count"] is not None and rng.random() < 0.5:
+        most = spec["count"]["max"]
+        count = rng.choice(["1", str(most), str(rng.randint(1, most))])
+        if rng.random() < 0.2:
+            count = rng.choice([str(most + 1), "0", "1.0", "null", '"1"'])
+        pairs.append((spec["count"]["field"], count))
+    if rng.random() < 0.2:
+        pairs.append(("zz", json.dumps(junk_value(rng))))
+    if rng.random() < 0.05:
+        pairs.append(("pad", json.dumps("p" * rng.choice([100, 400, 3000]))))
+    rng.shuffle(pairs)
+    ascii_only = rng.random() < 0.3
+    text = "{" + ", ".join(f"{json.dumps(k, ensure_ascii=ascii_only)}: {v}" for k, v in pairs) + "}"
+    if ascii_only:  # non-ASCII in the values escaped too (the fast path takes no escapes)
+        text = text.encode("ascii", "backslashreplace").decode().replace("\\x", "\\u00")
+    return mutated(rng, text, pairs)
+
+
+def mutated(rng: random.Random, text: str, pairs: list[tuple[str, str]]) -> bytes:
+    mutation = rng.randrange(24)
+    if mutation == 0:
+        text = text[: rng.randrange(len(text) + 1)]
+    elif mutation == 1:
+        text += rng.choice([" ", "\n", " x", "}", ", 1"])
+    elif mutation == 2 and pairs:
+        name = json.dumps(pairs[0][0])
+        text = text.replace(name + ":", f"{name}: 1, {name}:", 1)
+    elif mutation == 3:
+        text = "{" + '"zz": "\\u00e9", ' + text[1:] if len(text) > 2 else text
+    elif mutation == 4:
+        depth = rng.choice([31, 33, 1500])
+        text = "{" + '"deep": ' + "[" * depth + "]" * depth + ", " + text[1:] if len(text) > 2 else text
+    elif mutation == 5:
+        text = "[" + text + "]"
+    raw = text.encode("utf-8", "surrogatepass")
+    if mutation == 6 and raw:
+        cut = rng.randrange(len(raw))
+        raw = raw[:cut] + bytes([rng.randrange(256)]) + raw[cut + 1 :]
+    return raw
+
+
+def spec_category(reason: str, spec: dict[str, Any]) -> tuple[str, str]:
+    """A reason's category for a spec: the rule, and the field it names."""
+    for prefix in ("empty record", "record of ", "not JSON", "expected a JSON object"):
+        if reason.startswith(prefix):
+            return prefix, ""
+    count = spec["count"]["field"] if spec["count"] else None
+    named = {spec["key"]["field"], spec["time"]["field"], *(f["name"] for f in spec["fields"]), count} - {
+        None
+    }
+    for name in sorted(named, key=len, reverse=True):
+        if reason.startswith(f"{name} must be "):
+            return "must be", name
+        if reason.startswith(f"{name} of ") and "-byte limit" in reason:
+            return "too long", name
+        if reason.startswith(f"{name} ") and "is outside the plausible range" in reason:
+            return "implausible", name
+    raise AssertionError(reason)
+
+
+def same_value(kind: str, got: Any, want: Any) -> bool:
+    """A parsed field's value from Spark (as to_json wrote it) equals parse_event's."""
+    if got is None or want is None:
+        return got is want
+    if kind == "numeric":
+        return Decimal(got) == Decimal(want)
+    if kind == "jsonb":
+        return json.loads(got, parse_float=Decimal) == json.loads(want, parse_float=Decimal)
+    return got == want and type(got) is type(want)
+
+
+def spec_frames(
+    spark: SparkSession, specs: list[dict[str, Any]], payloads: Sequence[Sequence[bytes | None]], fast: bool
+) -> DataFrame:
+    """Each spec's payloads parsed by its own UDF (the full parser, or the fast path alone), as JSON text,
+    unioned into one frame: (spec, event_id, payload, row)."""
+    frames = []
+    for i, (spec, batch) in enumerate(zip(specs, payloads, strict=True)):
+        rows = [(f"s{i}e{j}", "kafka:events", p, NOW) for j, p in enumerate(batch)]
+        raw = spark.createDataFrame(rows, "event_id string, source string, payload binary, now_ms long")
+        if fast:
+            register_plain_event(spark, f"plain_event_{i}", spec)
+            row = F.to_json(F.call_function(f"plain_event_{i}", "payload", "now_ms"))
+            frames.append(raw.select(F.lit(i).alias("spec"), "event_id", "payload", row.alias("row")))
+            continue
+        out = events.parse(raw, spec)
+        assert tuple(out.columns) == events.parsed_columns(spec)
+        row = F.to_json(F.struct(*[F.col(f"`{c}`") for c in events.parse_type(spec).fieldNames()]))
+        frames.append(out.select(F.lit(i).alias("spec"), "event_id", "payload", row.alias("row")))
+    return functools.reduce(DataFrame.unionAll, frames)
+
+
+def check_event(spec: dict[str, Any], got: dict[str, Any], want: Event, payload: bytes | None) -> None:
+    assert got.get("error") is None, (payload, got)
+    assert got[spec["key"]["field"]] == want.key, (payload, got, want)
+    for field in spec["fields"]:
+        name = field["name"]
+        assert same_value(field["type"], got.get(name), want.fields[name]), (payload, name, got, want)
+    assert (got["click_time_ms"], got["clicks"]) == (want.time_ms, want.count), (payload, got, want)
+
+
+def test_event_parser_agrees_with_parse_event_for_random_specs(spark: SparkSession):
+    rng = random.Random(SEED)
+    specs = [random_spec(rng, i) for i in range(12)]
+    payloads = [[None, b"", b"[]", b"{}", *(event_payload(rng, spec) for _ in range(250))] for spec in specs]
+    rows = spec_frames(spark, specs, payloads, fast=False).collect()
+    assert len(rows) == sum(map(len, payloads))
+    kinds: dict[str, int] = {}
+    typed: set[tuple[str, str]] = set()  # (type, accepted | rejected) seen for a field
+    for row in rows:
+        spec = specs[row["spec"]]
+        payload = payloads[row["spec"]][int(row["event_id"].split("e")[1])]
+        got = json.loads(row["row"])
+        try:
+            want = parse_event(payload, NOW, spec)
+        except Rejected as exc:
+            assert got.get("error") is not None, (spec, payload, str(exc), got)
+            rule, name = spec_category(str(exc), spec)
+            assert spec_category(got["error"], spec) == (rule, name), (spec, payload, got["error"], str(exc))
+            assert row["payload"] == payload and set(got) == {"error"}, (payload, got)
+            kinds[rule] = kinds.get(rule, 0) + 1
+            typed.update(
+                (f["type"], "rejected") for f in spec["fields"] if (rule, name) == ("must be", f["name"])
+            )
+            continue
+        check_event(spec, got, want, payload)
+        assert row["payload"] is None
+        typed.update((f["type"], "accepted") for f in spec["fields"] if want.fields[f["name"]] is not None)
+        kinds["valid"] = kinds.get("valid", 0) + 1
+    # The generator reaches every outcome, and every type both ways.
+    assert kinds.keys() >= {"valid", "empty record", "record of ", "not JSON", "expected a JSON object"}, (
+        kinds
+    )
+    assert kinds.keys() >= {"must be", "too long", "implausible"}, kinds
+    assert typed == {(kind, outcome) for kind in TYPES for outcome in ("accepted", "rejected")}, typed
+
+
+def test_plain_event_fast_path_accepts_only_what_parse_event_accepts_for_random_specs(spark: SparkSession):
+    rng = random.Random(SEED + 1)
+    specs = [random_spec(rng, i) for i in range(12)]
+    payloads = [[event_payload(rng, spec) for _ in range(150)] for spec in specs]
+    taken = valid = 0
+    for row in spec_frames(spark, specs, payloads, fast=True).collect():
+        spec = specs[row["spec"]]
+        payload = row["payload"]
+        try:
+            want = parse_event(payload, NOW, spec)
+        except Rejected as exc:
+            assert row["row"] is None, (spec, payload, str(exc), row["row"])
+            continue
+        valid += 1
+        if row["row"] is not None:
+            taken += 1
+            check_event(spec, json.loads(row["row"]), want, payload)
+    # Most valid events take the fast path (some escape their text, some nest deeper than it reads).
+    assert taken > valid // 3, (taken, valid)
+
+
+def test_the_iso_time_form_is_the_same_in_both_languages(spark: SparkSession):
+    assert spark._jvm.io.streamfold.events.EventValues.ISO_TIME == ISO_TIME  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"fields": [{"name": "url", "type": "money"}]}, "unknown type money"),
+        ({"fields": [{"name": "userid", "type": "text"}]}, "the JSON field userid is named twice"),
+        ({"key": {"field": "userid", "type": "double"}}, "a key is text, integer or bigint"),
+        (
+            {"time": {"field": "event_time", "format": "rfc2822"}},
+            "time.format is epoch_ms, epoch_s or iso8601",
+        ),
+        ({"count": {"field": "clicks", "max": 0}}, "max must be an integer in 1..2147483647"),
+        ({"max_key_bytes": "1024"}, "max_key_bytes must be an integer"),
+        ({"colour": "red"}, "unknown entry colour"),
+    ],
+)
+def test_the_jvm_refuses_a_bad_event_spec_saying_why(
+    spark: SparkSession, change: dict[str, Any], reason: str
+):
+    with pytest.raises(Exception, match=re.escape(reason)):
+        spark._jvm.io.streamfold.events.EventParse(json.dumps({**DEFAULT_EVENT_SPEC, **change}))  # type: ignore[union-attr]
 
 
 # --- property-based: hypothesis draws the inputs ------------------------------------------------------

@@ -3,15 +3,27 @@ and the topics run against a real Connect and broker in tests/e2e/test_cdc.py)."
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from common import config, names
+from common import pipeline_file as pf
 from connectors import setup
-from db.schema import PUBLIC_USER_COLUMNS
 
 PII = {"name", "email", "contactinfo"}
+# The default pipeline file's carried columns of public.users.
+PUBLIC_USER_COLUMNS = ("userid", "regionid", "gender", "interests", "registertime")
+CUSTOMERS = """\
+profile:
+  table: crm.customers
+  key: id
+  key_type: bigint
+  columns: {tier: text, balance: numeric}
+events: {kafka_topic: page_views, key: customer_id, time: ts}
+outputs: {cdc_topic_prefix: shop}
+"""
 
 
 @pytest.fixture
@@ -61,11 +73,29 @@ def test_only_the_profile_columns_leave_postgres(settings: config.Settings) -> N
 
 def test_heartbeats_land_in_the_users_topic_in_commit_order(settings: config.Settings) -> None:
     cfg = setup.connector_config(settings)
-    assert cfg["transforms.heartbeatToUsers.replacement"] == names.CDC_USERS_TOPIC
+    assert cfg["transforms.heartbeatToProfiles.replacement"] == names.CDC_USERS_TOPIC
     assert cfg["topic.prefix"] == names.CDC_TOPIC_PREFIX
     assert "streamfold.cdc_heartbeat" in cfg["heartbeat.action.query"]
     assert (cfg["slot.name"], cfg["publication.name"]) == (names.SLOT_NAME, names.PUBLICATION_NAME)
     assert cfg["publication.autocreate.mode"] == "disabled"  # setup creates it, with a column list
+
+
+def test_a_users_own_table_is_captured_with_its_columns_only(settings: config.Settings) -> None:
+    cfg = setup.connector_config(dataclasses.replace(settings, pipeline=pf.parse(CUSTOMERS)))
+    assert cfg["table.include.list"] == "crm.customers,streamfold.cdc_heartbeat"
+    assert cfg["column.include.list"].split(",")[:3] == [
+        "crm.customers.id",
+        "crm.customers.tier",
+        "crm.customers.balance",
+    ]
+    assert (
+        cfg["snapshot.select.statement.overrides.crm.customers"]
+        == "SELECT id, tier, balance FROM crm.customers"
+    )
+    assert cfg["transforms.heartbeatToProfiles.replacement"] == "shop.crm.customers"
+    assert cfg["transforms.heartbeatToProfiles.regex"] == r"shop\.streamfold\.cdc_heartbeat"
+    assert (cfg["slot.name"], cfg["publication.name"]) == ("streamfold_customers", "streamfold_customers")
+    assert cfg["decimal.handling.mode"] == "string"  # numeric columns arrive as their decimal text
 
 
 def test_every_placeholder_is_filled(settings: config.Settings) -> None:

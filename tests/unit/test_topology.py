@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from common import names
+from common import pipeline_file as pf
 from pipeline import records
 from pipeline.join_config import JoinConfig
 from pipeline.topology import enrich
@@ -86,6 +87,7 @@ def run(spark: SparkSession, root: Path, raw_clicks: list[dict], cdc: list[dict]
             "value", F.col("value").cast("binary")
         ),
         JoinConfig(max_wait_ms=86_400_000),
+        pf.load(),
     )
     out: list[Row] = []
 

@@ -7,9 +7,9 @@ import java.nio.charset.CharacterCodingException;
 import java.nio.charset.StandardCharsets;
 
 /**
- * What the JVM fast paths (clicks/PlainClick, cdc/PlainEnvelope) share: strict JSON as
- * pipeline/strict_json.py reads it, and the limits past which they give up and leave the record to the
- * full parsers (ClickParse, EnvelopeFold, reading it with StrictJson).
+ * What the JVM fast paths (events/PlainEvent, cdc/PlainEnvelope) share: strict JSON as
+ * spec/strict_json.py reads it, and the limits past which they give up and leave the record to the
+ * full parsers (EventParse, EnvelopeFold, reading it with StrictJson).
  */
 public final class PlainJson {
   /** Nesting deeper than this is not plain. */
@@ -19,12 +19,12 @@ public final class PlainJson {
   public static final int MAX_NUMBER_CHARS = 100;
 
   /**
-   * A userid or regionid longer than this (UTF-8 bytes) is a dead letter (pipeline/clicks.py MAX_KEY_BYTES):
-   * Postgres indexes them, and a B-tree row holds ~2.7 KB.
+   * A userid or regionid longer than this (UTF-8 bytes) is a dead letter (common/limits.py MAX_KEY_BYTES):
+   * Postgres indexes them, and a B-tree row holds ~2.7 KB. An event spec sets its own (max_key_bytes).
    */
   public static final int MAX_KEY_BYTES = 1024;
 
-  /** Duplicate keys at any depth make a record not JSON (strict JSON, pipeline/strict_json.py). */
+  /** Duplicate keys at any depth make a record not JSON (strict JSON, spec/strict_json.py). */
   public static final JsonFactory FACTORY =
       JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
 
@@ -32,14 +32,23 @@ public final class PlainJson {
 
   /** Whether a userid or regionid is within MAX_KEY_BYTES. */
   public static boolean fitsKey(String value) {
-    return utf8Length(value) <= MAX_KEY_BYTES;
+    return fitsKey(value, MAX_KEY_BYTES);
+  }
+
+  /** Whether a key is within maxBytes in UTF-8. */
+  public static boolean fitsKey(String value, int maxBytes) {
+    return utf8Length(value) <= maxBytes;
   }
 
   /** Why a userid or regionid (named `where` in the reason) is not within MAX_KEY_BYTES; null if it is. */
   public static String overKeyLimit(String value, String where) {
+    return overKeyLimit(value, where, MAX_KEY_BYTES);
+  }
+
+  /** Why a key (named `where` in the reason) is not within maxBytes in UTF-8; null if it is. */
+  public static String overKeyLimit(String value, String where, int maxBytes) {
     int bytes = utf8Length(value);
-    return bytes <= MAX_KEY_BYTES ? null
-        : where + " of " + bytes + " bytes exceeds the " + MAX_KEY_BYTES + "-byte limit";
+    return bytes <= maxBytes ? null : where + " of " + bytes + " bytes exceeds the " + maxBytes + "-byte limit";
   }
 
   /** The length of s in UTF-8 (a surrogate pair is one 4-byte character). */

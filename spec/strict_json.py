@@ -9,11 +9,14 @@ the one known disagreement). An integer is a JSON integer literal that fits in 6
 `loads_strict` is the Python reference (the parsers' executable specs use it);
 jvm/src/main/java/io/streamfold/json/StrictJson.java is the same reading for the parsers that run in the
 job. The parsers' differential fuzz test (tests/unit/test_parsers_spark.py) holds the two to each other.
+A number with a fraction or an exponent is a float, or what `parse_float` makes of its text (the event
+parser's spec reads some exactly, as the JVM does).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, NoReturn, TypeGuard
 
 # Jackson's default StreamReadConstraints.maxNumberLength (StrictJson.MAX_NUMBER_CHARS).
@@ -21,8 +24,14 @@ MAX_NUMBER_CHARS = 1000
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def loads_strict(raw: bytes) -> Any:
+def loads_strict(raw: bytes, parse_float: Callable[[str], Any] = float) -> Any:
     """Strict JSON in UTF-8 (see the module docstring); ValueError says why not."""
+
+    def bounded_float(text: str) -> Any:
+        if len(text) > MAX_NUMBER_CHARS:
+            raise ValueError(f"number longer than {MAX_NUMBER_CHARS} characters")
+        return parse_float(text)
+
     try:
         text = raw.decode("utf-8")
         obj = json.loads(
@@ -30,7 +39,7 @@ def loads_strict(raw: bytes) -> Any:
             object_pairs_hook=_no_duplicate_keys,
             parse_constant=_no_constant,
             parse_int=_bounded_int,
-            parse_float=_bounded_float,
+            parse_float=bounded_float,
         )
     except RecursionError:
         raise ValueError("nested too deeply") from None
@@ -65,12 +74,6 @@ def _bounded_int(text: str) -> int:
     if len(text) > MAX_NUMBER_CHARS:
         raise ValueError(f"number longer than {MAX_NUMBER_CHARS} characters")
     return int(text)
-
-
-def _bounded_float(text: str) -> float:
-    if len(text) > MAX_NUMBER_CHARS:
-        raise ValueError(f"number longer than {MAX_NUMBER_CHARS} characters")
-    return float(text)
 
 
 def is_int(value: Any) -> TypeGuard[int]:

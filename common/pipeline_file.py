@@ -1,0 +1,609 @@
+"""The pipeline file: one YAML file declares what streamfold joins and aggregates (docs/contracts.md
+"The pipeline file").
+
+It names the profile table (its key and the columns to carry, with types), the event stream (its key,
+event-time field, optional count field, typed fields and plausibility bounds), the join settings, the
+output names and the aggregates. Every other part of the appliance derives from it: the publication and
+grants, the connector, the topics, the Spark schemas, the JVM parsers' specs, the sink tables.
+
+`load` reads and validates a file without touching any service: a typo, an unknown type, a duplicate key
+or a reference to an undeclared field is one `PipelineFileError` naming the file, the line and the fix.
+Checks against the live database (the table, its columns and key) are `db.introspect`'s.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
+
+from common.limits import MAX_KEY_BYTES
+
+DEFAULT_FILE = "streamfold.yaml"
+PIPELINE_VAR = "STREAMFOLD_PIPELINE"
+
+# Declared column types (pipeline/field_types.py carries each in Spark).
+TYPES = (
+    "text",
+    "integer",
+    "bigint",
+    "double",
+    "numeric",
+    "boolean",
+    "timestamptz",
+    "timestamp",
+    "text[]",
+    "jsonb",
+)
+KEY_TYPES = ("text", "integer", "bigint")
+NUMBER_TYPES = ("integer", "bigint", "double", "numeric")
+TIME_FORMATS = ("epoch_ms", "epoch_s", "iso8601")
+# The heartbeat table whose change events Debezium routes into the profile table's topic: CDC progress in
+# commit order with the changes (pipeline/cdc_fold.py).
+HEARTBEAT_SCHEMA = "streamfold"
+HEARTBEAT_TABLE = "cdc_heartbeat"
+# A change event larger than this is a dead letter, not folded: its profile would ride on every one of the
+# key's enriched events.
+MAX_CHANGE_BYTES = 1024 * 1024
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+# The types whose columns may be aggregate keys, what their if_missing must be, and an example.
+_IF_MISSING_TYPES: dict[str, tuple[type, ...]] = {
+    "text": (str,),
+    "integer": (int,),
+    "bigint": (int,),
+    "double": (int, float),
+    "numeric": (int, float),
+    "boolean": (bool,),
+}
+_IF_MISSING_EXAMPLES = {
+    "text": "UNKNOWN",
+    "integer": "0",
+    "bigint": "0",
+    "double": "0",
+    "numeric": "0",
+    "boolean": "false",
+}
+_PATH_IN_MESSAGE = re.compile(r"^([a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)*): ")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class PipelineFileError(ValueError):
+    """A pipeline file that cannot be used: the message names the file, the line and the fix."""
+
+
+def parse_duration_ms(text: str | int) -> int:
+    """'500ms', '10s', '5m', '2h', '7d' -> milliseconds."""
+    match = _DURATION.match(str(text).lower())
+    if not match:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 500ms, 10s, 5m, 2h, 7d)")
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+def _identifier(value: str) -> str:
+    if not isinstance(value, str) or not _IDENTIFIER.match(value):
+        raise ValueError(f"{value!r} is not a lower-case SQL identifier (a-z, 0-9, _; at most 63 characters)")
+    return value
+
+
+def _qualified(value: str) -> str:
+    """schema.table, both identifiers; a bare name is in the public schema."""
+    if not isinstance(value, str):
+        raise ValueError(f"a table name is text, got {value!r}")
+    parts = value.split(".")
+    if len(parts) == 1:
+        parts = ["public", *parts]
+    if len(parts) != 2:
+        raise ValueError(f"{value!r} is not schema.table")
+    return ".".join(_identifier(p) for p in parts)
+
+
+def _topic(value: str) -> str:
+    if not isinstance(value, str) or not _TOPIC.match(value) or value in (".", ".."):
+        raise ValueError(f"{value!r} is not a Kafka topic name (letters, digits, '.', '_', '-')")
+    return value
+
+
+def _type(value: str) -> str:
+    if value not in TYPES:
+        raise ValueError(
+            f"unknown type {value!r}{_did_you_mean(value, TYPES)}; the types are {', '.join(TYPES)}"
+        )
+    return value
+
+
+def _did_you_mean(value: Any, choices: tuple[str, ...] | list[str]) -> str:
+    close = difflib.get_close_matches(str(value), list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+Identifier = Annotated[str, BeforeValidator(_identifier)]
+Table = Annotated[str, BeforeValidator(_qualified)]
+Topic = Annotated[str, BeforeValidator(_topic)]
+TypeName = Annotated[str, BeforeValidator(_type)]
+# Read from text ('10s'), kept as milliseconds, written back as text ('10000ms') so a dump reads again.
+Duration = Annotated[
+    int, BeforeValidator(parse_duration_ms), PlainSerializer(lambda ms: f"{ms}ms", return_type=str)
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProfileColumn(_Strict):
+    """A carried profile column: its type, and the value it takes in outputs when an event has no profile
+    (or, for text, the value is null or empty), which an aggregate key over it needs."""
+
+    type: TypeName
+    if_missing: str | int | float | bool | None = None
+
+    @model_validator(mode="after")
+    def _if_missing_has_the_columns_type(self) -> ProfileColumn:
+        value = self.if_missing
+        if value is None:
+            return self
+        accepted = _IF_MISSING_TYPES.get(self.type)
+        if accepted is None:
+            raise ValueError(f"if_missing: a {self.type} column takes none")
+        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
+            raise ValueError(
+                f"if_missing: {value!r} is not a {self.type} value (e.g. {_IF_MISSING_EXAMPLES[self.type]})"
+            )
+        return self
+
+
+def _column(value: Any) -> Any:
+    return {"type": value} if isinstance(value, str) else value
+
+
+class Profile(_Strict):
+    table: Table
+    key: Identifier
+    key_type: Literal["text", "integer", "bigint"] = "text"
+    columns: dict[Identifier, Annotated[ProfileColumn, BeforeValidator(_column)]] = Field(min_length=1)
+
+    @property
+    def schema_name(self) -> str:
+        return self.table.split(".")[0]
+
+    @property
+    def table_name(self) -> str:
+        return self.table.split(".")[1]
+
+    @model_validator(mode="after")
+    def _key_not_a_column(self) -> Profile:
+        if self.key in self.columns:
+            raise ValueError(f"the key {self.key!r} is carried anyway: remove it from columns")
+        return self
+
+
+class EventField(_Strict):
+    type: TypeName
+    required: bool = True
+
+
+def _field(value: Any) -> Any:
+    return {"type": value} if isinstance(value, str) else value
+
+
+class EventTime(_Strict):
+    field: Identifier
+    format: Literal["epoch_ms", "epoch_s", "iso8601"] = "epoch_ms"
+
+
+def _event_time(value: Any) -> Any:
+    return {"field": value} if isinstance(value, str) else value
+
+
+class Limits(_Strict):
+    """What a plausible event is: anything else is a dead letter with the reason."""
+
+    max_record_bytes: int = Field(default=64 * 1024, ge=1024, le=1024 * 1024)
+    earliest: Annotated[int, BeforeValidator(lambda v: _epoch_ms(v))] = 946_684_800_000  # 2000-01-01
+    max_future: Duration = 60_000
+    max_count: int = Field(default=1_000_000, ge=1)
+
+
+def _epoch_ms(value: Any) -> int:
+    """An ISO-8601 date or time (YAML may have parsed it already) as epoch milliseconds."""
+    import datetime as dt
+
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, dt.datetime):
+        moment = value
+    elif isinstance(value, dt.date):
+        moment = dt.datetime(value.year, value.month, value.day)
+    else:
+        try:
+            moment = dt.datetime.fromisoformat(str(value))
+        except ValueError:
+            raise ValueError(f"not an ISO-8601 time: {value!r} (e.g. 2000-01-01T00:00:00Z)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return int(moment.timestamp() * 1000)
+
+
+class Events(_Strict):
+    kafka_topic: Topic | None = None
+    kinesis_stream: Annotated[str, BeforeValidator(_topic)] | None = None
+    key: Identifier
+    time: Annotated[EventTime, BeforeValidator(_event_time)]
+    count: Identifier | None = None
+    fields: dict[Identifier, Annotated[EventField, BeforeValidator(_field)]] = Field(default_factory=dict)
+    limits: Limits = Limits()
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Events:
+        if self.kafka_topic is None and self.kinesis_stream is None:
+            raise ValueError("name the events' kafka_topic, kinesis_stream, or both")
+        special = {"key": self.key, "time": self.time.field, **({"count": self.count} if self.count else {})}
+        seen: dict[str, str] = {}
+        for role, name in special.items():
+            if name in seen:
+                raise ValueError(f"{name!r} is both the {seen[name]} and the {role} field")
+            if name in self.fields:
+                raise ValueError(f"{name!r} is the {role} field: remove it from fields")
+            seen[name] = role
+        return self
+
+
+class Join(_Strict):
+    mode: Literal["event_time", "latest"] = "event_time"
+    max_wait: Duration = 10_000
+    version_retention: Duration = 7 * 86_400_000
+
+
+class Enriched(_Strict):
+    """The enriched table and topic, and their column names (each defaults to the field's own name)."""
+
+    table: Table | None = None
+    topic: Topic | None = None
+    key_column: Identifier | None = None
+    time_column: Identifier | None = None
+    count_column: Identifier | None = None
+    event_columns: dict[Identifier, Identifier] = Field(default_factory=dict)
+    profile_prefix: str = "profile_"
+    valid_from_column: Identifier = "profile_valid_from"
+    complete_column: Identifier = "profile_complete"
+
+
+class Outputs(_Strict):
+    cdc_topic_prefix: Topic = "cdc"
+    connector: Annotated[str, BeforeValidator(_topic)] | None = None
+    slot: Identifier | None = None
+    publication: Identifier | None = None
+    enriched: Enriched = Enriched()
+    changelog_topic: Topic | None = None
+    dead_letters_topic: Topic | None = None
+
+
+class Aggregate(_Strict):
+    """Totals of the enriched events grouped by some event fields and profile columns: a Postgres table
+    and a compacted Kafka topic. A reference is a field's or column's name, `event.NAME` or `profile.NAME`
+    where both have it."""
+
+    name: Identifier
+    table: Table | None = None
+    topic: Topic | None = None
+    group_by: dict[Identifier, str] = Field(min_length=1)
+    count_column: Identifier = "count"
+    sums: dict[Identifier, str] = Field(default_factory=dict)
+
+
+class Pipeline(_Strict):
+    """A validated pipeline file."""
+
+    name: Identifier = "events"
+    profile: Profile
+    events: Events
+    join: Join = Join()
+    outputs: Outputs = Outputs()
+    aggregates: list[Aggregate] = Field(default_factory=list)
+    _source: str = PrivateAttr(default=DEFAULT_FILE)
+    _lines: dict[tuple[str, ...], int] = PrivateAttr(default_factory=dict)
+
+    def error(self, path: str, message: str) -> PipelineFileError:
+        """An error about the key at the dotted `path`, at its line in the file."""
+        parts = tuple(path.split("."))
+        found = next((parts[:n] for n in range(len(parts), 0, -1) if parts[:n] in self._lines), ())
+        return PipelineFileError(f"{self._source}:{self._lines.get(found, 1)}: {path}: {message}")
+
+    @model_validator(mode="after")
+    def _references(self) -> Pipeline:
+        names = [a.name for a in self.aggregates]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"two aggregates are named {name!r}")
+        for i, aggregate in enumerate(self.aggregates):
+            for column, ref in aggregate.group_by.items():
+                self._check_group_key(ref, f"aggregates.{i}.group_by.{column}")
+            for column, ref in aggregate.sums.items():
+                source, target = self.resolve(ref, f"aggregates.{i}.sums.{column}")
+                field = self.events.fields.get(target) if source == "event" else None
+                if field is None or field.type not in NUMBER_TYPES:
+                    raise ValueError(f"aggregates.{i}.sums.{column}: {ref!r} is not a numeric event field")
+        for name in self.outputs.enriched.event_columns:
+            if name not in self.events.fields:
+                raise ValueError(
+                    f"outputs.enriched.event_columns: {name!r} is not an event field"
+                    f"{_did_you_mean(name, list(self.events.fields))}"
+                )
+        return self
+
+    def _check_group_key(self, ref: str, where: str) -> None:
+        """An aggregate key is never null: a required event field, or a profile column with if_missing."""
+        source, target = self.resolve(ref, where)
+        field = self.events.fields.get(target)
+        if source == "event" and field is not None and not field.required:
+            raise ValueError(
+                f"{where}: event field {target!r} is an aggregate key, so it must be required: remove "
+                f"`required: false` from events.fields.{target}"
+            )
+        column = self.profile.columns.get(target) if source == "profile" else None
+        if column is not None and column.if_missing is None:
+            example = _IF_MISSING_EXAMPLES.get(column.type)
+            if example is None:
+                raise ValueError(f"{where}: a {column.type} column cannot be an aggregate key")
+            raise ValueError(
+                f"{where}: profile column {target!r} is an aggregate key, so it needs a value for events "
+                f"without a profile: add `if_missing: {example}` to profile.columns.{target}"
+            )
+
+    def resolve(self, ref: str, where: str) -> tuple[str, str]:
+        """('event' | 'profile', name) for an aggregate's reference."""
+        source, _, name = ref.rpartition(".")
+        event_names = set(self.events.fields) | {self.events.key}
+        in_events, in_profile = name in event_names, name in self.profile.columns
+        if source == "event" and in_events or (not source and in_events and not in_profile):
+            return "event", name
+        if source == "profile" and in_profile or (not source and in_profile and not in_events):
+            return "profile", name
+        if not source and in_events and in_profile:
+            raise ValueError(
+                f"{where}: {name!r} is an event field and a profile column: write event.{name} or "
+                f"profile.{name}"
+            )
+        known = sorted(event_names | set(self.profile.columns))
+        raise ValueError(
+            f"{where}: {ref!r} is neither an event field nor a profile column{_did_you_mean(name, known)}"
+        )
+
+    # --- names every part of the appliance uses ------------------------------------------------------
+
+    @property
+    def cdc_topic(self) -> str:
+        """Debezium's topic for the profile table: <prefix>.<schema>.<table>."""
+        return f"{self.outputs.cdc_topic_prefix}.{self.profile.table}"
+
+    @property
+    def connector(self) -> str:
+        return self.outputs.connector or f"streamfold-{self.profile.table_name}"
+
+    @property
+    def slot(self) -> str:
+        return self.outputs.slot or f"streamfold_{self.profile.table_name}"
+
+    @property
+    def publication(self) -> str:
+        return self.outputs.publication or f"streamfold_{self.profile.table_name}"
+
+    @property
+    def enriched_table(self) -> str:
+        return self.outputs.enriched.table or f"streamfold.enriched_{self.name}"
+
+    @property
+    def enriched_topic(self) -> str:
+        return self.outputs.enriched.topic or f"enriched_{self.name}"
+
+    @property
+    def changelog_topic(self) -> str:
+        return self.outputs.changelog_topic or f"{self.profile.table_name}_changelog"
+
+    @property
+    def dead_letters_topic(self) -> str:
+        return self.outputs.dead_letters_topic or f"{self.name}_dlq"
+
+    def aggregate_table(self, aggregate: Aggregate) -> str:
+        return aggregate.table or f"streamfold.{aggregate.name}"
+
+    def aggregate_topic(self, aggregate: Aggregate) -> str:
+        return aggregate.topic or aggregate.name
+
+    def aggregate_keys(self) -> set[str]:
+        """The profile columns some aggregate groups by: Postgres indexes their values."""
+        return {
+            name
+            for aggregate in self.aggregates
+            for ref in aggregate.group_by.values()
+            for source, name in [self.resolve(ref, "")]
+            if source == "profile"
+        }
+
+    # --- the JVM's specs (pipeline/events.py, pipeline/cdc_fold.py) ------------------------------------
+
+    def event_spec(self) -> dict[str, Any]:
+        """What the event parser needs: the key, the fields in order, the event time, the count, limits."""
+        events, limits = self.events, self.events.limits
+        return {
+            "key": {"field": events.key, "type": self.key_type},
+            "fields": [{"name": n, "type": f.type, "required": f.required} for n, f in events.fields.items()],
+            "time": {"field": events.time.field, "format": events.time.format},
+            "count": {"field": events.count, "max": limits.max_count} if events.count else None,
+            "max_record_bytes": limits.max_record_bytes,
+            "min_time_ms": limits.earliest,
+            "max_future_ms": limits.max_future,
+            "max_key_bytes": MAX_KEY_BYTES,
+        }
+
+    def profile_spec(self) -> dict[str, Any]:
+        """What the CDC fold needs: the key, the carried columns in order (an aggregate key's values are
+        limited to MAX_KEY_BYTES), the heartbeat table, the size limit of a change event."""
+        keys = self.aggregate_keys()
+        return {
+            "key": {"column": self.profile.key, "type": self.key_type},
+            "columns": [
+                {
+                    "name": n,
+                    "type": c.type,
+                    **({"max_bytes": MAX_KEY_BYTES} if n in keys and c.type == "text" else {}),
+                }
+                for n, c in self.profile.columns.items()
+            ],
+            "heartbeat": {"schema": HEARTBEAT_SCHEMA, "table": HEARTBEAT_TABLE},
+            "max_change_bytes": MAX_CHANGE_BYTES,
+        }
+
+    @property
+    def key_type(self) -> str:
+        """The join key's type: the profile key's, declared as profile.key_type (text by default)."""
+        return self.profile.key_type
+
+
+# --- reading a file ----------------------------------------------------------------------------------
+
+
+def resolve_path(given: str | Path | None = None) -> Path:
+    """--pipeline, else $STREAMFOLD_PIPELINE, else ./streamfold.yaml, else the checkout's default file."""
+    chosen = given or os.environ.get(PIPELINE_VAR)
+    if chosen:
+        return Path(chosen)
+    for candidate in (Path.cwd() / DEFAULT_FILE, Path(__file__).resolve().parents[1] / DEFAULT_FILE):
+        if candidate.exists():
+            return candidate
+    raise PipelineFileError(
+        f"no pipeline file: pass --pipeline FILE, set {PIPELINE_VAR}, or create ./{DEFAULT_FILE} "
+        '(docs/contracts.md "The pipeline file")'
+    )
+
+
+def load(given: str | Path | None = None) -> Pipeline:
+    path = resolve_path(given)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise PipelineFileError(f"{path}: cannot read the pipeline file ({exc.strerror})") from None
+    return parse(text, str(path))
+
+
+def parse(text: str, where: str = DEFAULT_FILE) -> Pipeline:
+    """A pipeline from YAML text; `where` names it in errors."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise PipelineFileError(f"{where}{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if node is None:
+        raise PipelineFileError(f"{where}: the pipeline file is empty")
+    lines: dict[tuple[str, ...], int] = {}
+    _check_keys(node, (), lines, where)
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise PipelineFileError(f"{where}:1: a pipeline file is a mapping (profile:, events:, ...)")
+    try:
+        pipeline = Pipeline.model_validate(data)
+    except ValidationError as exc:
+        raise PipelineFileError(_message(exc, lines, where)) from None
+    pipeline._source, pipeline._lines = where, lines
+    return pipeline
+
+
+def _check_keys(
+    node: yaml.Node, path: tuple[str, ...], lines: dict[tuple[str, ...], int], where: str
+) -> None:
+    """Records each key's line; a key given twice in one mapping is an error (YAML would keep the last)."""
+    lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key, value in node.value:
+            name = str(key.value)
+            line = key.start_mark.line + 1
+            if name in seen:
+                raise PipelineFileError(
+                    f"{where}:{line}: {'.'.join((*path, name))} is given twice (also on line {seen[name]}): "
+                    "keep one"
+                )
+            seen[name] = line
+            lines[(*path, name)] = line
+            _check_keys(value, (*path, name), lines, where)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_keys(item, (*path, str(i)), lines, where)
+
+
+def _message(exc: ValidationError, lines: dict[tuple[str, ...], int], where: str) -> str:
+    """The first error, at the line of the deepest key the file has on its path."""
+    # An unknown key explains a missing one (a typo): say that first.
+    error = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    loc = tuple(str(part) for part in error["loc"] if not str(part).startswith("function-"))
+    text = str(error["msg"]).removeprefix("Value error, ")
+    named = _PATH_IN_MESSAGE.match(text)
+    if named:  # a check across fields names the path it is about
+        loc, text = (*loc, *named.group(1).split(".")), text[named.end() :]
+    found = next((loc[:n] for n in range(len(loc), -1, -1) if loc[:n] in lines), ())
+    line = lines.get(found, 1)
+    dotted = ".".join(loc) or "the file"
+    if error["type"] == "extra_forbidden":
+        parent = loc[:-1]
+        allowed = _allowed_keys(parent)
+        text = f"unknown key {loc[-1]!r}{_did_you_mean(loc[-1], allowed)}" + (
+            f"; allowed here: {', '.join(allowed)}" if allowed else ""
+        )
+    elif error["type"] == "missing":
+        text = f"missing: add {loc[-1]}:"
+    elif error["type"] == "literal_error":
+        text = f"{text}, got {error.get('input')!r}"
+    return f"{where}:{line}: {dotted}: {text}"
+
+
+def _allowed_keys(parent: tuple[str, ...]) -> list[str]:
+    """The keys a mapping at this path takes (for the typo hint); [] where it takes any."""
+    annotation: Any = Pipeline
+    parts = list(parent)
+    while True:
+        annotation = _unwrap(annotation)
+        origin, args = getattr(annotation, "__origin__", None), getattr(annotation, "__args__", ())
+        if origin in (list, dict) and args:
+            if not parts:
+                return []
+            parts.pop(0)
+            annotation = args[-1]
+            continue
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        if not parts:
+            return list(annotation.model_fields)
+        field = annotation.model_fields.get(parts.pop(0))
+        if field is None:
+            return []
+        annotation = field.annotation
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Annotated[X, ...] -> X; X | None -> X."""
+    while True:
+        if hasattr(annotation, "__metadata__"):
+            annotation = annotation.__origin__
+            continue
+        args = getattr(annotation, "__args__", ())
+        if type(annotation).__name__ in ("UnionType", "_UnionGenericAlias") and args:
+            annotation = next(a for a in args if a is not type(None))
+            continue
+        return annotation

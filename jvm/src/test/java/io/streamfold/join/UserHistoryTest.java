@@ -1,0 +1,404 @@
+package io.streamfold.join;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.streamfold.join.UserHistory.Click;
+import io.streamfold.join.UserHistory.Enriched;
+import io.streamfold.join.UserHistory.Version;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Random;
+import org.junit.jupiter.api.Test;
+
+/**
+ * UserHistory against the cases of tests/unit/test_temporal_state.py (the reference is
+ * pipeline/temporal_state.py), each under the same name, plus the rules of each method on its own.
+ */
+class UserHistoryTest {
+  static final long BEGINNING_OF_TIME_MS = -(1L << 62);  // pipeline/temporal_state.py
+  static final long NOON = 1_700_000_000_000L;  // Alice moves from asia to europe at "12:00"
+  static final long MINUTE = 60_000;
+  static final long DAY = 86_400_000;
+  static final long RETENTION = 7 * DAY;
+
+  static final Version SNAPSHOT =
+      new Version(BEGINNING_OF_TIME_MS, 1, "r", "asia", "F", seq("news"), 1_600_000_000_000L);
+  static final Version MOVE = new Version(NOON, 20, "u", "europe", "F", seq("news", "golf"), 1_600_000_000_000L);
+  static final Version DELETE = delete(NOON + 10 * MINUTE, 30);
+  static final Version REINSERT = new Version(NOON + 20 * MINUTE, 40, "c", "africa", "F", null, null);
+
+  static Object seq(String... items) {
+    return scala.jdk.javaapi.CollectionConverters.asScala(List.of(items)).toList();
+  }
+
+  static Version delete(long validFromMs, long lsn) {
+    return new Version(validFromMs, lsn, "d", null, null, null, null);
+  }
+
+  static Version region(long validFromMs, long lsn, String regionid) {
+    return new Version(validFromMs, lsn, "u", regionid, null, null, null);
+  }
+
+  static Click click(String eventId, long t) {
+    return new Click(eventId, t, "/page/" + eventId, "phone", "10.0.0.1", 1);
+  }
+
+  static UserHistory history(Version... versions) {
+    return new UserHistory(new ArrayList<>(List.of(versions)), new ArrayList<>());
+  }
+
+  /** The region an output row gets (pipeline/temporal_state.enrich, BucketJoinProcessor.outputRow). */
+  static String regionOf(Enriched row) {
+    Version v = row.version();
+    boolean profile = v != null && !UserHistory.DELETE.equals(v.op());
+    return profile && v.regionid() != null && !v.regionid().isEmpty() ? v.regionid() : UserHistory.UNKNOWN_REGION;
+  }
+
+  static Map<String, String> regions(List<Enriched> rows) {
+    Map<String, String> out = new LinkedHashMap<>();
+    for (Enriched row : rows) out.put(row.click().eventId(), regionOf(row));
+    return out;
+  }
+
+  static List<String> eventIds(List<Enriched> rows) {
+    return rows.stream().map(r -> r.click().eventId()).toList();
+  }
+
+  /** When the user needs the operator again (pipeline/temporal_state._wakeup): null = only on input. */
+  static Long wakeup(UserHistory h, long retentionMs) {
+    Long at = h.nextExpiryMs(retentionMs);
+    for (Click c : h.pending) if (at == null || c.eventTimeMs() < at) at = c.eventTimeMs();
+    return at;
+  }
+
+  /** Every record in its own step below the watermark, then one step at watermarkMs (test_temporal_state.feed). */
+  static List<Enriched> feed(UserHistory h, List<Object> arrivals, long watermarkMs) {
+    List<Enriched> rows = new ArrayList<>();
+    for (Object record : arrivals) {
+      List<Version> changes = record instanceof Version v ? List.of(v) : List.of();
+      List<Click> clicks = record instanceof Click c ? List.of(c) : List.of();
+      rows.addAll(h.advance(changes, clicks, NOON - DAY, RETENTION));
+    }
+    rows.addAll(h.advance(List.of(), List.of(), watermarkMs, RETENTION));
+    return rows;
+  }
+
+  static List<Enriched> feed(List<Object> arrivals, long watermarkMs) {
+    return feed(history(), arrivals, watermarkMs);
+  }
+
+  static void permutations(List<Object> items, int k, List<List<Object>> out) {
+    if (k == items.size()) {
+      out.add(new ArrayList<>(items));
+      return;
+    }
+    for (int i = k; i < items.size(); i++) {
+      java.util.Collections.swap(items, k, i);
+      permutations(items, k + 1, out);
+      java.util.Collections.swap(items, k, i);
+    }
+  }
+
+  // --- the cases of tests/unit/test_temporal_state.py ------------------------------------------------
+
+  @Test
+  void regionChangeBetweenTwoClicksInAnyArrivalOrder() {
+    List<List<Object>> orders = new ArrayList<>();
+    permutations(new ArrayList<>(List.of(SNAPSHOT, MOVE, click("before", NOON - MINUTE),
+        click("after", NOON + MINUTE))), 0, orders);
+    assertEquals(24, orders.size());
+    for (List<Object> arrivals : orders) {
+      assertEquals(Map.of("before", "asia", "after", "europe"), regions(feed(arrivals, NOON + MINUTE)),
+          arrivals.toString());
+    }
+  }
+
+  @Test
+  void clickBeforeTheFirstVersionIsUnknownWithNullProfile() {
+    Version first = new Version(NOON, 5, "c", "europe", "M", seq("x"), 42L);
+    List<Enriched> rows = new ArrayList<>(feed(List.of(first, click("early", NOON - 1), click("on_time", NOON)), NOON));
+    rows.sort(Comparator.comparingLong(r -> r.click().eventTimeMs()));
+    assertEquals(List.of("early", "on_time"), eventIds(rows));
+    assertEquals(UserHistory.UNKNOWN_REGION, regionOf(rows.get(0)));
+    assertNull(rows.get(0).version());
+    assertSame(first, rows.get(1).version());
+    assertEquals("europe", regionOf(rows.get(1)));
+  }
+
+  @Test
+  void snapshotVersionIsValidFromTheBeginningOfTime() {
+    List<Enriched> rows = feed(List.of(SNAPSHOT, click("old", 946_684_800_000L)), NOON);
+    assertEquals("asia", regionOf(rows.get(0)));
+    assertEquals(BEGINNING_OF_TIME_MS, rows.get(0).version().validFromMs());
+  }
+
+  @Test
+  void deleteEndsValidityAndReinsertStartsANewVersion() {
+    List<Enriched> rows = feed(List.of(SNAPSHOT, MOVE, DELETE, REINSERT, click("live", NOON + 5 * MINUTE),
+        click("gone", NOON + 15 * MINUTE), click("back", NOON + 25 * MINUTE)), NOON + DAY);
+    assertEquals(Map.of("live", "europe", "gone", UserHistory.UNKNOWN_REGION, "back", "africa"), regions(rows));
+    assertSame(DELETE, rows.get(1).version());  // the tombstone itself, which outputRow turns into no profile
+  }
+
+  @Test
+  void equalValidFromIsDecidedByTheHigherLsn() {
+    Version low = region(NOON, 7, "asia");
+    Version high = region(NOON, 8, "europe");
+    UserHistory highFirst = history();
+    highFirst.addVersion(high);
+    highFirst.addVersion(low);
+    assertSame(high, highFirst.versionAt(NOON));
+    UserHistory lowFirst = history();
+    lowFirst.addVersion(low);
+    lowFirst.addVersion(high);
+    assertSame(high, lowFirst.versionAt(NOON));
+  }
+
+  @Test
+  void aReplayedChangeIsStoredOnce() {
+    UserHistory h = history(SNAPSHOT, MOVE);
+    h.addVersion(MOVE);
+    h.addVersion(SNAPSHOT);
+    assertEquals(List.of(SNAPSHOT, MOVE), h.versions);
+  }
+
+  @Test
+  void clicksWaitUntilCdcProgressReachesThem() {
+    UserHistory h = history(SNAPSHOT);
+    assertEquals(List.of(), h.advance(List.of(), List.of(click("c1", NOON + MINUTE)), NOON - MINUTE, RETENTION));
+    assertEquals(NOON + MINUTE, wakeup(h, RETENTION));  // the event-time timer
+    assertEquals(List.of(), h.advance(List.of(MOVE), List.of(), NOON, RETENTION));  // heartbeat at noon
+    List<Enriched> rows = h.advance(List.of(), List.of(), NOON + MINUTE, RETENTION);
+    assertEquals(Map.of("c1", "europe"), regions(rows));
+    assertEquals(List.of(), h.pending);
+  }
+
+  @Test
+  void aClickTheWatermarkHasPassedIsEmittedAtOnce() {
+    UserHistory h = history(SNAPSHOT, MOVE);
+    List<Enriched> rows = h.advance(List.of(), List.of(click("late", NOON - MINUTE)), NOON + DAY, RETENTION);
+    assertEquals(Map.of("late", "asia"), regions(rows));
+    assertEquals(NOON + RETENTION + 1, wakeup(h, RETENTION));  // only the expiry of the snapshot version is left
+  }
+
+  @Test
+  void pendingClicksAreEmittedInEventTimeOrderAndTheRestKeepsWaiting() {
+    UserHistory h = history(SNAPSHOT);
+    List<Click> waiting = List.of(click("c3", NOON + 3), click("c1", NOON + 1), click("c2", NOON + 2));
+    assertEquals(List.of("c1", "c2"), eventIds(h.advance(List.of(), waiting, NOON + 2, RETENTION)));
+    assertEquals(List.of("c3"), h.pending.stream().map(Click::eventId).toList());
+    assertEquals(NOON + 3, wakeup(h, RETENTION));
+  }
+
+  @Test
+  void versionsOlderThanTheRetentionAreDropped() {
+    List<Version> all = List.of(SNAPSHOT, MOVE, DELETE, REINSERT);
+    assertEquals(all, expired(all, NOON));  // MOVE is not older than the horizon
+    assertEquals(List.of(MOVE, DELETE, REINSERT), expired(all, NOON + 1));
+    assertEquals(List.of(REINSERT), expired(all, NOON + DAY));
+    // The last version stays however old: it is still valid.
+    assertEquals(List.of(SNAPSHOT), expired(List.of(SNAPSHOT), NOON + 1000 * DAY));
+  }
+
+  @Test
+  void aUserWhoseLastVersionIsAnOldTombstoneIsForgotten() {
+    assertEquals(List.of(MOVE, DELETE), expired(List.of(MOVE, DELETE), DELETE.validFromMs()));
+    assertEquals(List.of(), expired(List.of(MOVE, DELETE), DELETE.validFromMs() + 1));
+    UserHistory h = history(MOVE, DELETE);
+    h.advance(List.of(), List.of(), DELETE.validFromMs() + RETENTION + 1, RETENTION);
+    assertTrue(h.versions.isEmpty() && h.pending.isEmpty());
+    assertNull(wakeup(h, RETENTION));
+  }
+
+  @Test
+  void stateHoldsOnlyRetainedVersionsAndATimerForTheNextExpiry() {
+    List<Version> days = new ArrayList<>();
+    for (int i = 0; i < 30; i++) days.add(region(NOON + i * DAY, i, "r" + i));
+    UserHistory h = history();
+    h.advance(days, List.of(), NOON + 29 * DAY, RETENTION);
+    // The newest version valid before watermark - retention (day 22) and everything after it.
+    assertEquals(days.subList(21, 30), h.versions);
+    long timer = wakeup(h, RETENTION);
+    assertEquals(NOON + 22 * DAY + RETENTION + 1, timer);
+    h.advance(List.of(), List.of(), timer, RETENTION);
+    assertEquals(days.subList(22, 30), h.versions);
+  }
+
+  @Test
+  void latestModeAppliesABatchsChangesBeforeItsClicksAndNeverWaits() {
+    UserHistory h = history();
+    // processing time: the latest version, not the one at t
+    assertEquals(Map.of("c1", "europe"), regions(h.advanceLatest(List.of(MOVE, SNAPSHOT), List.of(click("c1", NOON - DAY)))));
+    assertEquals(List.of(MOVE), h.versions);
+    assertTrue(h.pending.isEmpty());
+    assertNull(h.nextExpiryMs(RETENTION));
+    assertEquals(Map.of("c2", UserHistory.UNKNOWN_REGION),
+        regions(h.advanceLatest(List.of(DELETE), List.of(click("c2", NOON + DAY)))));
+    assertTrue(h.versions.isEmpty() && h.pending.isEmpty());
+    assertEquals(Map.of("c3", UserHistory.UNKNOWN_REGION), regions(h.advanceLatest(List.of(), List.of(click("c3", NOON)))));
+  }
+
+  // --- each method's rules --------------------------------------------------------------------------
+
+  static List<Version> expired(List<Version> versions, long horizonMs) {
+    UserHistory h = history(versions.toArray(Version[]::new));
+    h.expireVersions(horizonMs);
+    return h.versions;
+  }
+
+  @Test
+  void addVersionKeepsValidFromThenLsnOrderWhateverTheArrivalOrder() {
+    Random random = new Random(39);
+    for (int round = 0; round < 200; round++) {
+      Map<List<Long>, Version> distinct = new HashMap<>();
+      UserHistory h = history();
+      for (int i = 0; i < 12; i++) {
+        Version v = region(random.nextInt(5) * MINUTE, random.nextInt(4), "r" + round + "." + i);
+        h.addVersion(v);
+        distinct.put(List.of(v.validFromMs(), v.lsn()), v);  // a later one of the same key replaces it
+      }
+      List<Version> expected = new ArrayList<>(distinct.values());
+      expected.sort(UserHistory.ORDER);
+      assertEquals(expected, h.versions, "round " + round);
+    }
+  }
+
+  @Test
+  void addVersionReplacesTheSameValidFromAndLsnWithTheNewerContent() {
+    UserHistory h = history(SNAPSHOT, MOVE, REINSERT);
+    Version corrected = new Version(MOVE.validFromMs(), MOVE.lsn(), "u", "oceania", "M", null, 7L);
+    h.addVersion(corrected);
+    assertEquals(List.of(SNAPSHOT, corrected, REINSERT), h.versions);
+    h.addVersion(region(NOON, 21, "between"));  // same valid-from, higher lsn: after MOVE's slot
+    h.addVersion(region(NOON, 19, "before"));
+    assertEquals(List.of("asia", "before", "oceania", "between", "africa"),
+        h.versions.stream().map(Version::regionid).toList());
+  }
+
+  @Test
+  void versionAtIsTheGreatestValidFromAtOrBeforeTheTime() {
+    UserHistory h = history(SNAPSHOT, MOVE, DELETE, REINSERT);
+    assertNull(h.versionAt(BEGINNING_OF_TIME_MS - 1));
+    assertSame(SNAPSHOT, h.versionAt(BEGINNING_OF_TIME_MS));
+    assertSame(SNAPSHOT, h.versionAt(NOON - 1));
+    assertSame(MOVE, h.versionAt(NOON));
+    assertSame(MOVE, h.versionAt(DELETE.validFromMs() - 1));
+    assertSame(DELETE, h.versionAt(DELETE.validFromMs()));
+    assertSame(REINSERT, h.versionAt(Long.MAX_VALUE));
+    assertNull(history(MOVE).versionAt(NOON - 1));
+    assertNull(history().versionAt(NOON));
+  }
+
+  @Test
+  void expireVersionsKeepsTheVersionValidAtTheHorizon() {
+    assertEquals(List.of(), expired(List.of(), NOON));
+    // A lone tombstone is kept up to its own valid-from, and a lone live version always.
+    assertEquals(List.of(DELETE), expired(List.of(DELETE), DELETE.validFromMs()));
+    assertEquals(List.of(), expired(List.of(DELETE), DELETE.validFromMs() + 1));
+    assertEquals(List.of(MOVE), expired(List.of(MOVE), Long.MAX_VALUE));
+    // A tombstone followed by a newer version is dropped like any other once that one is valid.
+    assertEquals(List.of(REINSERT), expired(List.of(DELETE, REINSERT), REINSERT.validFromMs() + 1));
+    assertEquals(List.of(DELETE, REINSERT), expired(List.of(DELETE, REINSERT), REINSERT.validFromMs()));
+  }
+
+  @Test
+  void nextExpiryIsTheFirstWatermarkThatDropsSomething() {
+    assertNull(history().nextExpiryMs(RETENTION));
+    assertNull(history(MOVE).nextExpiryMs(RETENTION));
+    assertEquals(DELETE.validFromMs() + RETENTION + 1, history(DELETE).nextExpiryMs(RETENTION));
+    assertEquals(MOVE.validFromMs() + RETENTION + 1, history(SNAPSHOT, MOVE, DELETE).nextExpiryMs(RETENTION));
+    // At that watermark expiry drops something, one millisecond before it drops nothing.
+    for (List<Version> versions : List.of(List.of(DELETE), List.of(SNAPSHOT, MOVE, DELETE), List.of(MOVE, DELETE))) {
+      long at = history(versions.toArray(Version[]::new)).nextExpiryMs(RETENTION);
+      assertEquals(versions, expired(versions, at - 1 - RETENTION));
+      assertTrue(expired(versions, at - RETENTION).size() < versions.size(), versions.toString());
+    }
+  }
+
+  @Test
+  void advanceReleasesClicksAtOrBelowTheWatermarkStablyInEventTimeOrder() {
+    UserHistory h = history(SNAPSHOT);
+    h.advance(List.of(), List.of(click("p2", NOON + 2), click("p1", NOON + 1), click("p5", NOON + 5)), NOON, RETENTION);
+    assertEquals(List.of("p2", "p1", "p5"), h.pending.stream().map(Click::eventId).toList());
+    // Equal event times keep arrival order: the waiting ones first, then this step's.
+    List<Click> now = List.of(click("n2", NOON + 2), click("n1", NOON + 1), click("n9", NOON + 9));
+    List<Enriched> rows = h.advance(List.of(), now, NOON + 2, RETENTION);
+    assertEquals(List.of("p1", "n1", "p2", "n2"), eventIds(rows));
+    assertEquals(List.of("p5", "n9"), h.pending.stream().map(Click::eventId).toList());
+  }
+
+  @Test
+  void advanceMergesItsChangesBeforeJoiningItsClicks() {
+    UserHistory h = history();
+    List<Enriched> rows = h.advance(List.of(MOVE, SNAPSHOT), List.of(click("a", NOON), click("b", NOON - 1)),
+        NOON, RETENTION);
+    assertEquals(List.of("b", "a"), eventIds(rows));
+    assertSame(SNAPSHOT, rows.get(0).version());
+    assertSame(MOVE, rows.get(1).version());
+  }
+
+  @Test
+  void advanceLatestTakesTheNewestChangeAndTheLastOfEquals() {
+    Version again = new Version(MOVE.validFromMs(), MOVE.lsn(), "u", "again", null, null, null);
+    UserHistory h = history(SNAPSHOT);
+    h.pending.add(click("stale", NOON));
+    List<Enriched> rows = h.advanceLatest(List.of(REINSERT, MOVE, again, SNAPSHOT), List.of(click("x", 0)));
+    assertSame(REINSERT, rows.get(0).version());
+    assertEquals(List.of(REINSERT), h.versions);
+    assertTrue(h.pending.isEmpty());
+    h = history();
+    h.advanceLatest(List.of(MOVE, again), List.of());
+    assertEquals(List.of(again), h.versions);
+    // No change this step: the state's version joins every click.
+    rows = h.advanceLatest(List.of(), List.of(click("y", 0), click("z", 0)));
+    assertEquals(List.of("again", "again"), rows.stream().map(r -> r.version().regionid()).toList());
+  }
+
+  /**
+   * Random histories in random steps with a retention longer than all of them: every click comes out
+   * once, at the first step whose watermark reaches it, joined to the version valid at its time.
+   */
+  @Test
+  void randomHistoriesReleaseEveryClickOnceJoinedToItsVersion() {
+    Random random = new Random(20261127);
+    for (int round = 0; round < 300; round++) {
+      UserHistory h = history();
+      UserHistory all = history();  // every version ever added, never expired
+      Map<String, Long> releasedAt = new HashMap<>();
+      List<Click> sent = new ArrayList<>();
+      long watermark = 0;
+      for (int step = 0; step < 10; step++) {
+        List<Version> changes = new ArrayList<>();
+        List<Click> clicks = new ArrayList<>();
+        for (int i = random.nextInt(4); i > 0; i--) {
+          long t = random.nextInt(40);
+          changes.add(random.nextInt(5) == 0 ? delete(t, random.nextInt(3)) : region(t, random.nextInt(3), "r" + t));
+        }
+        for (int i = random.nextInt(4); i > 0; i--) {
+          clicks.add(click(round + "." + sent.size() + "." + i, random.nextInt(40)));
+        }
+        sent.addAll(clicks);
+        watermark += random.nextInt(8);
+        for (Version v : changes) all.addVersion(v);
+        List<Enriched> rows = h.advance(changes, clicks, watermark, DAY);
+        for (int i = 1; i < rows.size(); i++) {
+          assertTrue(rows.get(i - 1).click().eventTimeMs() <= rows.get(i).click().eventTimeMs());
+        }
+        for (Enriched row : rows) {
+          assertNull(releasedAt.put(row.click().eventId(), watermark), "released twice");
+          assertTrue(row.click().eventTimeMs() <= watermark);
+          assertEquals(all.versionAt(row.click().eventTimeMs()), row.version(), "round " + round);
+        }
+        for (Click waiting : h.pending) assertTrue(waiting.eventTimeMs() > watermark);
+      }
+      assertEquals(sent.size(), releasedAt.size() + h.pending.size(), "round " + round);
+    }
+  }
+}
