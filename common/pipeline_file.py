@@ -479,12 +479,16 @@ class Pipeline(_Strict):
 # --- reading a file ----------------------------------------------------------------------------------
 
 
+# The default pipeline: a link to the repository's streamfold.yaml, and a copy of it in an installed package.
+DEFAULT_PATH = Path(__file__).resolve().parent / DEFAULT_FILE
+
+
 def resolve_path(given: str | Path | None = None) -> Path:
-    """--pipeline, else $STREAMFOLD_PIPELINE, else ./streamfold.yaml, else the checkout's default file."""
+    """--pipeline, else $STREAMFOLD_PIPELINE, else ./streamfold.yaml, else the default pipeline."""
     chosen = given or os.environ.get(PIPELINE_VAR)
     if chosen:
         return Path(chosen)
-    for candidate in (Path.cwd() / DEFAULT_FILE, Path(__file__).resolve().parents[1] / DEFAULT_FILE):
+    for candidate in (Path.cwd() / DEFAULT_FILE, DEFAULT_PATH):
         if candidate.exists():
             return candidate
     raise PipelineFileError(

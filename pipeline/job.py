@@ -142,7 +142,7 @@ _FREE: Any = {"join": True, "events": {"kafka_topic", "kinesis_stream"}}
 def check_pipeline(pipeline: pf.Pipeline) -> None:
     """Refuses a pipeline file whose columns, fields or outputs the join operator and sink cannot carry
     yet (CHANGELOG.md, Unreleased): they are the default file's."""
-    default = pf.load(Path(pf.__file__).resolve().parents[1] / pf.DEFAULT_FILE)
+    default = pf.load(pf.DEFAULT_PATH)
     if pipeline.model_dump(exclude=_FREE) != default.model_dump(exclude=_FREE):
         raise JobError(
             "this version's join operator and sink carry the default pipeline's profile columns, event "

@@ -1,15 +1,19 @@
 """`pip install` of streamfold into a fresh venv gives a working `streamfold` command, run from outside any
-checkout: its commands, its version, and a clear error naming the jars `make setup` builds when they are
-missing (about 15 s).
+checkout: its commands, its version, the default pipeline file, and a clear error naming the jars
+`make setup` builds when they are missing (about 15 s).
 
 The wheel is built from a copy of pyproject.toml and the packages it lists, with this venv's setuptools and
 no index, so nothing downloads. The fresh venv gets streamfold from that wheel only; its dependencies come
-from this venv's site-packages through a .pth file (pip would otherwise fetch them from PyPI).
+from this venv's site-packages through a .pth file (pip would otherwise fetch them from PyPI), so a
+separate test holds every import of the installed packages to pyproject's dependencies.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,8 +26,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 VERSION = PYPROJECT["project"]["version"]
+PACKAGES = sorted({name.split(".")[0] for name in PYPROJECT["tool"]["setuptools"]["packages"]})
 # Files the commands read at run time besides Python modules (pyproject's package-data).
 DATA_FILES = [
+    "common/streamfold.yaml",
     "pipeline/log4j2.properties",
     "db/migrations/script.py.mako",
     *(str(p.relative_to(REPO)) for p in sorted((REPO / "connectors").glob("*.json"))),
@@ -46,7 +52,7 @@ def copy_sources(target: Path) -> Path:
     """pyproject.toml and the top-level folders of the packages it lists, nothing else of the checkout."""
     target.mkdir()
     shutil.copy(REPO / "pyproject.toml", target)
-    for top in sorted({name.split(".")[0] for name in PYPROJECT["tool"]["setuptools"]["packages"]}):
+    for top in PACKAGES:
         shutil.copytree(REPO / top, target / top, ignore=shutil.ignore_patterns("__pycache__"))
     return target
 
@@ -83,7 +89,42 @@ def test_the_packages_and_their_data_come_from_the_install(venv: Path, tmp_path:
     assert installed.is_relative_to(venv), f"pipeline imported from {installed}, not the fresh venv"
     missing = [name for name in DATA_FILES if not (installed / name).is_file()]
     assert not missing, f"not installed: {missing}"
-    assert not (installed / "spec").exists() and not (installed / "bench").exists()
+    assert not (installed / "bench").exists() and not (installed / "tests").exists()
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def imported_modules(package: Path) -> dict[str, str]:
+    """Top-level module -> a file of the package that imports it (absolute imports only)."""
+    found: dict[str, str] = {}
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                found.setdefault(name.split(".")[0], str(path.relative_to(REPO)))
+    return found
+
+
+def test_every_import_of_the_installed_packages_is_installed_with_them() -> None:
+    """A module the installed code imports is the standard library's, one of the packages pyproject
+    installs, or a distribution pyproject declares (its name as pip knows it)."""
+    declared = {canonical(re.match(r"[A-Za-z0-9_.-]+", d)[0]) for d in PYPROJECT["project"]["dependencies"]}
+    distributions = importlib.metadata.packages_distributions()
+    undeclared = []
+    for package in PACKAGES:
+        for module, where in imported_modules(REPO / package).items():
+            if module in sys.stdlib_module_names or module in PACKAGES:
+                continue
+            names = {canonical(d) for d in distributions.get(module, [module])}
+            if not names & declared:
+                undeclared.append(
+                    f"{module} ({where}): not a dependency in pyproject.toml nor an installed package"
+                )
+    assert not undeclared, "\n".join(undeclared)
 
 
 def test_the_command_runs_and_prints_its_version(venv: Path, tmp_path: Path) -> None:
