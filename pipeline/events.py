@@ -71,9 +71,9 @@ def parse(raw: DataFrame, spec: dict[str, Any]) -> DataFrame:
     else the reason, with the original payload (NULL for an event).
 
     One Java UDF (jvm/src/main/java/io/streamfold/events/EventParse.java) parses a record or says why it is
-    rejected: plain events through its streaming fast path (PlainEvent, a few microseconds), the rest read
-    into a tree. So the plan is two small projections (a parser in Spark's native functions was a stack of
-    them, planned and code-generated again every micro-batch).
+    rejected: plain events through its streaming fast path (PlainEvent), the rest read into a tree. So the
+    plan is two small projections, not a stack of them planned and code-generated again every micro-batch
+    (docs/decisions/parsers-as-jvm-udfs.md).
     """
     spark = raw.sparkSession
     text = json.dumps(spec, sort_keys=True)

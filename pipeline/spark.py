@@ -23,9 +23,9 @@ LOG_CONFIG = Path(__file__).resolve().parent / "log4j2.properties"
 STATUS_DIR_CONF = "spark.streamfold.status.dir"
 PROGRESS_LOG_CONF = "spark.streamfold.progress.log"
 
-# The click parser's whole-stage generated code is one method above HotSpot's 8,000-byte JIT limit, so by
-# default it would run interpreted. Tiered C2 stays on: nothing is compiled per batch (the parser checks
-# against the record's arrival, pipeline/sources.py), so C2 compiles the hot code once. A 256 MB code cache
+# A whole-stage generated method above HotSpot's 8,000-byte JIT limit would run interpreted: compile it too.
+# Tiered C2 stays on: nothing is compiled per batch (the parser checks against the record's arrival,
+# pipeline/sources.py), so C2 compiles the hot code once. A 256 MB code cache
 # keeps HotSpot from flushing and recompiling methods. Measurements: docs/decisions/spark-settings.md,
 # "The JIT".
 JIT = "-XX:-DontCompileHugeMethods -XX:ReservedCodeCacheSize=256m"

@@ -15,8 +15,8 @@ import org.apache.spark.sql.api.java.UDF2;
  * The differential fuzz tests (tests/unit/test_parsers_spark.py) hold it to the Python spec, over the
  * default spec and random ones, reason categories included.
  *
- * <p>Why not Spark's native functions: that parser was a stack of projections Spark planned and
- * code-generated again for every micro-batch.
+ * <p>Why not Spark's native functions: a parser in them is a stack of projections Spark plans and
+ * code-generates again for every micro-batch (docs/decisions/parsers-as-jvm-udfs.md).
  *
  * <p>Registered by pipeline.events.parse, an instance per spec (the spec travels with the serialised UDF),
  * with the return type events.parse_type(spec): the key, each field, the time in ms, the count (all null
