@@ -25,7 +25,7 @@ from bench.stack import Offsets
 from common import config, names
 from pipeline import records
 from pipeline.clicks import Rejected, parse_click
-from pipeline.sinks import EnrichedClicksSink
+from pipeline.sinks import Sink
 
 BATCH = 2000
 LOOKUP = "SELECT regionid, gender, interests, registertime FROM public.users WHERE userid = %s"
@@ -115,7 +115,7 @@ def user_click(row: dict[str, Any]) -> bytes:
     return json.dumps({name.removesuffix("_ms"): row[name] for name in STAGING_COLUMNS}).encode()
 
 
-def write(sink: EnrichedClicksSink, batch_id: int, rows: list[dict[str, Any]]) -> None:
+def write(sink: Sink, batch_id: int, rows: list[dict[str, Any]]) -> None:
     table = staged(rows)
 
     csv = io.BytesIO()
@@ -136,7 +136,8 @@ def write(sink: EnrichedClicksSink, batch_id: int, rows: list[dict[str, Any]]) -
     for row in rows:
         sink.producer.produce(names.USER_CLICKS_TOPIC, key=row["uid"], value=user_click(row))
         sink.producer.poll(0)
-    keys = sorted({(r["click_url"], r["user_regionid"]) for r in rows})
+    pairs = sorted({(r["click_url"], r["user_regionid"]) for r in rows})
+    keys = {"clicks_per_region": sorted({(region,) for _, region in pairs}), "url_region_click_count": pairs}
     sink.publish_totals(keys)  # flushes the producer: user_clicks are acknowledged too
 
 
@@ -148,7 +149,7 @@ def run(bootstrap: str, offsets: Offsets) -> dict[str, Any]:
     limits = {p: end for p, (start, end) in offsets.items() if end > start}
     ends = dict(limits)  # partitions not read to the end yet
     consumer.assign([TopicPartition(names.CLICKS_TOPIC, p, offsets[p][0]) for p in ends])
-    sink = EnrichedClicksSink(QUERY, settings.writer_dsn, bootstrap)
+    sink = Sink(QUERY, settings.writer_dsn, bootstrap, settings.pipeline, records.JOIN_OUTPUT)
     lookups = psycopg.connect(settings.pg_dsn, autocommit=True)
     cursor = lookups.cursor()
     clicks = batches = 0

@@ -26,8 +26,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from common import names
+from common import pipeline_file as pf
 from db import schema
-from pipeline import records, retry, sinks
+from pipeline import records, retry, sink_spec, sinks
 from stack import lifecycle
 from stack.home import StackError, open_stack
 from stack.prerequisites import pg_bindir
@@ -183,9 +184,12 @@ def fresh_topics(bootstrap: str) -> None:
         future.result()
 
 
-# The join's output (io.streamfold.join.TemporalJoin.OUTPUT_SCHEMA), what the sink receives.
+# The join's output (io.streamfold.join.TemporalJoin.OUTPUT_SCHEMA), what the sink receives, and the
+# default pipeline file's sink spec for it.
 OUTPUT = records.JOIN_OUTPUT
 FIELDS = list(OUTPUT.fieldNames())
+DEFAULT = pf.load(Path(__file__).resolve().parents[2] / pf.DEFAULT_FILE)
+SPEC = sink_spec.sink_spec_json(DEFAULT, OUTPUT)
 
 
 def clicks(n: int, start: int = 0, url: str = "https://e.com/") -> list[dict]:
@@ -241,8 +245,9 @@ def land(
     batch: DataFrame, dsn: str, bootstrap: str, ledger: str = "q:1", batch_id: int = 0, **kw
 ) -> dict[int, tuple[bool, str]]:
     """Land every partition: {partition: (landed, path)} of the non-empty ones."""
+    spec = kw.pop("spec", SPEC)
     reports = sinks.land(
-        batch, sinks.JdbcTarget.of(dsn), bootstrap, ledger, batch_id, kw.pop("retry_s", 30), **kw
+        batch, spec, sinks.JdbcTarget.of(dsn), bootstrap, ledger, batch_id, kw.pop("retry_s", 30), **kw
     )
     return {r.partition_id: (r.landed, r.path) for r in reports if r.path != "empty"}
 
@@ -275,14 +280,49 @@ def incomplete_event_ids(dsn: str) -> set[str]:
         return {r[0] for r in rows}
 
 
-def test_the_jvm_writes_the_tables_the_contract_names(spark: SparkSession) -> None:
-    pg = spark._jvm.io.streamfold.sink.PgWriter  # type: ignore[union-attr]
-    assert (pg.ENRICHED_CLICKS, pg.CLICKS_PER_REGION, pg.URL_REGION, pg.DEAD_LETTERS) == (
+def test_the_default_spec_names_the_contracts_tables_and_topics() -> None:
+    spec = json.loads(SPEC)
+    assert (spec["enriched"]["table"], spec["enriched"]["topic"]) == (
         names.ENRICHED_CLICKS_TABLE,
-        names.CLICKS_PER_REGION_TABLE,
-        names.URL_REGION_TABLE,
-        names.DEAD_LETTERS_TABLE,
+        names.USER_CLICKS_TOPIC,
     )
+    assert spec["changelog"]["topic"] == names.USERS_CHANGELOG_TOPIC
+    assert (spec["dead_letters"]["table"], spec["dead_letters"]["topic"]) == (
+        names.DEAD_LETTERS_TABLE,
+        names.DLQ_TOPIC,
+    )
+    assert [(a["table"], a["topic"]) for a in spec["aggregates"]] == [
+        (names.CLICKS_PER_REGION_TABLE, names.CLICKS_PER_REGION_TOPIC),
+        (names.URL_REGION_TABLE, names.URL_REGION_TOPIC),
+    ]
+    # The enriched topic's records hold the enriched table's columns, by the same names.
+    assert tuple(c["name"] for c in spec["enriched"]["columns"]) == USER_CLICKS_FIELDS
+    assert [FIELDS[c["ordinal"]] for c in spec["enriched"]["columns"]] == FIELDS[:13]
+    assert [(c["name"], FIELDS[c["ordinal"]], c["type"]) for c in spec["changelog"]["fields"]] == [
+        ("userid", "uid", "text"),
+        ("regionid", "user_regionid", "text"),
+        ("gender", "user_gender", "text"),
+        ("interests", "user_interests", "text[]"),
+        ("registertime", "user_registertime", "bigint"),
+        ("valid_from", "profile_valid_from_ms", "valid_from_ms"),
+    ]
+    url_region = spec["aggregates"][1]
+    assert [(k["column"], FIELDS[k["ordinal"]], k["md5"]) for k in url_region["keys"]] == [
+        ("url", "click_url", True),
+        ("region", "user_regionid", False),
+    ]
+    assert url_region["conflict_columns"] == ["url_md5", "region"]
+    assert url_region["count_column"] == "click_count"
+    assert FIELDS[url_region["count_ordinal"]] == "clicks"
+    assert spec["kind_ordinal"] is None  # told apart by error and change_op
+
+
+def test_a_spec_the_output_contradicts_is_refused(spark: SparkSession, dsn: str, bootstrap: str) -> None:
+    """The JVM holds each column's declared type to the join output's Spark type before any row moves."""
+    spec = json.loads(SPEC)
+    spec["enriched"]["columns"][3]["type"] = "boolean"  # click_url is a string
+    with pytest.raises(Exception, match="enriched column click_url is boolean but the join's output carries"):
+        land(frame(spark, clicks(1)), dsn, bootstrap, spec=json.dumps(spec))
 
 
 def test_ledger_makes_a_replayed_batch_a_no_op(spark: SparkSession, dsn: str, bootstrap: str) -> None:
@@ -363,8 +403,8 @@ def test_profile_changes_go_to_users_changelog_in_order_and_nowhere_else(
         [tuple(row.get(name) for name in FIELDS) for row in clicks(20) + changes(items) + rejects(2)],
         OUTPUT,
     ).coalesce(1)
-    reports = sinks.land(batch, sinks.JdbcTarget.of(dsn), bootstrap, "q:1", 0, 30)
-    assert [(r.clicks, r.changes, r.dead) for r in reports] == [(20, 3, 2)]
+    reports = sinks.land(batch, SPEC, sinks.JdbcTarget.of(dsn), bootstrap, "q:1", 0, 30)
+    assert [(r.events, r.changes, r.dead) for r in reports] == [(20, 3, 2)]
     assert assert_totals_exact(dsn)[0] == 20
     assert topic_counts(bootstrap) == {
         names.USER_CLICKS_TOPIC: 20,
