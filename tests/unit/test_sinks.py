@@ -171,9 +171,9 @@ def topic_counts(bootstrap: str) -> dict[str, int]:
 SINK_TOPICS = (names.USER_CLICKS_TOPIC, names.USERS_CHANGELOG_TOPIC, names.DLQ_TOPIC)
 
 
-def fresh_topics(bootstrap: str) -> None:
+def fresh_topics(bootstrap: str, wanted: tuple[str, ...] = SINK_TOPICS) -> None:
+    """The topics deleted if they exist, and created empty (two partitions each)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    wanted = SINK_TOPICS
     existing = [t for t in wanted if t in admin.list_topics(timeout=10).topics]
     for future in admin.delete_topics(existing).values() if existing else []:
         future.result()
@@ -418,6 +418,41 @@ def test_profile_changes_go_to_users_changelog_in_order_and_nowhere_else(
     ]
     assert [v for k, v in got if k == "User_1"] == ['{"userid":"User_1","regionid":"a","valid_from":5}', None]
     assert [v for k, v in got if k == "User_2"] == ['{"userid":"User_2","regionid":"b"}']
+
+
+def last_values(bootstrap: str, topic: str, expect: int) -> dict[str, str]:
+    """The newest value per key of a topic (a key's records keep their order in its partition)."""
+    got = topic_records(bootstrap, topic, expect)
+    assert len(got) == expect
+    return {key.decode(): value.decode() for key, value in got if key is not None and value is not None}
+
+
+def test_aggregate_topics_get_the_current_totals_of_the_keys_a_batch_touched(
+    spark: SparkSession, dsn: str, bootstrap: str
+) -> None:
+    """The driver publishes, after each batch, each touched key's current total: key and value as the
+    aggregate topics' consumers know them (values joined by "|", json.dumps of the row)."""
+    aggregate_topics = (names.CLICKS_PER_REGION_TOPIC, names.URL_REGION_TOPIC)
+    fresh_topics(bootstrap, aggregate_topics)
+    sink = sinks.Sink("q", dsn, bootstrap, DEFAULT, OUTPUT, retry_s=30)
+    spark.sparkContext.setLocalProperty("sql.streaming.queryId", "unit")
+    try:
+        sink(frame(spark, clicks(30), partitions=2), 0)
+        sink(frame(spark, clicks(30, start=30, url="https://f.com/"), partitions=2), 1)
+    finally:
+        spark.sparkContext.setLocalProperty("sql.streaming.queryId", None)  # type: ignore[arg-type]
+    assert_totals_exact(dsn)
+    with psycopg.connect(dsn) as conn:
+        regions = conn.execute(f"SELECT region, clicks FROM {names.CLICKS_PER_REGION_TABLE}").fetchall()
+        pairs = conn.execute(f"SELECT url, region, click_count FROM {names.URL_REGION_TABLE}").fetchall()
+    # Each batch touches both regions and 3 URLs x 2 regions.
+    assert last_values(bootstrap, names.CLICKS_PER_REGION_TOPIC, 4) == {
+        region: json.dumps({"region": region, "clicks": total}) for region, total in regions
+    }
+    assert last_values(bootstrap, names.URL_REGION_TOPIC, 12) == {
+        f"{url}|{region}": json.dumps({"url": url, "region": region, "click_count": total})
+        for url, region, total in pairs
+    }
 
 
 def test_a_url_longer_than_a_btree_key_is_counted(spark: SparkSession, dsn: str, bootstrap: str) -> None:
