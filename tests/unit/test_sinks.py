@@ -196,6 +196,7 @@ def clicks(n: int, start: int = 0, url: str = "https://e.com/") -> list[dict]:
     """n enriched clicks as the join emits them: every fifth released by max_wait, a snapshot version."""
     return [
         {
+            "kind": "event",
             "event_id": f"kafka:clicks:0:{i}",
             "uid": f"User_{i % 7}",
             "click_time_ms": 1_767_225_600_123,
@@ -217,6 +218,7 @@ def clicks(n: int, start: int = 0, url: str = "https://e.com/") -> list[dict]:
 def rejects(n: int) -> list[dict]:
     return [
         {
+            "kind": "reject",
             "event_id": f"kafka:clicks:1:{i}",
             "uid": f"User_{i % 7}",
             "error": "not JSON",
@@ -230,13 +232,20 @@ def rejects(n: int) -> list[dict]:
 def changes(items: list[tuple[str, str, str | None, int]]) -> list[dict]:
     """(userid, op, regionid, valid_from_ms) profile changes as the join passes them through."""
     return [
-        {"uid": user, "change_op": op, "user_regionid": region, "profile_valid_from_ms": valid_from}
+        {
+            "kind": "change",
+            "uid": user,
+            "change_op": op,
+            "user_regionid": region,
+            "profile_valid_from_ms": valid_from,
+        }
         for user, op, region, valid_from in items
     ]
 
 
 def frame(spark: SparkSession, rows: list[dict], partitions: int = 1, by: str = "uid") -> DataFrame:
-    """A batch of the join's output in `partitions` partitions (hashed by `by`)."""
+    """A batch of the join's output in `partitions` partitions (hashed by `by`). Rows name their kind,
+    which the output carries when it has a kind column."""
     full = [tuple(row.get(name) for name in FIELDS) for row in rows]
     return spark.createDataFrame(full, OUTPUT).repartition(partitions, by)
 
@@ -613,6 +622,7 @@ def test_user_clicks_values_are_what_to_json_writes(spark: SparkSession, dsn: st
 
     rows = [
         {
+            "kind": "event",
             "event_id": f"kafka:clicks:0:{i}",
             "uid": random_text(rng) or "u",
             "click_time_ms": rng.choice([0, 1, 1_767_225_600_123, 253_402_300_799_999]),
@@ -700,7 +710,11 @@ def test_dead_letters_are_bounded_in_kafka_and_whole_in_postgres(
         ("kafka:clicks:0:9", "no payload", "kinesis:clicks", None),
     ]
     batch = frame(
-        spark, [dict(zip(("event_id", "error", "source", "payload"), d, strict=True)) for d in dead]
+        spark,
+        [
+            {"kind": "reject", **dict(zip(("event_id", "error", "source", "payload"), d, strict=True))}
+            for d in dead
+        ],
     )
     want = {r.event_id: r.value.encode() for r in dlq_spec(batch).collect()}
     land(batch, dsn, bootstrap)
