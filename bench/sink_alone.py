@@ -6,7 +6,7 @@ URLs (--urls) x 5 regions, constant profile columns per user), caches each batch
 per batch the way foreachBatch does (the `sql.streaming.queryId` local property set). Measures, in the
 same run and on the same batches:
   before  the sink as committed in git HEAD (staging table + INSERT..SELECT, driver-side totals loop)
-  after   pipeline.sinks.EnrichedClicksSink
+  after   pipeline.sinks.Sink
 both on the schema of the current migrations (db/migrations), each on emptied tables.
 After each, checks that enriched_clicks holds N rows and that both aggregate tables equal the sums over
 it. Prints one JSON line per sink: rows, seconds, rows/s, per-batch seconds.
@@ -32,7 +32,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from common import config, names
+from common import pipeline_file as pf
 from db import schema
+from pipeline import records
 from stack import lifecycle
 from stack.home import open_stack
 
@@ -67,7 +69,15 @@ def head_sink_class() -> type:
         "pipeline/sinks.py",
         {"aggregates": aggregates, "_replace": {"from pipeline import aggregates\n": "\n"}},
     )
-    return sinks.EnrichedClicksSink
+    return getattr(sinks, "Sink", None) or sinks.EnrichedClicksSink
+
+
+def new_sink(cls: Any, dsn: str, bootstrap: str) -> Any:
+    """A sink of either generation: the generic one takes the pipeline file and the join's output."""
+    try:
+        return cls("bench", dsn, bootstrap, pf.load(), records.JOIN_OUTPUT)
+    except TypeError:
+        return cls("bench", dsn, bootstrap)
 
 
 def batch_frame(spark: SparkSession, start: int, rows: int, urls: int = URLS) -> DataFrame:
@@ -182,16 +192,16 @@ def main() -> None:
         dsn = settings.pg_dsn
         if args.only in (None, "before"):
             reset_schema(dsn)
-            before = head_sink_class()("bench", dsn, settings.kafka_bootstrap)
+            before = new_sink(head_sink_class(), dsn, settings.kafka_bootstrap)
             print(
                 json.dumps(measure("before", before, spark, args.rows, args.batch, dsn, args.urls)),
                 flush=True,
             )
         if args.only in (None, "after"):
-            from pipeline.sinks import EnrichedClicksSink  # noqa: PLC0415
+            from pipeline.sinks import Sink  # noqa: PLC0415
 
             reset_schema(dsn)
-            after = EnrichedClicksSink("bench", dsn, settings.kafka_bootstrap)
+            after = new_sink(Sink, dsn, settings.kafka_bootstrap)
             print(
                 json.dumps(measure("after", after, spark, args.rows, args.batch, dsn, args.urls)), flush=True
             )

@@ -31,7 +31,7 @@ from pyspark.sql.streaming import StreamingQuery
 from common import pipeline_file as pf
 from common.config import Settings
 from pipeline import cdc_fold, events, sources
-from pipeline.sinks import EnrichedClicksSink
+from pipeline.sinks import Sink
 from pipeline.temporal_join import JoinConfig, temporal_join
 
 
@@ -66,8 +66,8 @@ def flow(spark: SparkSession, settings: Settings, source: str, join: JoinConfig,
     joined = enrich(raw_clicks, cdc_raw, join, settings.pipeline)
 
     name = f"clicks-{source}"
-    # Postgres (enriched clicks, aggregates, dead letters) exactly once, then Kafka.
-    sink = EnrichedClicksSink(name, settings.writer_dsn, settings.kafka_bootstrap)
+    # Postgres (enriched events, aggregates, dead letters) exactly once, then Kafka.
+    sink = Sink(name, settings.writer_dsn, settings.kafka_bootstrap, settings.pipeline, joined.schema)
     return Flow(name, joined, sink)
 
 
