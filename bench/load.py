@@ -14,7 +14,12 @@ from dataclasses import dataclass
 import psycopg
 
 from bench.stack import Bench, Offsets, topic_offsets
+from common import names
+from common import pipeline_file as pf
 from streamfold import generate
+
+# The regions profile updates move users between: the default pipeline file's sample regions.
+REGIONS = pf.load().sample.values["regionid"]
 
 # Rows per UPDATE transaction: small transactions, like a profile service's.
 UPDATE_BATCH = 10
@@ -31,8 +36,8 @@ class ProfileUpdater:
 
     def update(self, count: int = UPDATE_BATCH) -> list[str]:
         """Commit one transaction updating `count` distinct users; returns their ids."""
-        ids = [generate.userid(i) for i in self.rng.sample(range(1, self.users + 1), count)]
-        regions = [self.rng.choice(generate.REGIONS) for _ in ids]
+        ids = [str(generate.key(i)) for i in self.rng.sample(range(1, self.users + 1), count)]
+        regions = [self.rng.choice(REGIONS) for _ in ids]
         cur = self.conn.execute(
             "UPDATE public.users u SET regionid = v.region "
             "FROM unnest(%s::text[], %s::text[]) AS v(userid, region) WHERE u.userid = v.userid",
@@ -75,7 +80,7 @@ def preload(bench: Bench, clicks: int, users: int, updates: int, on_sent: Callab
     start = time.monotonic()
     try:
         records = interleaved(generate.encoded(generate.ClickSpec(count=clicks, users=users)), updater, every)
-        sent = generate.send_kafka(bench.bootstrap, records, on_sent)
+        sent = generate.send_kafka(bench.bootstrap, records, on_sent, names.CLICKS_TOPIC)
     finally:
         updater.close()
     seconds = time.monotonic() - start

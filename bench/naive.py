@@ -25,7 +25,7 @@ from bench.stack import Offsets
 from common import config, names
 from common import pipeline_file as pf
 from pipeline import records
-from pipeline.sinks import EnrichedClicksSink
+from pipeline.sinks import Sink
 from spec.events import Rejected, parse_event
 
 # The default pipeline file's event spec (the demo's clicks).
@@ -119,7 +119,7 @@ def user_click(row: dict[str, Any]) -> bytes:
     return json.dumps({name.removesuffix("_ms"): row[name] for name in STAGING_COLUMNS}).encode()
 
 
-def write(sink: EnrichedClicksSink, batch_id: int, rows: list[dict[str, Any]]) -> None:
+def write(sink: Sink, batch_id: int, rows: list[dict[str, Any]]) -> None:
     table = staged(rows)
 
     csv = io.BytesIO()
@@ -140,7 +140,8 @@ def write(sink: EnrichedClicksSink, batch_id: int, rows: list[dict[str, Any]]) -
     for row in rows:
         sink.producer.produce(names.USER_CLICKS_TOPIC, key=row["uid"], value=user_click(row))
         sink.producer.poll(0)
-    keys = sorted({(r["click_url"], r["user_regionid"]) for r in rows})
+    pairs = sorted({(r["click_url"], r["user_regionid"]) for r in rows})
+    keys = {"clicks_per_region": sorted({(region,) for _, region in pairs}), "url_region_click_count": pairs}
     sink.publish_totals(keys)  # flushes the producer: user_clicks are acknowledged too
 
 
@@ -152,7 +153,7 @@ def run(bootstrap: str, offsets: Offsets) -> dict[str, Any]:
     limits = {p: end for p, (start, end) in offsets.items() if end > start}
     ends = dict(limits)  # partitions not read to the end yet
     consumer.assign([TopicPartition(names.CLICKS_TOPIC, p, offsets[p][0]) for p in ends])
-    sink = EnrichedClicksSink(QUERY, settings.writer_dsn, bootstrap)
+    sink = Sink(QUERY, settings.writer_dsn, bootstrap, settings.pipeline, records.JOIN_OUTPUT)
     lookups = psycopg.connect(settings.pg_dsn, autocommit=True)
     cursor = lookups.cursor()
     clicks = batches = 0

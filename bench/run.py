@@ -116,7 +116,7 @@ class Inputs:
     def ensure_users(self, users: int) -> None:
         if users > self.users:
             ticker = Ticker("users -> public.users", users)
-            self.cdc += generate.load_users(self.bench.admin_dsn, users, on_progress=ticker.advance)
+            self.cdc += generate.load_profiles(self.bench.admin_dsn, users, on_progress=ticker.advance)
             self.users = users
 
     def users_ready(self, users: int) -> int:

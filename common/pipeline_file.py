@@ -307,6 +307,15 @@ class Aggregate(_Strict):
     sums: dict[Identifier, str] = Field(default_factory=dict)
 
 
+class Sample(_Strict):
+    """What `streamfold generate` draws sample profiles and events from. A value is a list (one item
+    drawn per row; two distinct ones for a text[] column) or a text template: {n} is the row's number,
+    {r} a random number in 0..255. A field or column without one gets values of its type."""
+
+    key: str = "{n}"
+    values: dict[Identifier, list[Any] | str] = Field(default_factory=dict)
+
+
 class Pipeline(_Strict):
     """A validated pipeline file."""
 
@@ -316,6 +325,7 @@ class Pipeline(_Strict):
     join: Join = Join()
     outputs: Outputs = Outputs()
     aggregates: list[Aggregate] = Field(default_factory=list)
+    sample: Sample = Sample()
     _source: str = PrivateAttr(default=DEFAULT_FILE)
     _lines: dict[tuple[str, ...], int] = PrivateAttr(default_factory=dict)
 

@@ -72,7 +72,7 @@ def aggregate_columns(pipeline: Pipeline, aggregate: Aggregate) -> tuple[list[sa
     key: list[str] = []
     for column, ref in aggregate.group_by.items():
         source, name = pipeline.resolve(ref, f"aggregates.{aggregate.name}.group_by.{column}")
-        kind = _ref_type(pipeline, source, name)
+        kind = ref_type(pipeline, source, name)
         columns.append(sa.Column(column, COLUMN_TYPES[kind], nullable=False))
         if source == "event" and kind == "text":
             digest = f"{column}_md5"
@@ -87,7 +87,8 @@ def aggregate_columns(pipeline: Pipeline, aggregate: Aggregate) -> tuple[list[sa
     return [*columns, *digests], key
 
 
-def _ref_type(pipeline: Pipeline, source: str, name: str) -> str:
+def ref_type(pipeline: Pipeline, source: str, name: str) -> str:
+    """The declared type of an aggregate's reference (Pipeline.resolve's source and name)."""
     if source == "profile":
         return pipeline.profile.columns[name].type
     if name == pipeline.events.key:

@@ -1,31 +1,32 @@
 """Sinks: Postgres exactly once, Kafka at least once.
 
 The executors land each micro-batch (foreachBatch), partition by partition, in the JVM
-(jvm/src/main/java/io/streamfold/sink/Landing.java, reached through `land`): a partition lands in ONE
-transaction that first claims (query, batch_id, partition_id) in streamfold.sink_batches, so a partition
-Spark replays after a crash finds its claim taken and writes nothing. A replayed partition holds the same
-rows: it is a partition of the join's output, whose state partitions the checkpoint fixes. Inside that
-transaction the partition's clicks are COPYed straight into streamfold.enriched_clicks and its totals
-(summed once, from the same rows) are upserted; if any event_id is already there (a topic reprocessed under
-a new checkpoint), the transaction goes back to a savepoint and takes the deduplicating path (staging
-table, `ON CONFLICT DO NOTHING`, totals folded from the rows actually inserted). Either way the totals
-equal the sum over enriched_clicks, in every committed state. The driver never holds the batch's rows: it
-gets one report per partition and the (url, region) keys the batch touched.
+(jvm/src/main/java/io/streamfold/sink/Landing.java, reached through `land`), as the sink spec
+(pipeline/sink_spec.py, from the pipeline file) lays it out: a partition lands in ONE transaction that first
+claims (query, batch_id, partition_id) in streamfold.sink_batches, so a partition Spark replays after a crash
+finds its claim taken and writes nothing. A replayed partition holds the same rows: it is a partition of the
+join's output, whose state partitions the checkpoint fixes. Inside that transaction the partition's events
+are COPYed straight into the enriched table and each aggregate's totals (summed once, from the same rows)
+are upserted; if any event_id is already there (a topic reprocessed under a new checkpoint), the transaction
+goes back to a savepoint and takes the deduplicating path (staging table, `ON CONFLICT DO NOTHING`, totals
+folded from the rows actually inserted). Either way the totals equal the sums over the enriched table, in
+every committed state. The driver never holds the batch's rows: it gets one report per partition and the
+keys of each aggregate the batch touched.
 
-The join's output also carries the CDC records (pipeline.temporal_join): a profile change (change_op set)
-becomes a users_changelog record, an unfoldable record a dead letter like a rejected click. A user's
-changes arrive in one partition, in the join's version order, so a user's changelog records keep it.
+The join's output also carries the CDC records (pipeline.temporal_join): a profile change becomes a
+changelog record, an unfoldable record a dead letter like a rejected event. A key's changes arrive in one
+partition, in the join's version order, so a key's changelog records keep it.
 
 Kafka outputs follow the Postgres commits, on every attempt (at least once; consumers drop duplicates by
-event_id): each partition produces its user_clicks, users_changelog and clicks_dlq records right after its
-commit, from the same task; then the driver publishes the aggregate topics with the current totals of the
-keys the batch touched (read after every partition committed, so the last value per key is the newest).
+event_id): each partition produces its enriched, changelog and dead letter records right after its commit,
+from the same task; then the driver publishes the aggregate topics with the current totals of the keys the
+batch touched (read after every partition committed, so the last value per key is the newest).
 
 Robustness (docs/guarantees.md "Failure modes"):
 - Postgres text cannot hold U+0000 and COPY needs valid UTF-8: every text written to Postgres is made valid
-  UTF-8 (invalid bytes -> U+FFFD) and NUL becomes U+FFFD. user_clicks keeps the click as parsed (JSON
+  UTF-8 (invalid bytes -> U+FFFD) and NUL becomes U+FFFD. The enriched topic keeps the event as parsed (JSON
   escapes NUL as \\u0000). The original bytes of a rejected record are kept in dead_letters.payload.
-- clicks_dlq records carry at most 16 KiB of the payload (as text and base64) plus its full length and
+- dead letter records carry at most 16 KiB of the payload (as text and base64) plus its full length and
   sha256; the full bytes stay in streamfold.dead_letters.
 - A Postgres or Kafka outage does not end the query: a partition's transaction (safe to retry, the ledger
   claims it once), its Kafka records and the aggregate flush are retried with backoff for up to
@@ -47,15 +48,18 @@ import psycopg
 from confluent_kafka import KafkaException
 from psycopg.conninfo import conninfo_to_dict
 from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
 
 from common import names, topics
+from common.pipeline_file import Pipeline
 from pipeline import aggregates
 from pipeline.retry import one_line, retry_budget_s, retrying
+from pipeline.sink_spec import sink_spec
 
 log = logging.getLogger(__name__)
 
-# The executors' producer request limit: a user_clicks record holds a profile and a click, over 1 MB at most
-# (the topics take it: names.OUTPUT_RECORD_MAX_BYTES). With a 1 MB limit, a 1 MB profile and its click make a
+# The executors' producer request limit: an enriched record holds a profile and an event, over 1 MB at most
+# (the topics take it: names.OUTPUT_RECORD_MAX_BYTES). With a 1 MB limit, a 1 MB profile and its event make a
 # record Kafka refuses at every retry, and the batch would never land.
 KAFKA_MAX_REQUEST_BYTES = names.OUTPUT_RECORD_MAX_BYTES
 # How long one attempt of the executors' producer waits for the broker before it is retried.
@@ -174,27 +178,28 @@ class Stopwatch:
         return " ".join(f"{name} {seconds:.2f}s" for name, seconds in self.laps)
 
 
-# --- the clicks sink ----------------------------------------------------------------------------------
+# --- the enriched events sink -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Report:
     """What one partition of a batch did (Landing.java's report): whether it landed (False: empty, or a
-    replay the ledger already had), how (COPY, deduplicated, replay, empty), its counts, and the (url,
-    region) keys whose totals it changed."""
+    replay the ledger already had), how (COPY, deduplicated, replay, empty), its counts, and per aggregate
+    the keys whose totals it changed (each key's values as Postgres text input)."""
 
     partition_id: int
     landed: bool
     path: str
-    clicks: int
+    events: int
     released: int
     dead: int
     changes: int
-    keys: list[tuple[str, str]]
+    keys: dict[str, list[tuple[str, ...]]]
 
 
 def land(
     batch: DataFrame,
+    spec: str,
     pg: JdbcTarget,
     bootstrap: str,
     ledger: str,
@@ -202,36 +207,48 @@ def land(
     retry_s: float,
     kafka_attempt_ms: int = KAFKA_ATTEMPT_MS,
 ) -> list[Report]:
-    """Land every partition of a batch of the join's output, on the executors (Landing.java); one report
-    per partition."""
+    """Land every partition of a batch of the join's output as the sink spec (JSON) lays it out, on the
+    executors (Landing.java); one report per partition."""
     jvm: Any = batch.sparkSession._jvm
     reports = jvm.io.streamfold.sink.Landing.land(
         batch._jdf,
+        spec,
         pg.url,
         pg.user,
         pg.password,
         bootstrap,
         KAFKA_MAX_REQUEST_BYTES,
         kafka_attempt_ms,
-        names.USER_CLICKS_TOPIC,
-        names.USERS_CHANGELOG_TOPIC,
-        names.DLQ_TOPIC,
         ledger,
         batch_id,
         int(retry_s * 1000),
     )
-    return [Report(**{**r, "keys": [tuple(k) for k in r["keys"]]}) for r in json.loads(reports)]
+    return [
+        Report(**{**r, "keys": {name: [tuple(k) for k in keys] for name, keys in r["keys"].items()}})
+        for r in json.loads(reports)
+    ]
 
 
-class EnrichedClicksSink:
-    """foreachBatch for the join query: enriched clicks, aggregates, dead letters and users_changelog.
+class Sink:
+    """foreachBatch for the join query: enriched events, aggregates, dead letters and the changelog, as the
+    pipeline file names them.
 
     The executors land the batch's partitions in Postgres and produce their Kafka records (`land`); the
-    driver only sees a report per partition, and publishes the totals of the (url, region) keys they
+    driver only sees a report per partition, and publishes the totals of the aggregates' keys they
     touched."""
 
-    def __init__(self, query: str, writer_dsn: str, bootstrap: str, retry_s: float | None = None) -> None:
+    def __init__(
+        self,
+        query: str,
+        writer_dsn: str,
+        bootstrap: str,
+        pipeline: Pipeline,
+        output: StructType,
+        retry_s: float | None = None,
+    ) -> None:
         self.query = query
+        self.spec = sink_spec(pipeline, output)
+        self.spec_json = json.dumps(self.spec)
         self.retry_s = retry_budget_s() if retry_s is None else retry_s
         self.target = JdbcTarget.of(writer_dsn)
         self.pg = PostgresConnection(writer_dsn, self.retry_s)
@@ -255,11 +272,14 @@ class EnrichedClicksSink:
         # so a broker outage here is waited out too (partitions that landed are not written again).
         reports = through_kafka_outages(
             "reading the batch",
-            lambda: land(batch, self.target, self.bootstrap, ledger, batch_id, self.retry_s),
+            lambda: land(batch, self.spec_json, self.target, self.bootstrap, ledger, batch_id, self.retry_s),
             self.retry_s,
         )
         clock.lap("land")
-        keys = sorted({key for r in reports for key in r.keys})
+        keys = {
+            a["name"]: sorted({key for r in reports for key in r.keys.get(a["name"], [])})
+            for a in self.spec["aggregates"]
+        }
         retrying(
             "Kafka (aggregate topics)",
             lambda: self.publish_totals(keys),
@@ -268,10 +288,10 @@ class EnrichedClicksSink:
         )
         clock.lap("totals")
         log.info(
-            "batch %s: %s clicks (%s released by join.max_wait), %s profile changes, %s dead letters "
+            "batch %s: %s events (%s released by join.max_wait), %s profile changes, %s dead letters "
             "(%s); %s",
             batch_id,
-            sum(r.clicks for r in reports),
+            sum(r.events for r in reports),
             sum(r.released for r in reports),
             sum(r.changes for r in reports),
             sum(r.dead for r in reports),
@@ -279,31 +299,24 @@ class EnrichedClicksSink:
             clock,
         )
 
-    def publish_totals(self, keys: list[tuple[str, str]]) -> None:
-        """Send the current totals of the (url, region) keys a batch touched (and of their regions) to the
-        compacted aggregate topics. Read after every partition landed, so the last value per key is the
-        newest total even though partitions commit in any order."""
-        if not keys:
+    def publish_totals(self, keys: dict[str, list[tuple[str, ...]]]) -> None:
+        """Send the current totals of the keys a batch touched, per aggregate (by name), to the aggregates'
+        compacted topics. Read after every partition landed, so the last value per key is the newest total
+        even though partitions commit in any order."""
+        wanted = [(a, keys.get(a["name"], [])) for a in self.spec["aggregates"]]
+        if not any(k for _, k in wanted):
             return
-        wanted = aggregates.Totals(
-            [(region, 0) for region in {region for _, region in keys}], [(u, r, 0) for u, r in keys]
+        current = self.pg.transaction(
+            lambda conn: [aggregates.current_totals(conn, aggregate, k) for aggregate, k in wanted]
         )
-        totals = self.pg.transaction(lambda conn: aggregates.current_totals(conn, wanted))
-        produce = self.producer.produce
-        for region, total in totals.regions:
-            produce(
-                names.CLICKS_PER_REGION_TOPIC,
-                key=region,
-                value=json.dumps({"region": region, "clicks": total}),
-            )
-        for i, (url, region, total) in enumerate(totals.url_regions):
-            produce(
-                names.URL_REGION_TOPIC,
-                key=f"{url}|{region}",
-                value=json.dumps({"url": url, "region": region, "click_count": total}),
-            )
-            if i % 10_000 == 0:
-                self.producer.poll(0)
+        sent = 0
+        for (aggregate, _), rows in zip(wanted, current, strict=True):
+            for row in rows:
+                key, value = aggregates.record(aggregate, row)
+                self.producer.produce(aggregate["topic"], key=key, value=value)
+                if sent % 10_000 == 0:
+                    self.producer.poll(0)
+                sent += 1
         if self.producer.flush(60) > 0:
             raise KafkaUnavailable("Kafka did not acknowledge every aggregate update within 60 s")
 

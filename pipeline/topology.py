@@ -6,18 +6,18 @@ One streaming query, clicks-<source>, per micro-batch (records: pipeline/records
   3. temporal join: each click with the profile version valid at its time; rejects and profile changes pass
      through
   4. sink, per partition of the join's output (pipeline/sinks.py): one Postgres transaction that claims the
-     partition in the batch ledger, COPYs the enriched clicks and dead letters, and adds the partition's
-     totals per region and per URL x region, summed from the rows it COPYs
-     (jvm/src/main/java/io/streamfold/sink/PartitionRows.java); then its Kafka records (user_clicks,
-     users_changelog, clicks_dlq); then the driver publishes the current totals of the keys the batch
-     touched (pipeline/aggregates.py reads them back).
+     partition in the batch ledger, COPYs the enriched events and dead letters, and adds the partition's
+     totals per key of each aggregate, summed from the rows it COPYs
+     (jvm/src/main/java/io/streamfold/sink/GroupTotals.java); then its Kafka records (the enriched
+     events, users_changelog, clicks_dlq); then the driver publishes the current totals of the keys the
+     batch touched (pipeline/aggregates.py reads them back).
 
 Why one query and one path: a second query, or a second branch over the CDC topic, would plan, read and
 parse a source again every batch and compete for the same task slots; so rejects and profile changes pass
 through the join operator (docs/decisions/one-streaming-query.md). The aggregates are summed in the sink,
 not by a Spark aggregation: a groupBy would shuffle every batch a second time and write its totals apart
-from the rows; summed from the rows a partition COPYs, in the same transaction, they equal the sum over
-enriched_clicks in every committed state.
+from the rows; summed from the rows a partition COPYs, in the same transaction, they equal the sums over
+the enriched table in every committed state.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from common import pipeline_file as pf
 from common.config import Settings
 from pipeline import cdc_fold, events, sources
 from pipeline.join_config import JoinConfig
-from pipeline.sinks import EnrichedClicksSink
+from pipeline.sinks import Sink
 from pipeline.temporal_join import temporal_join
 
 
@@ -68,8 +68,8 @@ def flow(spark: SparkSession, settings: Settings, source: str, join: JoinConfig,
     joined = enrich(raw_clicks, cdc_raw, join, settings.pipeline)
 
     name = f"clicks-{source}"
-    # Postgres (enriched clicks, aggregates, dead letters) exactly once, then Kafka.
-    sink = EnrichedClicksSink(name, settings.writer_dsn, settings.kafka_bootstrap)
+    # Postgres (enriched events, aggregates, dead letters) exactly once, then Kafka.
+    sink = Sink(name, settings.writer_dsn, settings.kafka_bootstrap, settings.pipeline, joined.schema)
     return Flow(name, joined, sink)
 
 

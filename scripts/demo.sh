@@ -15,13 +15,13 @@ step "setup: schema, roles, topics, Kinesis stream, Debezium connector"
 sf setup
 
 step "load 1,000 sample users into public.users (Debezium snapshots them)"
-sf generate users --count 1000
+sf generate profiles --count 1000
 
 step "User_1 today"
 psql "$STREAMFOLD_PG_DSN" -c "SELECT userid, regionid, gender, interests FROM public.users WHERE userid = 'User_1'"
 
 step "20,000 clicks (every 2,000th malformed on purpose)"
-sf generate clicks --count 20000 --users 1000 --bad-every 2000
+sf generate events --count 20000 --keys 1000 --bad-every 2000
 
 step "User_1 moves to Region_MOVED mid-stream; Debezium captures the update"
 before_move=$(date +%s%3N)
@@ -30,8 +30,8 @@ sleep 1
 sf topic cdc.public.users --count 2
 
 step "20,000 more clicks, and 5 from users that do not exist (they count as UNKNOWN)"
-sf generate clicks --count 20000 --users 1000 --seed 12
-sf generate clicks --count 5 --users 5 --seed 13 --user-offset 100000
+sf generate events --count 20000 --keys 1000 --seed 12
+sf generate events --count 5 --keys 5 --seed 13 --key-offset 100000
 
 step "run the Spark job once: fold, temporal join, aggregates, sinks"
 sf run --source kafka --once

@@ -22,7 +22,7 @@ from common import pipeline_file as pf
 
 app = typer.Typer(help="streamfold: CDC ingestion and enrichment appliance.", no_args_is_help=True)
 stack_app = typer.Typer(help="The local stack: every service as a native process under STREAMFOLD_HOME.")
-generate_app = typer.Typer(help="Sample users and realistic click load.")
+generate_app = typer.Typer(help="Sample profiles and realistic event load, for any pipeline file.")
 app.add_typer(stack_app, name="stack")
 app.add_typer(generate_app, name="generate")
 # soft_wrap: a line stays one line whatever the width (80 when stderr is a file), so a job's log can be
@@ -271,47 +271,92 @@ def run(
         fail(str(exc))
 
 
-@generate_app.command("users")
-def generate_users(count: Annotated[int, typer.Option(help="number of users")] = 1000) -> None:
-    """Insert sample users User_1..User_N into public.users (existing ones are left alone)."""
-    from streamfold.generate import load_users
+def _generate_profiles(count: int) -> None:
+    from streamfold.generate import load_profiles
 
+    settings = config.load()
+    table = settings.pipeline.profile.table
     with progress() as bar:
-        task = bar.add_task("users", total=count)
-        inserted = load_users(config.load().pg_dsn, count, on_progress=lambda n: bar.advance(task, n))
-    console.print(f"{inserted} users inserted")
+        task = bar.add_task(table, total=count)
+        inserted = load_profiles(
+            settings.pg_dsn, count, settings.pipeline, on_progress=lambda n: bar.advance(task, n)
+        )
+    console.print(f"{inserted} profiles inserted into {table}")
 
 
-@generate_app.command("clicks")
-def generate_clicks(
-    count: Annotated[int, typer.Option(help="number of clicks")] = 10_000,
-    users: Annotated[int, typer.Option(help="clicks are spread over User_1..User_M")] = 1000,
-    sink: Annotated[
-        Source,
-        typer.Option(help="kafka topic or kinesis stream `clicks` (or STREAMFOLD_CLICKS_TOPIC / _STREAM)"),
-    ] = Source.kafka,
-    rate: Annotated[
-        float | None, typer.Option(help="clicks per second (default: as fast as possible)")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="random seed")] = 11,
-    bad_every: Annotated[int, typer.Option(help="make every Nth record malformed (0: none)")] = 0,
-    user_offset: Annotated[int, typer.Option(help="use User_{offset+1}.. instead of User_1..")] = 0,
+@generate_app.command("profiles")
+def generate_profiles(count: Annotated[int, typer.Option(help="number of profiles")] = 1000) -> None:
+    """Insert sample profiles 1..N into the pipeline's profile table (existing keys are left alone)."""
+    _generate_profiles(count)
+
+
+@generate_app.command("users", hidden=True)
+def generate_users(count: Annotated[int, typer.Option(help="number of profiles")] = 1000) -> None:
+    """`generate profiles`, by the default pipeline's name."""
+    _generate_profiles(count)
+
+
+def _generate_events(
+    count: int, keys: int, sink: Source, rate: float | None, seed: int, bad_every: int, key_offset: int
 ) -> None:
-    """Realistic click load (event time = the wall clock at send time)."""
     from streamfold import generate
 
-    spec = generate.ClickSpec(count=count, users=users, seed=seed, rate=rate, user_offset=user_offset)
-    records = generate.encoded(spec, bad_every=bad_every)
     settings = config.load()
+    spec = generate.ClickSpec(count, keys, seed, rate, key_offset, settings.pipeline)
+    records = generate.encoded(spec, bad_every=bad_every)
     target = settings.clicks_topic if sink is Source.kafka else settings.clicks_stream
     with progress() as bar:
-        task = bar.add_task(f"clicks -> {sink.value} {target}", total=count)
+        task = bar.add_task(f"events -> {sink.value} {target}", total=count)
         advance = lambda n: bar.advance(task, n)  # noqa: E731
         if sink is Source.kafka:
             sent = generate.send_kafka(settings.kafka_bootstrap, records, advance, target)
         else:
             sent = generate.send_kinesis(records, advance, target)
-    console.print(f"{sent} clicks sent to {sink.value} {target}")
+    console.print(f"{sent} events sent to {sink.value} {target}")
+
+
+CountOption = Annotated[int, typer.Option(help="number of events")]
+KeysOption = Annotated[int, typer.Option("--users", "--keys", help="events are spread over keys 1..M")]
+SinkOption = Annotated[
+    Source,
+    typer.Option(
+        help="the pipeline file's Kafka topic or Kinesis stream (or STREAMFOLD_CLICKS_TOPIC / _STREAM)"
+    ),
+]
+RateOption = Annotated[float | None, typer.Option(help="events per second (default: as fast as possible)")]
+SeedOption = Annotated[int, typer.Option(help="random seed")]
+BadOption = Annotated[int, typer.Option(help="make every Nth record malformed (0: none)")]
+OffsetOption = Annotated[
+    int, typer.Option("--user-offset", "--key-offset", help="use keys offset+1.. instead of 1..")
+]
+
+
+@generate_app.command("events")
+def generate_events(
+    count: CountOption = 10_000,
+    keys: KeysOption = 1000,
+    sink: SinkOption = Source.kafka,
+    rate: RateOption = None,
+    seed: SeedOption = 11,
+    bad_every: BadOption = 0,
+    key_offset: OffsetOption = 0,
+) -> None:
+    """Realistic event load for the pipeline file's events (event time = the wall clock at send time)."""
+    _generate_events(count, keys, sink, rate, seed, bad_every, key_offset)
+
+
+@generate_app.command("clicks", hidden=True)
+def generate_clicks(
+    count: CountOption = 10_000,
+    keys: KeysOption = 1000,
+    sink: SinkOption = Source.kafka,
+    rate: RateOption = None,
+    seed: SeedOption = 11,
+    bad_every: BadOption = 0,
+    key_offset: OffsetOption = 0,
+) -> None:
+    """`generate events`, by the default pipeline's name."""
+    _generate_events(count, keys, sink, rate, seed, bad_every, key_offset)
 
 
 @app.command()

@@ -1,69 +1,111 @@
-"""Realistic load: sample users in public.users, and click streams into Kafka or Kinesis."""
+"""Sample load for any pipeline file: profiles in its table, and event streams into Kafka or Kinesis.
+
+Values come from the file's `sample` section (a list to draw from, or a template) or, for a field or
+column it does not name, from the field's type.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
+from psycopg import sql
 
-from common import names, topics
+from common import pipeline_file as pf
+from common import topics
 
-REGIONS = tuple(f"Region_{i}" for i in range(1, 10))
-GENDERS = ("FEMALE", "MALE", "OTHER")
-INTERESTS = ("News", "Movies", "Game", "Sport", "Travel", "Music", "Food", "Tech")
-URLS = tuple(
-    f"/{section}/{page}" for section in ("home", "news", "shop", "video", "help") for page in range(8)
-)
-DEVICES = ("mobile", "desktop", "tablet")
-FIRST = ("Edna", "Shaan", "Alice", "Bob", "Chen", "Dara", "Eli", "Femi", "Gita", "Hugo")
-LAST = ("Hook", "Gough", "Smith", "Ng", "Okafor", "Silva", "Tanaka", "Weber")
+BATCH = 10_000
 
 
-def userid(i: int) -> str:
-    return f"User_{i}"
+def key(i: int, pipeline: pf.Pipeline | None = None) -> Any:
+    """The i-th sample key: the sample's key template for a text key, i itself for an integer key."""
+    pipeline = pipeline or pf.load()
+    return pipeline.sample.key.replace("{n}", str(i)) if pipeline.key_type == "text" else i
 
 
-def user_row(i: int, rng: random.Random) -> tuple:
-    first, last = rng.choice(FIRST), rng.choice(LAST)
-    contact = {
-        "phone": f"650{rng.randrange(10**7):07d}",
-        "city": "San Mateo",
-        "state": "CA",
-        "zipcode": "94403",
-    }
-    return (
-        userid(i),
-        f"{first} {last}",
-        f"{first.lower()}.{last.lower()}{i}@example.com",
-        rng.choice(REGIONS),
-        rng.choice(GENDERS),
-        rng.sample(INTERESTS, 2),
-        json.dumps(contact),
-        1_665_780_360_000 + i * 1000,
-    )
+def sample_value(name: str, kind: str, i: int, rng: random.Random, pipeline: pf.Pipeline) -> Any:
+    """A value for field or column `name` of type `kind` in row i."""
+    given = pipeline.sample.values.get(name)
+    if isinstance(given, list):
+        return rng.sample(given, min(2, len(given))) if kind == "text[]" else rng.choice(given)
+    if isinstance(given, str):
+        return _template(given, i, rng)
+    return _typed(name, kind, rng)
 
 
-def load_users(
-    admin_dsn: str, count: int, seed: int = 7, on_progress: Callable[[int], None] | None = None
+def _template(text: str, i: int, rng: random.Random) -> str:
+    out = text.replace("{n}", str(i))
+    while "{r}" in out:
+        out = out.replace("{r}", str(rng.randrange(256)), 1)
+    return out
+
+
+def _typed(name: str, kind: str, rng: random.Random) -> Any:
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=rng.randrange(86_400))
+    return {
+        "text": lambda: f"{name}_{rng.randrange(1, 21)}",
+        "integer": lambda: rng.randrange(1000),
+        "bigint": lambda: rng.randrange(1_000_000),
+        "double": lambda: round(rng.random() * 100, 3),
+        "numeric": lambda: f"{rng.randrange(100_000) / 100:.2f}",
+        "boolean": lambda: rng.random() < 0.5,
+        "timestamptz": lambda: now.isoformat().replace("+00:00", "Z"),
+        "timestamp": lambda: now.isoformat().replace("+00:00", "Z"),
+        "text[]": lambda: [f"{name}_{rng.randrange(1, 9)}" for _ in range(2)],
+        "jsonb": lambda: {name: rng.randrange(100)},
+    }[kind]()
+
+
+# --- profiles -----------------------------------------------------------------------------------------
+
+
+def profile_row(i: int, rng: random.Random, pipeline: pf.Pipeline, extra: list[str]) -> list[Any]:
+    """The key, each carried column, then the sample's other columns (PII the demo fills, say)."""
+    columns = pipeline.profile.columns
+    values = [sample_value(name, c.type, i, rng, pipeline) for name, c in columns.items()]
+    values = [
+        json.dumps(v) if columns[n].type == "jsonb" else v for n, v in zip(columns, values, strict=True)
+    ]
+    return [key(i, pipeline), *values, *(sample_value(name, "text", i, rng, pipeline) for name in extra)]
+
+
+def load_profiles(
+    admin_dsn: str,
+    count: int,
+    pipeline: pf.Pipeline | None = None,
+    seed: int = 7,
+    on_progress: Callable[[int], None] | None = None,
 ) -> int:
-    """Insert User_1..User_count (existing ids are left alone). Returns rows inserted."""
+    """Insert profiles 1..count into the pipeline's table (existing keys are left alone). Returns rows
+    inserted. The sample's values for columns the file does not carry are inserted too."""
+    pipeline = pipeline or pf.load()
     rng = random.Random(seed)
+    profile = pipeline.profile
+    extra = [
+        n for n in pipeline.sample.values if n not in profile.columns and n not in pipeline.events.fields
+    ]
+    columns = sql.SQL(", ").join(map(sql.Identifier, [profile.key, *profile.columns, *extra]))
+    table = sql.Identifier(profile.schema_name, profile.table_name)
+    staging = sql.SQL(
+        "CREATE TEMP TABLE IF NOT EXISTS new_profiles ON COMMIT DROP AS SELECT {} FROM {} LIMIT 0"
+    )
+    insert = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM new_profiles ON CONFLICT ({}) DO NOTHING")
     inserted = 0
     with psycopg.connect(admin_dsn) as conn:
-        for start in range(1, count + 1, 10_000):
-            rows = [user_row(i, rng) for i in range(start, min(start + 10_000, count + 1))]
+        for start in range(1, count + 1, BATCH):
+            rows = [profile_row(i, rng, pipeline, extra) for i in range(start, min(start + BATCH, count + 1))]
             with conn.cursor() as cur:
-                cur.execute("CREATE TEMP TABLE IF NOT EXISTS new_users (LIKE public.users) ON COMMIT DROP")
-                with cur.copy("COPY new_users FROM STDIN") as copy:
+                cur.execute(staging.format(columns, table))
+                with cur.copy(sql.SQL("COPY new_profiles ({}) FROM STDIN").format(columns)) as copy:
                     for row in rows:
                         copy.write_row(row)
-                cur.execute(
-                    "INSERT INTO public.users SELECT * FROM new_users ON CONFLICT (userid) DO NOTHING"
-                )
+                cur.execute(insert.format(table, columns, columns, sql.Identifier(profile.key)))
                 inserted += cur.rowcount
             conn.commit()
             if on_progress:
@@ -71,36 +113,56 @@ def load_users(
     return inserted
 
 
+# --- events -------------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class ClickSpec:
+    """How many events, over how many keys (1..keys, or key_offset+1..), how fast, which seed."""
+
     count: int
     users: int
     seed: int = 11
-    rate: float | None = None  # clicks per second; None = as fast as possible
-    user_offset: int = 0  # User_{offset+1}..: users that do not exist yet, say
+    rate: float | None = None  # events per second; None = as fast as possible
+    user_offset: int = 0  # keys that do not exist yet, say
+    pipeline: pf.Pipeline = field(default_factory=pf.load)
 
 
-def clicks(spec: ClickSpec) -> Iterator[dict]:
-    """Clicks with a skewed user popularity (a few users click a lot), like real traffic."""
+def _event_time(fmt: str) -> Any:
+    now_ms = int(time.time() * 1000)
+    if fmt == "epoch_ms":
+        return now_ms
+    if fmt == "epoch_s":
+        return now_ms / 1000
+    return (
+        dt.datetime.fromtimestamp(now_ms / 1000, dt.UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def clicks(spec: ClickSpec) -> Iterator[dict[str, Any]]:
+    """Events with a skewed key popularity (a few keys send a lot), like real traffic, stamped now."""
     rng = random.Random(spec.seed)
+    events = spec.pipeline.events
     for _ in range(spec.count):
-        # P(rank) ~ 1/rank (Zipf-like), then a bijective scramble so popular users are spread out.
+        # P(rank) ~ 1/rank (Zipf-like), then a bijective scramble so popular keys are spread out.
         rank = int((spec.users + 1) ** rng.random())
         i = (rank * 2_654_435_761) % spec.users + 1
-        yield {
-            "userid": userid(i + spec.user_offset),
-            "url": rng.choice(URLS),
-            "device_id": rng.choice(DEVICES),
-            "ip": f"10.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}",
-            "event_time": int(time.time() * 1000),
-            "clicks": 1 if rng.random() < 0.9 else rng.randint(2, 5),
-        }
+        event = {events.key: key(i + spec.user_offset, spec.pipeline)}
+        event.update(
+            (name, sample_value(name, f.type, i, rng, spec.pipeline)) for name, f in events.fields.items()
+        )
+        event[events.time.field] = _event_time(events.time.format)
+        if events.count:
+            event[events.count] = 1 if rng.random() < 0.9 else rng.randint(2, 5)
+        yield event
 
 
 class Pacer:
-    """Sleeps so that `sent` clicks take `sent / rate` seconds, in bursts of at least MIN_SLEEP_S.
+    """Sleeps so that `sent` events take `sent / rate` seconds, in bursts of at least MIN_SLEEP_S.
 
-    Why bursts: a sleep per click (50 us apart at 20,000/s) costs tens of thousands of context switches a
+    Why bursts: a sleep per event (50 us apart at 20,000/s) costs tens of thousands of context switches a
     second, CPU taken from the job a benchmark measures (docs/decisions/spark-settings.md, "The load
     generator"). The producer's linger.ms batches the records for 20 ms anyway.
     """
@@ -119,19 +181,16 @@ class Pacer:
 
 
 def send_kafka(
-    bootstrap: str,
-    records: Iterator[tuple[str, bytes]],
-    on_sent: Callable[[int], None],
-    topic: str = names.CLICKS_TOPIC,
+    bootstrap: str, records: Iterator[tuple[str, bytes]], on_sent: Callable[[int], None], topic: str
 ) -> int:
     producer = topics.producer(
         bootstrap, {"linger.ms": 20, "batch.size": 1 << 20, "enable.idempotence": True}
     )
     sent = 0
-    for key, value in records:
+    for record_key, value in records:
         while True:
             try:
-                producer.produce(topic, key=key, value=value)
+                producer.produce(topic, key=record_key, value=value)
                 break
             except BufferError:  # local queue full: let the client drain it
                 producer.poll(0.1)
@@ -140,14 +199,12 @@ def send_kafka(
             producer.poll(0)
             on_sent(1000)
     if producer.flush(120) > 0:
-        raise RuntimeError("Kafka did not acknowledge every click within 120 s")
+        raise RuntimeError("Kafka did not acknowledge every event within 120 s")
     on_sent(sent % 1000)
     return sent
 
 
-def send_kinesis(
-    records: Iterator[tuple[str, bytes]], on_sent: Callable[[int], None], stream: str = names.CLICKS_STREAM
-) -> int:
+def send_kinesis(records: Iterator[tuple[str, bytes]], on_sent: Callable[[int], None], stream: str) -> int:
     from common import kinesis
 
     client = kinesis.client()
@@ -170,9 +227,14 @@ def send_kinesis(
 def encoded(spec: ClickSpec, bad_every: int = 0) -> Iterator[tuple[str, bytes]]:
     """(partition key, JSON bytes), paced to spec.rate; every `bad_every`-th record malformed on purpose."""
     pacer = Pacer(spec.rate)
-    for n, click in enumerate(clicks(spec), start=1):
+    key_field = spec.pipeline.events.key
+    for n, event in enumerate(clicks(spec), start=1):
+        record_key = str(event[key_field])
         if bad_every and n % bad_every == 0:
-            yield click["userid"], b'{"userid": "' + click["userid"].encode() + b'", "url": oops'
+            yield (
+                record_key,
+                b'{"' + key_field.encode() + b'": ' + json.dumps(event[key_field]).encode() + b", oops",
+            )
         else:
-            yield click["userid"], json.dumps(click).encode()
+            yield record_key, json.dumps(event).encode()
         pacer.wait(n)

@@ -65,7 +65,7 @@ WAITING = {
     "kinesis": ("Kinesis unavailable (EndpointConnectionError: Could not connect to the endpoint URL",),
     "connect": (),  # checked by RELEASED instead
 }
-RELEASED = re.compile(r"batch \d+: \d+ clicks \(([1-9]\d*) released by join.max_wait\)")
+RELEASED = re.compile(r"batch \d+: \d+ events \(([1-9]\d*) released by join.max_wait\)")
 # Where the clicks come from: the Kinesis outage is an outage of the job's source.
 SOURCE = {"postgres": "kafka", "kafka": "kafka", "connect": "kafka", "kinesis": "kinesis"}
 

@@ -186,7 +186,7 @@ def _keys(node: object, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     found = []
     if isinstance(node, dict):
         for key, value in node.items():
-            if key in _SCHEMA_KEYS:
+            if key in _SCHEMA_KEYS and (not path or path[-1] not in _NAMED_BY_USER):
                 found.append((*path, key))
             found += _keys(value, (*path, key))
     elif isinstance(node, list):
@@ -201,6 +201,8 @@ _SCHEMA_KEYS = {
     + (pf.Limits, pf.Join, pf.Outputs, pf.Enriched, pf.Aggregate)
     for name in model.model_fields
 }
+# Mappings whose keys the user names (columns, fields, ...): any name is allowed there.
+_NAMED_BY_USER = {"columns", "fields", "values", "group_by", "sums", "event_columns"}
 _DEFAULT_DOC = yaml.safe_load((ROOT / pf.DEFAULT_FILE).read_text())
 
 

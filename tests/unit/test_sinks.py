@@ -26,8 +26,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from common import names
+from common import pipeline_file as pf
 from db import schema
-from pipeline import records, retry, sinks
+from pipeline import records, retry, sink_spec, sinks
 from stack import lifecycle
 from stack.home import StackError, open_stack
 from stack.prerequisites import pg_bindir
@@ -170,9 +171,9 @@ def topic_counts(bootstrap: str) -> dict[str, int]:
 SINK_TOPICS = (names.USER_CLICKS_TOPIC, names.USERS_CHANGELOG_TOPIC, names.DLQ_TOPIC)
 
 
-def fresh_topics(bootstrap: str) -> None:
+def fresh_topics(bootstrap: str, wanted: tuple[str, ...] = SINK_TOPICS) -> None:
+    """The topics deleted if they exist, and created empty (two partitions each)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    wanted = SINK_TOPICS
     existing = [t for t in wanted if t in admin.list_topics(timeout=10).topics]
     for future in admin.delete_topics(existing).values() if existing else []:
         future.result()
@@ -183,15 +184,19 @@ def fresh_topics(bootstrap: str) -> None:
         future.result()
 
 
-# The join's output (io.streamfold.join.TemporalJoin.OUTPUT_SCHEMA), what the sink receives.
+# The join's output (io.streamfold.join.TemporalJoin.OUTPUT_SCHEMA), what the sink receives, and the
+# default pipeline file's sink spec for it.
 OUTPUT = records.JOIN_OUTPUT
 FIELDS = list(OUTPUT.fieldNames())
+DEFAULT = pf.load(Path(__file__).resolve().parents[2] / pf.DEFAULT_FILE)
+SPEC = sink_spec.sink_spec_json(DEFAULT, OUTPUT)
 
 
 def clicks(n: int, start: int = 0, url: str = "https://e.com/") -> list[dict]:
     """n enriched clicks as the join emits them: every fifth released by max_wait, a snapshot version."""
     return [
         {
+            "kind": "event",
             "event_id": f"kafka:clicks:0:{i}",
             "uid": f"User_{i % 7}",
             "click_time_ms": 1_767_225_600_123,
@@ -213,6 +218,7 @@ def clicks(n: int, start: int = 0, url: str = "https://e.com/") -> list[dict]:
 def rejects(n: int) -> list[dict]:
     return [
         {
+            "kind": "reject",
             "event_id": f"kafka:clicks:1:{i}",
             "uid": f"User_{i % 7}",
             "error": "not JSON",
@@ -226,13 +232,20 @@ def rejects(n: int) -> list[dict]:
 def changes(items: list[tuple[str, str, str | None, int]]) -> list[dict]:
     """(userid, op, regionid, valid_from_ms) profile changes as the join passes them through."""
     return [
-        {"uid": user, "change_op": op, "user_regionid": region, "profile_valid_from_ms": valid_from}
+        {
+            "kind": "change",
+            "uid": user,
+            "change_op": op,
+            "user_regionid": region,
+            "profile_valid_from_ms": valid_from,
+        }
         for user, op, region, valid_from in items
     ]
 
 
 def frame(spark: SparkSession, rows: list[dict], partitions: int = 1, by: str = "uid") -> DataFrame:
-    """A batch of the join's output in `partitions` partitions (hashed by `by`)."""
+    """A batch of the join's output in `partitions` partitions (hashed by `by`). Rows name their kind,
+    which the output carries when it has a kind column."""
     full = [tuple(row.get(name) for name in FIELDS) for row in rows]
     return spark.createDataFrame(full, OUTPUT).repartition(partitions, by)
 
@@ -241,8 +254,9 @@ def land(
     batch: DataFrame, dsn: str, bootstrap: str, ledger: str = "q:1", batch_id: int = 0, **kw
 ) -> dict[int, tuple[bool, str]]:
     """Land every partition: {partition: (landed, path)} of the non-empty ones."""
+    spec = kw.pop("spec", SPEC)
     reports = sinks.land(
-        batch, sinks.JdbcTarget.of(dsn), bootstrap, ledger, batch_id, kw.pop("retry_s", 30), **kw
+        batch, spec, sinks.JdbcTarget.of(dsn), bootstrap, ledger, batch_id, kw.pop("retry_s", 30), **kw
     )
     return {r.partition_id: (r.landed, r.path) for r in reports if r.path != "empty"}
 
@@ -275,14 +289,49 @@ def incomplete_event_ids(dsn: str) -> set[str]:
         return {r[0] for r in rows}
 
 
-def test_the_jvm_writes_the_tables_the_contract_names(spark: SparkSession) -> None:
-    pg = spark._jvm.io.streamfold.sink.PgWriter  # type: ignore[union-attr]
-    assert (pg.ENRICHED_CLICKS, pg.CLICKS_PER_REGION, pg.URL_REGION, pg.DEAD_LETTERS) == (
+def test_the_default_spec_names_the_contracts_tables_and_topics() -> None:
+    spec = json.loads(SPEC)
+    assert (spec["enriched"]["table"], spec["enriched"]["topic"]) == (
         names.ENRICHED_CLICKS_TABLE,
-        names.CLICKS_PER_REGION_TABLE,
-        names.URL_REGION_TABLE,
-        names.DEAD_LETTERS_TABLE,
+        names.USER_CLICKS_TOPIC,
     )
+    assert spec["changelog"]["topic"] == names.USERS_CHANGELOG_TOPIC
+    assert (spec["dead_letters"]["table"], spec["dead_letters"]["topic"]) == (
+        names.DEAD_LETTERS_TABLE,
+        names.DLQ_TOPIC,
+    )
+    assert [(a["table"], a["topic"]) for a in spec["aggregates"]] == [
+        (names.CLICKS_PER_REGION_TABLE, names.CLICKS_PER_REGION_TOPIC),
+        (names.URL_REGION_TABLE, names.URL_REGION_TOPIC),
+    ]
+    # The enriched topic's records hold the enriched table's columns, by the same names.
+    assert tuple(c["name"] for c in spec["enriched"]["columns"]) == USER_CLICKS_FIELDS
+    assert [FIELDS[c["ordinal"]] for c in spec["enriched"]["columns"]] == FIELDS[:13]
+    assert [(c["name"], FIELDS[c["ordinal"]], c["type"]) for c in spec["changelog"]["fields"]] == [
+        ("userid", "uid", "text"),
+        ("regionid", "user_regionid", "text"),
+        ("gender", "user_gender", "text"),
+        ("interests", "user_interests", "text[]"),
+        ("registertime", "user_registertime", "bigint"),
+        ("valid_from", "profile_valid_from_ms", "valid_from_ms"),
+    ]
+    url_region = spec["aggregates"][1]
+    assert [(k["column"], FIELDS[k["ordinal"]], k["md5"]) for k in url_region["keys"]] == [
+        ("url", "click_url", True),
+        ("region", "user_regionid", False),
+    ]
+    assert url_region["conflict_columns"] == ["url_md5", "region"]
+    assert url_region["count_column"] == "click_count"
+    assert FIELDS[url_region["count_ordinal"]] == "clicks"
+    assert spec["kind_ordinal"] is None  # told apart by error and change_op
+
+
+def test_a_spec_the_output_contradicts_is_refused(spark: SparkSession, dsn: str, bootstrap: str) -> None:
+    """The JVM holds each column's declared type to the join output's Spark type before any row moves."""
+    spec = json.loads(SPEC)
+    spec["enriched"]["columns"][3]["type"] = "boolean"  # click_url is a string
+    with pytest.raises(Exception, match="enriched column click_url is boolean but the join's output carries"):
+        land(frame(spark, clicks(1)), dsn, bootstrap, spec=json.dumps(spec))
 
 
 def test_ledger_makes_a_replayed_batch_a_no_op(spark: SparkSession, dsn: str, bootstrap: str) -> None:
@@ -363,8 +412,8 @@ def test_profile_changes_go_to_users_changelog_in_order_and_nowhere_else(
         [tuple(row.get(name) for name in FIELDS) for row in clicks(20) + changes(items) + rejects(2)],
         OUTPUT,
     ).coalesce(1)
-    reports = sinks.land(batch, sinks.JdbcTarget.of(dsn), bootstrap, "q:1", 0, 30)
-    assert [(r.clicks, r.changes, r.dead) for r in reports] == [(20, 3, 2)]
+    reports = sinks.land(batch, SPEC, sinks.JdbcTarget.of(dsn), bootstrap, "q:1", 0, 30)
+    assert [(r.events, r.changes, r.dead) for r in reports] == [(20, 3, 2)]
     assert assert_totals_exact(dsn)[0] == 20
     assert topic_counts(bootstrap) == {
         names.USER_CLICKS_TOPIC: 20,
@@ -378,6 +427,41 @@ def test_profile_changes_go_to_users_changelog_in_order_and_nowhere_else(
     ]
     assert [v for k, v in got if k == "User_1"] == ['{"userid":"User_1","regionid":"a","valid_from":5}', None]
     assert [v for k, v in got if k == "User_2"] == ['{"userid":"User_2","regionid":"b"}']
+
+
+def last_values(bootstrap: str, topic: str, expect: int) -> dict[str, str]:
+    """The newest value per key of a topic (a key's records keep their order in its partition)."""
+    got = topic_records(bootstrap, topic, expect)
+    assert len(got) == expect
+    return {key.decode(): value.decode() for key, value in got if key is not None and value is not None}
+
+
+def test_aggregate_topics_get_the_current_totals_of_the_keys_a_batch_touched(
+    spark: SparkSession, dsn: str, bootstrap: str
+) -> None:
+    """The driver publishes, after each batch, each touched key's current total: key and value as the
+    aggregate topics' consumers know them (values joined by "|", json.dumps of the row)."""
+    aggregate_topics = (names.CLICKS_PER_REGION_TOPIC, names.URL_REGION_TOPIC)
+    fresh_topics(bootstrap, aggregate_topics)
+    sink = sinks.Sink("q", dsn, bootstrap, DEFAULT, OUTPUT, retry_s=30)
+    spark.sparkContext.setLocalProperty("sql.streaming.queryId", "unit")
+    try:
+        sink(frame(spark, clicks(30), partitions=2), 0)
+        sink(frame(spark, clicks(30, start=30, url="https://f.com/"), partitions=2), 1)
+    finally:
+        spark.sparkContext.setLocalProperty("sql.streaming.queryId", None)  # type: ignore[arg-type]
+    assert_totals_exact(dsn)
+    with psycopg.connect(dsn) as conn:
+        regions = conn.execute(f"SELECT region, clicks FROM {names.CLICKS_PER_REGION_TABLE}").fetchall()
+        pairs = conn.execute(f"SELECT url, region, click_count FROM {names.URL_REGION_TABLE}").fetchall()
+    # Each batch touches both regions and 3 URLs x 2 regions.
+    assert last_values(bootstrap, names.CLICKS_PER_REGION_TOPIC, 4) == {
+        region: json.dumps({"region": region, "clicks": total}) for region, total in regions
+    }
+    assert last_values(bootstrap, names.URL_REGION_TOPIC, 12) == {
+        f"{url}|{region}": json.dumps({"url": url, "region": region, "click_count": total})
+        for url, region, total in pairs
+    }
 
 
 def test_a_url_longer_than_a_btree_key_is_counted(spark: SparkSession, dsn: str, bootstrap: str) -> None:
@@ -538,6 +622,7 @@ def test_user_clicks_values_are_what_to_json_writes(spark: SparkSession, dsn: st
 
     rows = [
         {
+            "kind": "event",
             "event_id": f"kafka:clicks:0:{i}",
             "uid": random_text(rng) or "u",
             "click_time_ms": rng.choice([0, 1, 1_767_225_600_123, 253_402_300_799_999]),
@@ -625,7 +710,11 @@ def test_dead_letters_are_bounded_in_kafka_and_whole_in_postgres(
         ("kafka:clicks:0:9", "no payload", "kinesis:clicks", None),
     ]
     batch = frame(
-        spark, [dict(zip(("event_id", "error", "source", "payload"), d, strict=True)) for d in dead]
+        spark,
+        [
+            {"kind": "reject", **dict(zip(("event_id", "error", "source", "payload"), d, strict=True))}
+            for d in dead
+        ],
     )
     want = {r.event_id: r.value.encode() for r in dlq_spec(batch).collect()}
     land(batch, dsn, bootstrap)

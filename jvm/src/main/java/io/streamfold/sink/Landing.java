@@ -5,7 +5,6 @@ import java.io.Serializable;
 import java.util.Collections;
 import java.util.Iterator;
 import java.util.List;
-import java.util.Map;
 import org.apache.spark.api.java.function.Function2;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
@@ -28,51 +27,53 @@ public final class Landing implements Serializable {
 
   private final PgWriter.Target pg;
   private final RecordSender.Target kafka;
-  private final PartitionRows.Topics topics;
-  private final PartitionRows.Columns columns;
+  private final Layout layout;
+  private final PgWriter.Statements sql;
+  private final String topics;
   private final String ledger;
   private final long batchId;
   private final long retryMs;
 
-  private Landing(PgWriter.Target pg, RecordSender.Target kafka, PartitionRows.Topics topics,
-      PartitionRows.Columns columns, String ledger, long batchId, long retryMs) {
+  private Landing(PgWriter.Target pg, RecordSender.Target kafka, Layout layout, String ledger, long batchId,
+      long retryMs) {
     this.pg = pg;
     this.kafka = kafka;
-    this.topics = topics;
-    this.columns = columns;
+    this.layout = layout;
+    this.sql = PgWriter.Statements.of(layout.spec);
+    this.topics = String.join(", ", layout.spec.enriched().topic(), layout.spec.changelog().topic(),
+        layout.spec.deadLetters().topic());
     this.ledger = ledger;
     this.batchId = batchId;
     this.retryMs = retryMs;
   }
 
   /**
-   * Lands every partition of `batch` (the join's output) and returns the partitions' reports as a JSON
-   * array: [{"partition_id", "landed", "path", "clicks", "released", "dead", "changes", "keys": [[url,
-   * region], ...]}, ...]. `ledger` names the query (its id) in streamfold.sink_batches; outages are retried
-   * for up to retryMs on the executors, a Kafka attempt waiting up to kafkaTimeoutMs for the broker.
+   * Lands every partition of `batch` (the join's output) as the sink spec (pipeline/sink_spec.py) lays it
+   * out, and returns the partitions' reports as a JSON array: [{"partition_id", "landed", "path", "events",
+   * "released", "dead", "changes", "keys": {"<aggregate>": [["v1", "v2"], ...], ...}}, ...], a key's values
+   * as Postgres text input. `ledger` names the query (its id) in streamfold.sink_batches; outages are
+   * retried for up to retryMs on the executors, a Kafka attempt waiting up to kafkaTimeoutMs for the broker.
    */
-  public static String land(Dataset<Row> batch, String jdbcUrl, String user, String password, String bootstrap,
-      int maxRequestBytes, int kafkaTimeoutMs, String userClicksTopic, String changelogTopic, String deadLettersTopic, String ledger,
-      long batchId, long retryMs) {
+  public static String land(Dataset<Row> batch, String spec, String jdbcUrl, String user, String password,
+      String bootstrap, int maxRequestBytes, int kafkaTimeoutMs, String ledger, long batchId, long retryMs) {
     Landing landing = new Landing(new PgWriter.Target(jdbcUrl, user, password),
-        new RecordSender.Target(bootstrap, maxRequestBytes, kafkaTimeoutMs),
-        new PartitionRows.Topics(userClicksTopic, changelogTopic, deadLettersTopic),
-        PartitionRows.Columns.of(batch.schema()), ledger, batchId, retryMs);
+        new RecordSender.Target(bootstrap, maxRequestBytes, kafkaTimeoutMs), Layout.of(spec, batch.schema()),
+        ledger, batchId, retryMs);
     Function2<Integer, Iterator<InternalRow>, Iterator<String>> land = landing::partition;
     List<String> reports = batch.queryExecution().toRdd().toJavaRDD().mapPartitionsWithIndex(land, false).collect();
     return "[" + String.join(",", reports) + "]";
   }
 
   private Iterator<String> partition(int partition, Iterator<InternalRow> input) {
-    PartitionRows rows = new PartitionRows(columns, topics);
+    PartitionRows rows = new PartitionRows(layout);
     while (input.hasNext()) {
       rows.add(input.next());
     }
     if (rows.isEmpty()) {
       return Collections.singletonList(report(partition, false, "empty", rows)).iterator();
     }
-    String path = PgWriter.land(pg, ledger, batchId, partition, rows, retryMs);
-    RecordSender.sendAll(kafka, rows.records, retryMs);
+    String path = PgWriter.land(pg, sql, ledger, batchId, partition, rows, retryMs);
+    RecordSender.sendAll(kafka, topics, rows.records, retryMs);
     return Collections.singletonList(report(partition, !"replay".equals(path), path, rows)).iterator();
   }
 
@@ -81,20 +82,31 @@ public final class Landing implements Serializable {
         .append("{\"partition_id\":").append(partition)
         .append(",\"landed\":").append(landed)
         .append(",\"path\":\"").append(path).append('"')
-        .append(",\"clicks\":").append(rows.clicks())
+        .append(",\"events\":").append(rows.events())
         .append(",\"released\":").append(rows.released)
         .append(",\"dead\":").append(rows.dead())
         .append(",\"changes\":").append(rows.changes)
-        .append(",\"keys\":[");
-    boolean first = true;
-    for (Map.Entry<PartitionRows.UrlRegion, Long> key : rows.urlRegions().entrySet()) {
-      out.append(first ? "" : ",").append("[\"");
-      JsonStringEncoder.getInstance().quoteAsString(key.getKey().url(), out);
-      out.append("\",\"");
-      JsonStringEncoder.getInstance().quoteAsString(key.getKey().region(), out);
-      out.append("\"]");
-      first = false;
+        .append(",\"keys\":{");
+    JsonStringEncoder json = JsonStringEncoder.getInstance();
+    for (int g = 0; g < rows.totals.length; g++) {
+      GroupTotals totals = rows.totals[g];
+      Layout.Field[] keys = totals.group.keys();
+      out.append(g == 0 ? "" : ",").append('"');
+      json.quoteAsString(totals.group.name(), out);
+      out.append("\":[");
+      boolean first = true;
+      for (Object[] key : totals.totals().keySet()) {
+        out.append(first ? "[" : ",[");
+        for (int i = 0; i < key.length; i++) {
+          out.append(i == 0 ? "\"" : ",\"");
+          json.quoteAsString(GroupTotals.text(key[i], keys[i].kind()), out);
+          out.append('"');
+        }
+        out.append(']');
+        first = false;
+      }
+      out.append(']');
     }
-    return out.append("]}").toString();
+    return out.append("}}").toString();
   }
 }

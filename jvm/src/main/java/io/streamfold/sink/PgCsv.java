@@ -1,6 +1,8 @@
 package io.streamfold.sink;
 
+import java.math.BigDecimal;
 import java.nio.charset.StandardCharsets;
+import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.unsafe.types.UTF8String;
 
@@ -9,7 +11,9 @@ import org.apache.spark.unsafe.types.UTF8String;
  *
  * <p>Text is what a Postgres text can hold: invalid UTF-8 becomes U+FFFD (Spark's make_valid_utf8) and
  * so does NUL. A non-null text is always quoted, so an empty string stays empty and NULL is the empty
- * unquoted field. Times are timestamptz text in UTC with milliseconds.
+ * unquoted field. Times are timestamptz text in UTC, with milliseconds from epoch ms and microseconds from
+ * epoch microseconds. A number held as text (numeric, an integer key) is written as text: Postgres parses
+ * a quoted field by the column's type.
  */
 final class PgCsv extends Bytes {
   private static final byte[] REPLACEMENT = "\uFFFD".getBytes(StandardCharsets.UTF_8);
@@ -17,9 +21,6 @@ final class PgCsv extends Bytes {
 
   private boolean lineStart = true;
   private int rows;
-  // Clicks of a batch fall in a few seconds: the formatted second is reused, only the millis change.
-  private long cachedSecond = Long.MIN_VALUE;
-  private byte[] cachedPrefix;
 
   int rows() {
     return rows;
@@ -33,6 +34,53 @@ final class PgCsv extends Bytes {
 
   void nul() {
     separate();
+  }
+
+  /** A column of the join's output row, by its kind. */
+  void column(InternalRow row, Layout.Field field) {
+    int i = field.ordinal();
+    if (row.isNullAt(i)) {
+      nul();
+      return;
+    }
+    switch (field.kind()) {
+      case TEXT, INTEGER_TEXT, NUMERIC_TEXT, JSONB -> text(row.getUTF8String(i));
+      case INT -> number(row.getInt(i));
+      case LONG -> number(row.getLong(i));
+      case DOUBLE -> raw(Double.toString(row.getDouble(i)));
+      case BOOLEAN -> bool(row.getBoolean(i));
+      case TIMESTAMPTZ -> timestampMicros(row.getLong(i), true);
+      case TIMESTAMP -> timestampMicros(row.getLong(i), false);
+      case TEXT_ARRAY -> textArray(row.getArray(i));
+      case EPOCH_MS -> timestamptz(row.getLong(i));
+      case VALID_FROM_MS -> validFrom(row.getLong(i));
+    }
+  }
+
+  /** A value of an aggregate's key or sum as GroupTotals holds it (cleaned). */
+  void value(Object value, Layout.Kind kind) {
+    if (value == null) {
+      nul();
+    } else if (value instanceof String text) {
+      text(text);
+    } else if (value instanceof Boolean b) {
+      bool(b);
+    } else if (value instanceof BigDecimal decimal) {
+      raw(decimal.toPlainString());
+    } else if (kind == Layout.Kind.TIMESTAMPTZ || kind == Layout.Kind.TIMESTAMP) {
+      timestampMicros((Long) value, kind == Layout.Kind.TIMESTAMPTZ);
+    } else {
+      raw(value.toString());  // Integer, Long, Double (Postgres reads Infinity and NaN too)
+    }
+  }
+
+  /** A profile version's start: negative is a snapshot version, valid since the beginning of time. */
+  private void validFrom(long ms) {
+    if (ms < 0) {
+      raw("-infinity");
+    } else {
+      timestamptz(ms);
+    }
   }
 
   void text(UTF8String value) {
@@ -111,56 +159,16 @@ final class PgCsv extends Bytes {
   void timestamptz(long ms) {
     separate();
     long t = Math.max(ms, 0);
-    long second = t / 1000;
-    if (second != cachedSecond) {  // a batch's clicks share few seconds: format each second once
-      cachedPrefix = secondText(second);
-      cachedSecond = second;
-    }
-    ensure(cachedPrefix.length + 4);
-    System.arraycopy(cachedPrefix, 0, buf, len, cachedPrefix.length);
-    len += cachedPrefix.length;
-    int millis = (int) (t % 1000);
-    buf[len++] = (byte) ('0' + millis / 100);
-    buf[len++] = (byte) ('0' + millis / 10 % 10);
-    buf[len++] = (byte) ('0' + millis % 10);
-    buf[len++] = 'Z';
+    dateTime(t / 1000, t % 1000, 3);
+    put((byte) 'Z');
   }
 
-  /** "yyyy-mm-ddThh:mm:ss." of a UTC epoch second (days to a civil date: H. Hinnant's algorithm; not
-   * String.format, which parses its pattern at every call). */
-  static byte[] secondText(long epochSecond) {
-    long days = Math.floorDiv(epochSecond, 86_400);
-    int secs = Math.floorMod(epochSecond, 86_400);
-    long z = days + 719_468;
-    long era = Math.floorDiv(z, 146_097);
-    long doe = z - era * 146_097;
-    long yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    long mp = (5 * doy + 2) / 153;
-    int day = (int) (doy - (153 * mp + 2) / 5 + 1);
-    int month = (int) (mp < 10 ? mp + 3 : mp - 9);
-    long year = yoe + era * 400 + (month <= 2 ? 1 : 0);
-    int y = Math.max(4, Long.toString(year).length());  // past year 9999 (Postgres goes to 294276)
-    byte[] out = new byte[y + 16];
-    digits(out, 0, year, y);
-    out[y] = '-';
-    digits(out, y + 1, month, 2);
-    out[y + 3] = '-';
-    digits(out, y + 4, day, 2);
-    out[y + 6] = 'T';
-    digits(out, y + 7, secs / 3600, 2);
-    out[y + 9] = ':';
-    digits(out, y + 10, secs / 60 % 60, 2);
-    out[y + 12] = ':';
-    digits(out, y + 13, secs % 60, 2);
-    out[y + 15] = '.';
-    return out;
-  }
-
-  private static void digits(byte[] out, int at, long value, int width) {
-    for (int i = width - 1; i >= 0; i--) {
-      out[at + i] = (byte) ('0' + value % 10);
-      value /= 10;
+  /** Epoch microseconds as timestamptz (zone: a trailing Z) or timestamp text, UTC. */
+  void timestampMicros(long micros, boolean zone) {
+    separate();
+    dateTime(Math.floorDiv(micros, 1_000_000L), Math.floorMod(micros, 1_000_000L), 6);
+    if (zone) {
+      put((byte) 'Z');
     }
   }
 

@@ -2,7 +2,6 @@ package io.streamfold.sink;
 
 import java.io.IOException;
 import java.io.Serializable;
-import java.sql.Array;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -11,10 +10,15 @@ import java.sql.SQLRecoverableException;
 import java.sql.SQLTransientException;
 import java.sql.Savepoint;
 import java.sql.Statement;
+import java.util.ArrayList;
+import java.util.LinkedHashSet;
+import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedDeque;
+import java.util.stream.Collectors;
 import org.postgresql.Driver;
 import org.postgresql.PGConnection;
 import org.postgresql.copy.CopyManager;
@@ -22,62 +26,126 @@ import org.postgresql.copy.CopyManager;
 /**
  * A partition's Postgres transaction: it claims (ledger, batch id, partition) in streamfold.sink_batches
  * first, so a partition Spark replays after a crash finds its claim taken and writes nothing. Inside it the
- * clicks are COPYed straight into streamfold.enriched_clicks and their totals upserted; if any event_id is
- * already there (a topic reprocessed under a new checkpoint), the transaction goes back to a savepoint and
- * takes the deduplicating path (a staging table, `ON CONFLICT DO NOTHING`, totals folded from the rows
- * actually inserted). Either way the totals equal the sum over enriched_clicks in every committed state.
- * Dead letters land in the same transaction. An outage is waited out (Retry): the ledger makes a retry safe.
+ * events are COPYed straight into the enriched table and each aggregate's totals upserted; if any event_id
+ * is already there (a topic reprocessed under a new checkpoint), the transaction goes back to a savepoint
+ * and takes the deduplicating path (a staging table, `ON CONFLICT DO NOTHING`, totals folded from the rows
+ * actually inserted). Either way the totals equal the sums over the enriched table in every committed
+ * state. Dead letters land in the same transaction. An outage is waited out (Retry): the ledger makes a
+ * retry safe. The statements come from the sink spec (Statements).
  */
 public final class PgWriter {
   /** Where to write: a JDBC URL and the writer role's credentials. */
   record Target(String url, String user, String password) implements Serializable {}
 
-  public static final String ENRICHED_CLICKS = "streamfold.enriched_clicks";
-  public static final String CLICKS_PER_REGION = "streamfold.clicks_per_region";
-  public static final String URL_REGION = "streamfold.url_region_click_count";
-  public static final String DEAD_LETTERS = "streamfold.dead_letters";
   static final String LEDGER = "streamfold.sink_batches";
-  // The CSV's columns (PartitionRows.addClick), in enriched_clicks' own types.
-  static final String CLICK_COLUMNS = "event_id, uid, click_time, click_url, device_type, click_location, clicks, "
-      + "user_regionid, user_gender, user_interests, user_registertime, profile_valid_from, profile_complete";
-
-  private static final String SESSION = String.join(";\n",
-      "CREATE TEMP TABLE IF NOT EXISTS batch_enriched (event_id text, uid text, click_time timestamptz, "
-          + "click_url text, device_type text, click_location text, clicks integer, user_regionid text, "
-          + "user_gender text, user_interests text[], user_registertime bigint, profile_valid_from timestamptz, "
-          + "profile_complete boolean) ON COMMIT DELETE ROWS",
-      "CREATE TEMP TABLE IF NOT EXISTS batch_url_region (url text, region text, clicks bigint) "
-          + "ON COMMIT DELETE ROWS",
-      "CREATE TEMP TABLE IF NOT EXISTS batch_dead_letters (dead_letter_id text, source text, reason text, "
-          + "payload bytea) ON COMMIT DELETE ROWS");
   private static final String CLAIM = "INSERT INTO " + LEDGER + " (query, batch_id, partition_id, rows) "
       + "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING 1";
-  // Every upsert touches its keys in sorted order, so concurrent partitions cannot deadlock.
-  private static final String REGION_UPSERT = "INSERT INTO " + CLICKS_PER_REGION + " AS t (region, clicks) "
-      + "SELECT * FROM unnest(?::text[], ?::bigint[]) ORDER BY 1 "
-      + "ON CONFLICT (region) DO UPDATE SET clicks = t.clicks + excluded.clicks";
-  private static final String URL_REGION_UPSERT = "INSERT INTO " + URL_REGION + " AS t (url, region, click_count) "
-      + "SELECT url, region, clicks FROM pg_temp.batch_url_region ORDER BY url, region "
-      + "ON CONFLICT (url_md5, region) DO UPDATE SET click_count = t.click_count + excluded.click_count";
-  private static final String INSERT_AND_AGGREGATE = "WITH inserted AS ("
-      + " INSERT INTO " + ENRICHED_CLICKS + " (" + CLICK_COLUMNS + ")"
-      + " SELECT " + CLICK_COLUMNS + " FROM pg_temp.batch_enriched ON CONFLICT (event_id) DO NOTHING"
-      + " RETURNING click_url, user_regionid, clicks"
-      + "), per_region AS ("
-      + " INSERT INTO " + CLICKS_PER_REGION + " AS t (region, clicks)"
-      + " SELECT user_regionid, sum(clicks) FROM inserted GROUP BY user_regionid ORDER BY 1"
-      + " ON CONFLICT (region) DO UPDATE SET clicks = t.clicks + excluded.clicks RETURNING 1"
-      + "), per_url_region AS ("
-      + " INSERT INTO " + URL_REGION + " AS t (url, region, click_count)"
-      + " SELECT click_url, user_regionid, sum(clicks) FROM inserted GROUP BY click_url, user_regionid ORDER BY 1, 2"
-      + " ON CONFLICT (url_md5, region) DO UPDATE SET click_count = t.click_count + excluded.click_count RETURNING 1"
-      + ") SELECT count(*) FROM inserted";
-  private static final String DEAD_LETTERS_INSERT = "INSERT INTO " + DEAD_LETTERS
-      + " (dead_letter_id, source, reason, payload) SELECT dead_letter_id, source, reason, payload"
-      + " FROM pg_temp.batch_dead_letters ON CONFLICT DO NOTHING";
+
+  /**
+   * The SQL of a sink spec, written once on the driver: the session's staging tables, the COPY targets, the
+   * upserts of the totals and the deduplicating insert. Every upsert touches its keys in sorted order, so
+   * concurrent partitions cannot deadlock.
+   */
+  record Statements(String session, String copyEnriched, String copyEnrichedStaging, List<String> copyTotals,
+      String upsertTotals, String insertAndAggregate, String insertDeadLetters) implements Serializable {
+
+    static Statements of(SinkSpec spec) {
+      String table = spec.enriched().table();
+      String columns = spec.enriched().columns().stream().map(SinkSpec.Column::name)
+          .collect(Collectors.joining(", "));
+      List<String> session = new ArrayList<>();
+      session.add("CREATE TEMP TABLE IF NOT EXISTS batch_enriched ON COMMIT DELETE ROWS AS SELECT " + columns
+          + " FROM " + table + " WITH NO DATA");
+      List<String> copyTotals = new ArrayList<>();
+      List<String> upserts = new ArrayList<>();
+      List<String> folds = new ArrayList<>();
+      Set<String> returning = new LinkedHashSet<>();
+      for (int i = 0; i < spec.aggregates().size(); i++) {
+        SinkSpec.Aggregate a = spec.aggregates().get(i);
+        String staging = "batch_aggregate_" + i;
+        String targets = String.join(", ", totalColumns(a));
+        session.add("CREATE TEMP TABLE IF NOT EXISTS " + staging + " ON COMMIT DELETE ROWS AS SELECT " + targets
+            + " FROM " + a.table() + " WITH NO DATA");
+        copyTotals.add("pg_temp." + staging + " (" + targets + ")");
+        String keys = a.keys().stream().map(SinkSpec.Key::column).collect(Collectors.joining(", "));
+        upserts.add("INSERT INTO " + a.table() + " AS t (" + targets + ") SELECT " + targets + " FROM pg_temp."
+            + staging + " ORDER BY " + keys + upsertTail(a));
+        folds.add(fold(spec, a, i, returning));
+      }
+      session.add("CREATE TEMP TABLE IF NOT EXISTS batch_dead_letters (dead_letter_id text, source text, "
+          + "reason text, payload bytea) ON COMMIT DELETE ROWS");
+      String insertAndAggregate = "WITH inserted AS ("
+          + " INSERT INTO " + table + " (" + columns + ")"
+          + " SELECT " + columns + " FROM pg_temp.batch_enriched ON CONFLICT DO NOTHING"
+          + " RETURNING " + (returning.isEmpty() ? "1" : String.join(", ", returning))
+          + ")" + folds.stream().map(f -> ", " + f).collect(Collectors.joining())
+          + " SELECT count(*) FROM inserted";
+      String insertDeadLetters = "INSERT INTO " + spec.deadLetters().table()
+          + " (dead_letter_id, source, reason, payload) SELECT dead_letter_id, source, reason, payload"
+          + " FROM pg_temp.batch_dead_letters ON CONFLICT DO NOTHING";
+      return new Statements(String.join(";\n", session), table + " (" + columns + ")",
+          "pg_temp.batch_enriched (" + columns + ")", copyTotals, String.join(";\n", upserts),
+          insertAndAggregate, insertDeadLetters);
+    }
+
+    /** An aggregate table's columns the sink writes: the keys, the count, the sums. */
+    private static List<String> totalColumns(SinkSpec.Aggregate a) {
+      List<String> columns = new ArrayList<>();
+      a.keys().forEach(k -> columns.add(k.column()));
+      columns.add(a.countColumn());
+      a.sums().forEach(s -> columns.add(s.column()));
+      return columns;
+    }
+
+    private static String upsertTail(SinkSpec.Aggregate a) {
+      List<String> added = new ArrayList<>();
+      added.add(a.countColumn());
+      a.sums().forEach(s -> added.add(s.column()));
+      return " ON CONFLICT (" + String.join(", ", a.conflictColumns()) + ") DO UPDATE SET "
+          + added.stream().map(c -> c + " = t." + c + " + excluded." + c).collect(Collectors.joining(", "));
+    }
+
+    /** The aggregate's totals folded from the rows the deduplicating insert inserted (`inserted`): each
+     * key and summand is the enriched column at the same ordinal of the join's output. */
+    private static String fold(SinkSpec spec, SinkSpec.Aggregate a, int i, Set<String> returning) {
+      List<String> select = new ArrayList<>();
+      List<String> order = new ArrayList<>();
+      for (SinkSpec.Key key : a.keys()) {
+        String column = enrichedColumn(spec, key.ordinal(), a.name());
+        returning.add(column);
+        select.add(column);
+        order.add(String.valueOf(select.size()));
+      }
+      if (a.countOrdinal() == null) {
+        select.add("count(*)");
+      } else {
+        String column = enrichedColumn(spec, a.countOrdinal(), a.name());
+        returning.add(column);
+        select.add("sum(" + column + ")");
+      }
+      for (SinkSpec.Sum sum : a.sums()) {
+        String column = enrichedColumn(spec, sum.ordinal(), a.name());
+        returning.add(column);
+        select.add("coalesce(sum(" + column + "), 0)");
+      }
+      return "aggregate_" + i + " AS (INSERT INTO " + a.table() + " AS t (" + String.join(", ", totalColumns(a))
+          + ") SELECT " + String.join(", ", select) + " FROM inserted GROUP BY " + String.join(", ", order)
+          + " ORDER BY " + String.join(", ", order) + upsertTail(a) + " RETURNING 1)";
+    }
+
+    private static String enrichedColumn(SinkSpec spec, int ordinal, String aggregate) {
+      return spec.enriched().columns().stream().filter(c -> c.ordinal() == ordinal).findFirst()
+          .map(SinkSpec.Column::name)
+          .orElseThrow(() -> new IllegalArgumentException("sink spec: aggregate " + aggregate
+              + " reads ordinal " + ordinal + ", which is no enriched column"));
+    }
+  }
+
+  /** A pool of connections per target and session: a session holds the staging tables of one spec. */
+  private record Pool(Target target, String session) {}
 
   /** Idle writer connections of this JVM, per target: an executor runs several tasks at once. */
-  private static final Map<Target, ConcurrentLinkedDeque<Connection>> IDLE = new ConcurrentHashMap<>();
+  private static final Map<Pool, ConcurrentLinkedDeque<Connection>> IDLE = new ConcurrentHashMap<>();
 
   private PgWriter() {}
 
@@ -85,12 +153,14 @@ public final class PgWriter {
    * Lands a partition in one transaction; returns the path taken ("COPY", "deduplicated", or "replay" when
    * the ledger already had it). Retried through an outage for up to budgetMs.
    */
-  static String land(Target target, String ledger, long batchId, int partition, PartitionRows rows, long budgetMs) {
+  static String land(Target target, Statements sql, String ledger, long batchId, int partition, PartitionRows rows,
+      long budgetMs) {
+    Pool pool = new Pool(target, sql.session());
     return Retry.retrying("Postgres", budgetMs, PgWriter::isTransient, () -> {
-      Connection conn = borrow(target);
+      Connection conn = borrow(pool);
       try {
-        String path = transaction(conn, ledger, batchId, partition, rows);
-        IDLE.get(target).push(conn);
+        String path = transaction(conn, sql, ledger, batchId, partition, rows);
+        IDLE.get(pool).push(conn);
         return path;
       } catch (Exception e) {
         discard(conn);
@@ -99,15 +169,15 @@ public final class PgWriter {
     });
   }
 
-  private static String transaction(Connection conn, String ledger, long batchId, int partition, PartitionRows rows)
-      throws SQLException, IOException {
+  private static String transaction(Connection conn, Statements sql, String ledger, long batchId, int partition,
+      PartitionRows rows) throws SQLException, IOException {
     try {
       String path = "replay";
-      if (claim(conn, ledger, batchId, partition, rows.clicks() + rows.dead())) {
-        path = rows.clicks() == 0 ? "empty" : writeClicks(conn, rows);
+      if (claim(conn, ledger, batchId, partition, rows.events() + rows.dead())) {
+        path = rows.events() == 0 ? "empty" : writeEvents(conn, sql, rows);
         if (rows.dead() > 0) {
           copy(conn, "pg_temp.batch_dead_letters", rows.deadCsv);
-          execute(conn, DEAD_LETTERS_INSERT);
+          execute(conn, sql.insertDeadLetters());
         }
       }
       conn.commit();
@@ -135,13 +205,14 @@ public final class PgWriter {
     }
   }
 
-  /** COPY straight into enriched_clicks and upsert the totals; if an event_id is already there, back to the
-   * savepoint and insert only the new rows, with totals from the rows inserted. */
-  private static String writeClicks(Connection conn, PartitionRows rows) throws SQLException, IOException {
+  /** COPY straight into the enriched table and upsert the totals; if an event_id is already there, back to
+   * the savepoint and insert only the new rows, with totals from the rows inserted. */
+  private static String writeEvents(Connection conn, Statements sql, PartitionRows rows)
+      throws SQLException, IOException {
     Savepoint savepoint = conn.setSavepoint();
     try {
-      copy(conn, ENRICHED_CLICKS + " (" + CLICK_COLUMNS + ")", rows.clicksCsv);
-      upsertTotals(conn, rows);
+      copy(conn, sql.copyEnriched(), rows.enrichedCsv);
+      upsertTotals(conn, sql, rows);
       conn.releaseSavepoint(savepoint);
       return "COPY";
     } catch (SQLException e) {
@@ -150,30 +221,38 @@ public final class PgWriter {
       }
     }
     conn.rollback(savepoint);
-    copy(conn, "pg_temp.batch_enriched (" + CLICK_COLUMNS + ")", rows.clicksCsv);
-    execute(conn, INSERT_AND_AGGREGATE);
+    copy(conn, sql.copyEnrichedStaging(), rows.enrichedCsv);
+    execute(conn, sql.insertAndAggregate());
     return "deduplicated";
   }
 
-  private static void upsertTotals(Connection conn, PartitionRows rows) throws SQLException, IOException {
-    String[] regions = rows.regions().keySet().toArray(new String[0]);
-    Long[] clicks = rows.regions().values().toArray(new Long[0]);
-    try (PreparedStatement upsert = conn.prepareStatement(REGION_UPSERT)) {
-      Array regionArray = conn.createArrayOf("text", regions);
-      Array clickArray = conn.createArrayOf("bigint", clicks);
-      upsert.setArray(1, regionArray);
-      upsert.setArray(2, clickArray);
-      upsert.executeUpdate();
+  /** Each aggregate's totals COPYed into its staging table, then all upserted in one round trip. */
+  private static void upsertTotals(Connection conn, Statements sql, PartitionRows rows)
+      throws SQLException, IOException {
+    if (rows.totals.length == 0) {
+      return;
     }
+    for (int i = 0; i < rows.totals.length; i++) {
+      copy(conn, sql.copyTotals().get(i), totalsCsv(rows.totals[i]));
+    }
+    execute(conn, sql.upsertTotals());
+  }
+
+  private static PgCsv totalsCsv(GroupTotals totals) {
+    Layout.Field[] keys = totals.group.keys();
+    Layout.Field[] sums = totals.group.sums();
     PgCsv csv = new PgCsv();
-    rows.urlRegions().forEach((key, total) -> {
-      csv.text(key.url());
-      csv.text(key.region());
-      csv.number(total);
+    totals.totals().forEach((key, total) -> {
+      for (int i = 0; i < keys.length; i++) {
+        csv.value(key[i], keys[i].kind());
+      }
+      csv.number(total.count);
+      for (int i = 0; i < sums.length; i++) {
+        csv.value(total.sum(i, sums[i].kind()), sums[i].kind());
+      }
       csv.endRow();
     });
-    copy(conn, "pg_temp.batch_url_region (url, region, clicks)", csv);
-    execute(conn, URL_REGION_UPSERT);
+    return csv;
   }
 
   private static void copy(Connection conn, String into, PgCsv csv) throws SQLException, IOException {
@@ -190,8 +269,9 @@ public final class PgWriter {
     }
   }
 
-  private static Connection borrow(Target target) throws SQLException {
-    Connection idle = IDLE.computeIfAbsent(target, t -> new ConcurrentLinkedDeque<>()).poll();
+  private static Connection borrow(Pool pool) throws SQLException {
+    Target target = pool.target();
+    Connection idle = IDLE.computeIfAbsent(pool, t -> new ConcurrentLinkedDeque<>()).poll();
     if (idle != null && !idle.isClosed()) {
       return idle;
     }
@@ -208,7 +288,7 @@ public final class PgWriter {
     }
     try {
       conn.setAutoCommit(true);
-      execute(conn, SESSION);
+      execute(conn, pool.session());
       conn.setAutoCommit(false);
       return conn;
     } catch (SQLException e) {

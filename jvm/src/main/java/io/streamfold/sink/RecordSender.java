@@ -13,7 +13,7 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
- * The executors' Kafka producer for user_clicks, users_changelog and clicks_dlq: one per JVM and broker
+ * The executors' Kafka producer for the enriched, changelog and dead letter topics: one per JVM and broker
  * list, shared by the tasks (KafkaProducer is thread-safe). Keyed records go to murmur2(key) % partitions,
  * Kafka's own partitioning. A partition's records are sent after its Postgres commit, on every attempt, and
  * all of them again if any is not acknowledged: at least once (consumers drop duplicates by event_id).
@@ -31,11 +31,12 @@ final class RecordSender {
 
   private RecordSender() {}
 
-  static void sendAll(Target target, List<ProducerRecord<byte[], byte[]>> records, long budgetMs) {
+  /** Sends every record, all of them again on a failed attempt; `topics` names them in the retry's log. */
+  static void sendAll(Target target, String topics, List<ProducerRecord<byte[], byte[]>> records, long budgetMs) {
     if (records.isEmpty()) {
       return;
     }
-    Retry.retrying("Kafka (user_clicks, users_changelog, clicks_dlq)", budgetMs, e -> true, () -> {
+    Retry.retrying("Kafka (" + topics + ")", budgetMs, e -> true, () -> {
       Producer<byte[], byte[]> producer = PRODUCERS.computeIfAbsent(target, RecordSender::create);
       try {
         AtomicReference<Exception> failed = new AtomicReference<>();

@@ -6,17 +6,20 @@ import java.security.NoSuchAlgorithmException;
 import java.util.Arrays;
 import java.util.Base64;
 import java.util.HexFormat;
+import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * The Kafka record values the sink writes, as compact JSON bytes with null fields left out: exactly what
- * Spark's `to_json` of the same struct writes (tests/unit/test_sinks.py holds them to Spark's to_json,
- * byte for byte).
+ * Spark's `to_json` of the same struct writes (tests/unit/test_sinks.py holds each to its Spark
+ * expression, byte for byte). Times from epoch microseconds are ISO-8601 strings in UTC, a numeric is a
+ * JSON number (its decimal text), a jsonb value is embedded as the JSON it is.
  */
 final class Values {
-  /** clicks_dlq carries at most this many payload bytes (as text and as base64, ~2.4x): the full bytes
-   * stay in streamfold.dead_letters, and a record stays far below the broker's 1 MB limit. */
+  /** The dead letters topic carries at most this many payload bytes (as text and as base64, ~2.4x): the
+   * full bytes stay in streamfold.dead_letters, and a record stays far below the broker's 1 MB limit. */
   static final int DLQ_PAYLOAD_BYTES = 16 * 1024;
   static final int DLQ_REASON_CHARS = 2048;
 
@@ -44,6 +47,66 @@ final class Values {
       }
       put((byte) '"');
       put((byte) ':');
+    }
+
+    /** A column of the join's output row, by its kind, under the field's name (left out when null). */
+    void column(InternalRow row, Layout.Field field) {
+      int i = field.ordinal();
+      if (row.isNullAt(i)) {
+        return;
+      }
+      Layout.Kind kind = field.kind();
+      if (kind == Layout.Kind.VALID_FROM_MS && row.getLong(i) < 0) {
+        return;  // a snapshot version: valid since the beginning of time
+      }
+      field(field.jsonName());
+      switch (kind) {
+        case TEXT -> quoted(row.getUTF8String(i));
+        case INTEGER_TEXT, NUMERIC_TEXT, JSONB -> raw(row.getUTF8String(i));
+        case INT -> ascii(Integer.toString(row.getInt(i)));
+        case LONG, EPOCH_MS, VALID_FROM_MS -> ascii(Long.toString(row.getLong(i)));
+        case DOUBLE -> number(row.getDouble(i));
+        case BOOLEAN -> ascii(row.getBoolean(i) ? "true" : "false");
+        case TIMESTAMPTZ, TIMESTAMP -> time(row.getLong(i), kind == Layout.Kind.TIMESTAMPTZ);
+        case TEXT_ARRAY -> array(row.getArray(i));
+      }
+    }
+
+    private void field(byte[] jsonName) {
+      if (len > 1) {
+        put((byte) ',');
+      }
+      ensure(jsonName.length);
+      System.arraycopy(jsonName, 0, buf, len, jsonName.length);
+      len += jsonName.length;
+    }
+
+    /** JSON text that is valid as it is (a number's text, a jsonb value). */
+    private void raw(UTF8String value) {
+      int n = value.numBytes();
+      ensure(n);
+      value.writeToMemory(buf, Platform.BYTE_ARRAY_OFFSET + len);
+      len += n;
+    }
+
+    /** As Jackson writes a double: Double.toString, and NaN or an infinity as a string. */
+    private void number(double value) {
+      if (Double.isFinite(value)) {
+        ascii(Double.toString(value));
+      } else {
+        put((byte) '"');
+        ascii(Double.toString(value));
+        put((byte) '"');
+      }
+    }
+
+    private void time(long micros, boolean zone) {
+      put((byte) '"');
+      dateTime(Math.floorDiv(micros, 1_000_000L), Math.floorMod(micros, 1_000_000L), 6);
+      if (zone) {
+        put((byte) 'Z');
+      }
+      put((byte) '"');
     }
 
     Json text(String name, String value) {
@@ -74,11 +137,7 @@ final class Values {
       return this;
     }
 
-    Json texts(String name, ArrayData values) {
-      if (values == null) {
-        return this;
-      }
-      field(name);
+    private void array(ArrayData values) {
       put((byte) '[');
       for (int i = 0; i < values.numElements(); i++) {
         if (i > 0) {
@@ -91,7 +150,6 @@ final class Values {
         }
       }
       put((byte) ']');
-      return this;
     }
 
     byte[] bytes() {
@@ -138,8 +196,9 @@ final class Values {
 
   }
 
-  /** A clicks_dlq record: the reason, the payload's first DLQ_PAYLOAD_BYTES as text (lossy: invalid UTF-8
-   * and NUL become U+FFFD) and exactly (base64), its full length and sha256, whether it was truncated. */
+  /** A dead letters topic record: the reason, the payload's first DLQ_PAYLOAD_BYTES as text (lossy:
+   * invalid UTF-8 and NUL become U+FFFD) and exactly (base64), its full length and sha256, whether it was
+   * truncated. */
   static byte[] deadLetter(UTF8String id, UTF8String source, UTF8String reason, byte[] payload) {
     Json json = new Json().text("dead_letter_id", cleanText(id)).text("source", cleanText(source));
     String why = cleanText(reason);

@@ -1,0 +1,89 @@
+package io.streamfold.sink;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.DeserializationFeature;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.PropertyNamingStrategies;
+import java.io.Serializable;
+import java.util.List;
+import java.util.regex.Pattern;
+
+/**
+ * The sink spec, as pipeline/sink_spec.py writes it from the pipeline file: where each of the join's output
+ * columns goes (by ordinal, with its column type) in the enriched table and topic, the changelog, the dead
+ * letters and each aggregate. Parsed on the driver, once per batch; every field must be there (null where
+ * the spec allows it), and no other.
+ */
+record SinkSpec(Integer kindOrdinal, Enriched enriched, Changelog changelog, DeadLetters deadLetters,
+    List<Aggregate> aggregates) implements Serializable {
+
+  /** An output column written to the enriched table and topic, or to the changelog, under `name`. */
+  record Column(String name, int ordinal, String type) implements Serializable {}
+
+  /** The enriched table's columns in its order; `keyOrdinal` is the Kafka key, `completeOrdinal` the flag
+   * that join.max_wait released the event. */
+  record Enriched(String table, String topic, int keyOrdinal, int completeOrdinal, List<Column> columns)
+      implements Serializable {}
+
+  /** A change row's record: keyed by the key, the fields as its value, a tombstone for op "d". */
+  record Changelog(String topic, int keyOrdinal, int opOrdinal, List<Column> fields) implements Serializable {}
+
+  record DeadLetters(String table, String topic, int idOrdinal, int errorOrdinal, int sourceOrdinal,
+      int payloadOrdinal) implements Serializable {}
+
+  /** A group-by column of an aggregate. */
+  record Key(String column, int ordinal, String type, boolean md5) implements Serializable {}
+
+  /** A summed column of an aggregate: the sum of an event field. */
+  record Sum(String column, int ordinal, String type) implements Serializable {}
+
+  /** An aggregate's table: its keys, their conflict target (md5 columns for long text), the count (null
+   * ordinal: every event counts 1) and the sums. */
+  record Aggregate(String name, String table, String topic, List<Key> keys, List<String> conflictColumns,
+      String countColumn, Integer countOrdinal, List<Sum> sums) implements Serializable {}
+
+  private static final ObjectMapper MAPPER = new ObjectMapper()
+      .setPropertyNamingStrategy(PropertyNamingStrategies.SNAKE_CASE)
+      .enable(DeserializationFeature.FAIL_ON_MISSING_CREATOR_PROPERTIES)
+      .enable(DeserializationFeature.FAIL_ON_NULL_FOR_PRIMITIVES)
+      .enable(DeserializationFeature.FAIL_ON_UNKNOWN_PROPERTIES);
+  // SQL names are spliced into statements: the pipeline file allows identifiers and schema.table only.
+  private static final Pattern IDENTIFIER = Pattern.compile("[a-z_][a-z0-9_]{0,62}");
+  private static final Pattern TABLE = Pattern.compile("[a-z_][a-z0-9_]{0,62}\\.[a-z_][a-z0-9_]{0,62}");
+
+  static SinkSpec parse(String json) {
+    SinkSpec spec;
+    try {
+      spec = MAPPER.readValue(json, SinkSpec.class);
+    } catch (JsonProcessingException e) {
+      throw new IllegalArgumentException("not a sink spec: " + e.getOriginalMessage(), e);
+    }
+    spec.checkNames();
+    return spec;
+  }
+
+  private void checkNames() {
+    table(enriched.table());
+    table(deadLetters.table());
+    enriched.columns().forEach(c -> identifier(c.name()));
+    for (Aggregate a : aggregates) {
+      table(a.table());
+      identifier(a.countColumn());
+      a.keys().forEach(k -> identifier(k.column()));
+      a.conflictColumns().forEach(SinkSpec::identifier);
+      a.sums().forEach(s -> identifier(s.column()));
+    }
+  }
+
+  private static void table(String name) {
+    if (!TABLE.matcher(name).matches()) {
+      throw new IllegalArgumentException("sink spec: " + name + " is not schema.table");
+    }
+  }
+
+  private static void identifier(String name) {
+    if (!IDENTIFIER.matcher(name).matches()) {
+      throw new IllegalArgumentException("sink spec: " + name + " is not an SQL identifier");
+    }
+  }
+}

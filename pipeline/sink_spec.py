@@ -1,0 +1,177 @@
+"""The sink spec: how the JVM landing (jvm/src/main/java/io/streamfold/sink/) writes the join's output, built
+from the pipeline file (docs/contracts.md "The pipeline file").
+
+The spec names the enriched table and topic, the changelog topic, the dead letters, and each aggregate's
+table and topic, and says for each column the sink writes which column of the join's output it is (its
+ordinal, found by NAME in the output's schema, so the join may order its columns as it likes) and its type:
+a pipeline column type, or `epoch_ms` (the event time) or `valid_from_ms` (a profile version's start,
+negative for a snapshot version). The JVM checks each type against the output's Spark type.
+
+The enriched columns are db.pipeline_tables.enriched_columns, in that order; each comes from the output
+column of the same name, except the event time and valid-from, which the join carries in ms as `<name>_ms`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.types import StructType
+
+from common import names
+from common.pipeline_file import Aggregate, Pipeline
+from db.pipeline_tables import aggregate_columns, enriched_columns, ref_type
+
+# The join's output columns the sink reads besides the pipeline's own (docs/contracts.md, the join's output).
+KIND = "kind"
+EVENT_ID = "event_id"
+ERROR = "error"
+SOURCE = "source"
+PAYLOAD = "payload"
+CHANGE_OP = "change_op"
+# The changelog record's field holding the version's start.
+VALID_FROM = "valid_from"
+# Types an aggregate cannot group by in the sink: a Postgres key compares them by value, not by their text.
+UNGROUPABLE = ("text[]", "jsonb")
+
+
+@dataclass(frozen=True)
+class EnrichedColumn:
+    """An enriched table column: its name (also in the enriched topic's records), the join output column it
+    comes from, and its type."""
+
+    name: str
+    output: str
+    type: str
+
+
+def enriched_layout(pipeline: Pipeline) -> list[EnrichedColumn]:
+    """The enriched table's columns in its order, each with the join output column it comes from."""
+    given, events = pipeline.outputs.enriched, pipeline.events
+    key = given.key_column or events.key
+    time = given.time_column or events.time.field
+    sources: dict[str, tuple[str, str]] = {
+        EVENT_ID: (EVENT_ID, "text"),
+        key: (key, pipeline.key_type),
+        time: (f"{time}_ms", "epoch_ms"),
+        **{event_column(pipeline, n): (event_column(pipeline, n), f.type) for n, f in events.fields.items()},
+        given.valid_from_column: (f"{given.valid_from_column}_ms", "valid_from_ms"),
+        given.complete_column: (given.complete_column, "boolean"),
+    }
+    if events.count:
+        count = given.count_column or events.count
+        sources[count] = (count, "integer")
+    for name, column in pipeline.profile.columns.items():
+        sources[profile_column(pipeline, name)] = (profile_column(pipeline, name), column.type)
+    return [EnrichedColumn(c.name, *sources[c.name]) for c in enriched_columns(pipeline)]
+
+
+def event_column(pipeline: Pipeline, field: str) -> str:
+    """An event field's column in the enriched table and the join's output."""
+    if field == pipeline.events.key:
+        return pipeline.outputs.enriched.key_column or field
+    return pipeline.outputs.enriched.event_columns.get(field, field)
+
+
+def profile_column(pipeline: Pipeline, column: str) -> str:
+    """A profile column's column in the enriched table and the join's output."""
+    return f"{pipeline.outputs.enriched.profile_prefix}{column}"
+
+
+def sink_spec(pipeline: Pipeline, output: StructType) -> dict[str, Any]:
+    """The spec Landing.land takes (as JSON), for the join output `output`."""
+    ordinal = _ordinals(output)
+    given = pipeline.outputs.enriched
+    key = ordinal(given.key_column or pipeline.events.key)
+    valid_from = ordinal(f"{given.valid_from_column}_ms")
+    return {
+        "kind_ordinal": ordinal(KIND) if KIND in output.fieldNames() else None,
+        "enriched": {
+            "table": pipeline.enriched_table,
+            "topic": pipeline.enriched_topic,
+            "key_ordinal": key,
+            "complete_ordinal": ordinal(given.complete_column),
+            "columns": [
+                {"name": c.name, "ordinal": ordinal(c.output), "type": c.type}
+                for c in enriched_layout(pipeline)
+            ],
+        },
+        "changelog": {
+            "topic": pipeline.changelog_topic,
+            "key_ordinal": key,
+            "op_ordinal": ordinal(CHANGE_OP),
+            "fields": [
+                {"name": pipeline.profile.key, "ordinal": key, "type": pipeline.key_type},
+                *(
+                    {"name": name, "ordinal": ordinal(profile_column(pipeline, name)), "type": column.type}
+                    for name, column in pipeline.profile.columns.items()
+                ),
+                {"name": VALID_FROM, "ordinal": valid_from, "type": "valid_from_ms"},
+            ],
+        },
+        "dead_letters": {
+            "table": names.DEAD_LETTERS_TABLE,
+            "topic": pipeline.dead_letters_topic,
+            "id_ordinal": ordinal(EVENT_ID),
+            "error_ordinal": ordinal(ERROR),
+            "source_ordinal": ordinal(SOURCE),
+            "payload_ordinal": ordinal(PAYLOAD),
+        },
+        "aggregates": [_aggregate(pipeline, i, a, ordinal) for i, a in enumerate(pipeline.aggregates)],
+    }
+
+
+def sink_spec_json(pipeline: Pipeline, output: StructType) -> str:
+    return json.dumps(sink_spec(pipeline, output))
+
+
+def _aggregate(
+    pipeline: Pipeline, i: int, aggregate: Aggregate, ordinal: Callable[[str], int]
+) -> dict[str, Any]:
+    _, primary_key = aggregate_columns(pipeline, aggregate)
+    keys = []
+    for column, ref in aggregate.group_by.items():
+        where = f"aggregates.{i}.group_by.{column}"
+        source, name = pipeline.resolve(ref, where)
+        kind = ref_type(pipeline, source, name)
+        if kind in UNGROUPABLE:
+            raise pipeline.error(where, f"the sink cannot group by a {kind} column yet: group by another")
+        output = event_column(pipeline, name) if source == "event" else profile_column(pipeline, name)
+        # A key Postgres indexes by its md5 has the digest column in the primary key instead.
+        md5 = column not in primary_key
+        keys.append({"column": column, "ordinal": ordinal(output), "type": kind, "md5": md5})
+    sums = []
+    for column, ref in aggregate.sums.items():
+        _, name = pipeline.resolve(ref, f"aggregates.{i}.sums.{column}")
+        field = pipeline.events.fields[name]
+        sums.append({"column": column, "ordinal": ordinal(event_column(pipeline, name)), "type": field.type})
+    events = pipeline.events
+    # Without a count field every event counts 1.
+    count = ordinal(pipeline.outputs.enriched.count_column or events.count) if events.count else None
+    return {
+        "name": aggregate.name,
+        "table": pipeline.aggregate_table(aggregate),
+        "topic": pipeline.aggregate_topic(aggregate),
+        "keys": keys,
+        "conflict_columns": primary_key,
+        "count_column": aggregate.count_column,
+        "count_ordinal": count,
+        "sums": sums,
+    }
+
+
+def _ordinals(output: StructType) -> Callable[[str], int]:
+    """name -> ordinal in the join's output; a missing or ambiguous name is an error naming the columns."""
+    fields = output.fieldNames()
+    twice = sorted({n for n in fields if fields.count(n) > 1})
+    if twice:
+        raise ValueError(f"the join's output has the columns {twice} twice: the sink reads columns by name")
+
+    def ordinal(name: str) -> int:
+        if name not in fields:
+            raise ValueError(f"the join's output has no column {name!r} (it has {', '.join(fields)})")
+        return fields.index(name)
+
+    return ordinal
