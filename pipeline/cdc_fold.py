@@ -47,8 +47,8 @@ from pyspark.sql.types import LongType, StringType, StructField
 from common import names
 from pipeline import records
 from pipeline.clicks import MAX_FUTURE_MS, within_key_limit
-from pipeline.strict_json import is_int, loads_strict
 from pipeline.temporal_state import BEGINNING_OF_TIME_MS
+from spec.strict_json import is_int, loads_strict
 
 PROFILE_FIELDS = ("regionid", "gender", "interests", "registertime")
 # The heartbeat table (db/tables.py) whose change events Debezium routes into the CDC users topic.

@@ -8,7 +8,7 @@ Anything else goes to the dead letters with a reason; nothing is silently droppe
 `parse_click` is the executable contract (the e2e oracle uses it); `parse` is the same contract in
 the JVM (no Python per record): jvm/.../clicks/ClickParse.java, with a streaming fast path for plain clicks
 (PlainClick.java), held to `parse_click` by a differential fuzz test (tests/unit/test_parsers_spark.py).
-"JSON" is strict JSON as pipeline.strict_json reads it. A non-empty string has a character that is not
+"JSON" is strict JSON as spec.strict_json reads it. A non-empty string has a character that is not
 whitespace (Python's str.isspace()).
 
 Reasons (the JVM's wording; `parse_click`'s differs only in how the offending value is shown, JSON text
@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipeline import records
-from pipeline.strict_json import is_int, loads_strict
+from spec.strict_json import is_int, loads_strict
 
 MAX_RECORD_BYTES = 64 * 1024
 # Event times before this are not real clicks (2000-01-01T00:00:00Z).

@@ -22,7 +22,6 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from pipeline.strict_json import is_int
 from pipeline.temporal_join import pending_clicks
 
 STATUS_DIR = "status"
@@ -80,7 +79,12 @@ def requested_ms(request: Any) -> int | None:
     """When `streamfold status` asked for a count (request_count writes {"requested_ms": int}); None for no
     request or a file that is not one: the job's poll loop must never fail on it."""
     value = request.get("requested_ms") if isinstance(request, dict) else None
-    return value if is_int(value) else None
+    return value if _is_int64(value) else None
+
+
+def _is_int64(value: Any) -> bool:
+    """spec.strict_json.is_int (runtime code does not import the reference models)."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
 
 
 class WaitingClicks:
