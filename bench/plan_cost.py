@@ -56,7 +56,7 @@ def main() -> None:
         "topic string, key binary, value binary, event_id string, written_ms bigint",
     )
     measure("clicks.parse", clicks.parse(raw_clicks))
-    measure("cdc_fold.fold", cdc_fold.fold(raw_cdc))
+    measure("cdc_fold.fold", cdc_fold.fold(raw_cdc, cdc_fold.DEFAULT_PROFILE_SPEC))
     spark.stop()
 
 

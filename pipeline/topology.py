@@ -54,7 +54,7 @@ def enrich(raw_clicks: DataFrame, cdc_raw: DataFrame, join: JoinConfig) -> DataF
     """Steps 2 and 3, whatever the sources: raw clicks (event_id, source, payload, now_ms) and raw CDC records
     (topic, key, value, event_id, written_ms) -> the join's output (records.JOIN_OUTPUT)."""
     parsed = clicks.parse(raw_clicks)  # clicks, and rejects with their error
-    changes = cdc_fold.fold(cdc_raw)  # changes, progress, rejects
+    changes = cdc_fold.fold(cdc_raw, cdc_fold.DEFAULT_PROFILE_SPEC)  # changes, progress, rejects
     # Rejects and changes ride through the join operator, so each source is read and parsed once per batch.
     return temporal_join(parsed, changes, join)  # enriched clicks, dead letters, users_changelog rows
 

@@ -27,8 +27,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from common import config, kinesis, names
 from connectors import setup
 from db import schema
-from pipeline.cdc_fold import BadEnvelope, parse_envelope
+from pipeline.cdc_fold import DEFAULT_PROFILE_SPEC
 from pipeline.clicks import Rejected, parse_click
+from spec.envelopes import BadEnvelope, parse_envelope
 from tests.support.kafka import Message, read_all
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,7 +162,7 @@ def profile_history(bootstrap: str) -> dict[str, list[tuple[int, int, str | None
             continue
         op, source = envelope["op"], envelope["source"]
         if source.get("table") == "cdc_heartbeat":
-            continue  # CDC progress routed into this topic (pipeline/cdc_fold.py), never a user
+            continue  # CDC progress routed into this topic (spec/envelopes.py), never a user
         valid_from = NEVER if op == "r" else source["ts_ms"]
         row = envelope["before"] if op == "d" else envelope["after"]
         region = None if op == "d" else (row.get("regionid") or names.UNKNOWN_REGION)
@@ -176,15 +177,15 @@ def profile_history(bootstrap: str) -> dict[str, list[tuple[int, int, str | None
 def is_dead_letter(message: Message) -> bool:
     """The reference fold rejects it: the job dead-letters it, so it is no version of anyone."""
     try:
-        parse_envelope(message.topic, message.raw_key, message.raw_value)
+        parse_envelope(message.topic, message.raw_key, message.raw_value, DEFAULT_PROFILE_SPEC)
     except BadEnvelope:
         return True
     return False
 
 
 def cdc_dead_letters(bootstrap: str) -> set[str]:
-    """The CDC records the reference fold (cdc_fold.parse_envelope) rejects, by dead-letter id: change events
-    and Debezium's heartbeats alike (the job reads both topics)."""
+    """The CDC records the reference fold (spec.envelopes.parse_envelope) rejects, by dead-letter id: change
+    events and Debezium's heartbeats alike (the job reads both topics)."""
     dead = set()
     for m in [*read_all(bootstrap, names.CDC_USERS_TOPIC), *read_all(bootstrap, names.HEARTBEAT_TOPIC)]:
         if is_dead_letter(m):

@@ -6,17 +6,22 @@ import pytest
 
 from common import names
 from pipeline.cdc_fold import (
-    BEGINNING_OF_TIME_MS,
-    FOLDED_COLUMNS,
+    DEFAULT_PROFILE_SPEC,
     HEARTBEAT_SCHEMA,
     HEARTBEAT_TABLE,
     MAX_CHANGE_BYTES,
+    fold,
+    fold_records,
+    fold_type,
+    folded_columns,
+)
+from pipeline.records import CHANGE
+from spec.envelopes import (
+    BEGINNING_OF_TIME_MS,
     MAX_COMMIT_MS,
     BadEnvelope,
     Change,
     Progress,
-    fold,
-    fold_records,
     parse_envelope,
 )
 
@@ -37,35 +42,51 @@ def envelope(op: str, before=None, after=None, ts_ms=1_000, lsn=42) -> bytes:
 
 
 KEY = json.dumps({"userid": "alice"}).encode()
+FOLDED_COLUMNS = folded_columns(DEFAULT_PROFILE_SPEC)
+
+
+def parse(topic: str, key: bytes | None, value: bytes | None) -> Change | Progress | None:
+    return parse_envelope(topic, key, value, DEFAULT_PROFILE_SPEC)
+
+
+def profile(regionid=None, gender=None, interests=None, registertime=None) -> dict:
+    return {"regionid": regionid, "gender": gender, "interests": interests, "registertime": registertime}
+
+
+def test_the_default_spec_folds_to_the_changelog_record():
+    """The demo's fold row is records.CHANGE between kind and progress_ms, error: the join reads it."""
+    want = [("kind", "string"), *((f.name, f.dataType.simpleString()) for f in CHANGE.fields)]
+    want += [("progress_ms", "bigint"), ("error", "string")]
+    assert [(f.name, f.dataType.simpleString()) for f in fold_type(DEFAULT_PROFILE_SPEC).fields] == want
 
 
 def test_insert_and_update_are_valid_from_commit_time():
-    change = parse_envelope(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=5_000))
-    assert change == Change("alice", "u", 5_000, 42, 5_000, "asia", "FEMALE", ["News"], 1)
+    change = parse(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=5_000))
+    assert change == Change("alice", "u", 5_000, 42, 5_000, profile("asia", "FEMALE", ["News"], 1))
 
 
 def test_snapshot_read_is_valid_from_the_beginning_of_time_but_reports_progress():
-    change = parse_envelope(TOPIC, KEY, envelope("r", after=ALICE, ts_ms=7_000))
+    change = parse(TOPIC, KEY, envelope("r", after=ALICE, ts_ms=7_000))
     assert change.valid_from_ms == BEGINNING_OF_TIME_MS
     assert change.progress_ms == 7_000
 
 
 def test_delete_takes_userid_from_before_and_has_no_profile():
-    change = parse_envelope(TOPIC, KEY, envelope("d", before={"userid": "alice"}, ts_ms=9_000))
-    assert change == Change("alice", "d", 9_000, 42, 9_000)
+    change = parse(TOPIC, KEY, envelope("d", before={"userid": "alice"}, ts_ms=9_000))
+    assert change == Change("alice", "d", 9_000, 42, 9_000, profile())
 
 
 def test_delete_without_before_falls_back_to_the_key():
-    assert parse_envelope(TOPIC, KEY, envelope("d", ts_ms=9_000)).userid == "alice"
+    assert parse(TOPIC, KEY, envelope("d", ts_ms=9_000)).key == "alice"
 
 
 def test_tombstone_is_skipped():
-    assert parse_envelope(TOPIC, KEY, None) is None
+    assert parse(TOPIC, KEY, None) is None
 
 
 def test_heartbeat_reports_progress():
     beat = json.dumps({"ts_ms": 12_345}).encode()
-    assert parse_envelope(names.HEARTBEAT_TOPIC, b'{"serverName":"cdc"}', beat) == Progress(12_345 - 1000)
+    assert parse(names.HEARTBEAT_TOPIC, b'{"serverName":"cdc"}', beat) == Progress(12_345 - 1000)
 
 
 @pytest.mark.parametrize(
@@ -91,7 +112,7 @@ def test_heartbeat_reports_progress():
 )
 def test_bad_envelopes_are_rejected_with_reason(value, reason):
     with pytest.raises(BadEnvelope, match=reason):
-        parse_envelope(TOPIC, None, value)
+        parse(TOPIC, None, value)
 
 
 def heartbeat_row_event(op: str = "u", ts_ms: int = 7_000) -> bytes:
@@ -119,43 +140,53 @@ def test_a_commit_time_outside_1970_to_9999_is_a_dead_letter_in_every_form(ts_ms
         (names.HEARTBEAT_TOPIC, json.dumps({"ts_ms": ts_ms}).encode()),
     ]:
         with pytest.raises(BadEnvelope, match=reason):
-            parse_envelope(topic, KEY, value)
+            parse(topic, KEY, value)
 
 
 def test_a_userid_or_regionid_over_1024_utf8_bytes_is_a_dead_letter():
     """Postgres indexes both: a 10,000-character one once failed the batch at every restart."""
     longest = {**ALICE, "userid": "é" * 512, "regionid": "r" * 1024}
-    fits = parse_envelope(TOPIC, KEY, envelope("u", after=longest))
-    assert (fits.userid, fits.regionid) == ("é" * 512, "r" * 1024)
+    fits = parse(TOPIC, KEY, envelope("u", after=longest))
+    assert (fits.key, fits.columns["regionid"]) == ("é" * 512, "r" * 1024)
     with pytest.raises(BadEnvelope, match="^userid of 1026 bytes exceeds the 1024-byte limit$"):
-        parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "userid": "é" * 513}))
+        parse(TOPIC, KEY, envelope("u", after={**ALICE, "userid": "é" * 513}))
     with pytest.raises(BadEnvelope, match="^userid of 1025 bytes exceeds the 1024-byte limit$"):
-        parse_envelope(TOPIC, KEY, envelope("d", before={**ALICE, "userid": "u" * 1025}))
+        parse(TOPIC, KEY, envelope("d", before={**ALICE, "userid": "u" * 1025}))
     with pytest.raises(BadEnvelope, match="^after.regionid of 1028 bytes exceeds the 1024-byte limit$"):
-        parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": "😀" * 257}))
+        parse(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": "😀" * 257}))
 
 
 def test_the_ends_of_the_commit_time_range_fold():
-    assert parse_envelope(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=0)).valid_from_ms == 0
-    latest = parse_envelope(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=MAX_COMMIT_MS))
+    assert parse(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=0)).valid_from_ms == 0
+    latest = parse(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=MAX_COMMIT_MS))
     assert latest.progress_ms == MAX_COMMIT_MS
-    assert parse_envelope(TOPIC, KEY, heartbeat_row_event("u", 0)) == Progress(0)
+    assert parse(TOPIC, KEY, heartbeat_row_event("u", 0)) == Progress(0)
 
 
 @pytest.mark.parametrize("op", ["c", "u", "r", "d"])
 def test_heartbeat_table_event_is_exact_progress_never_a_change(op):
-    assert parse_envelope(TOPIC, b'{"id": 1}', heartbeat_row_event(op, 7_000)) == Progress(7_000)
+    assert parse(TOPIC, b'{"id": 1}', heartbeat_row_event(op, 7_000)) == Progress(7_000)
 
 
 def test_profile_number_becomes_text_and_unreadable_fields_are_dead_letters():
-    change = parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": 7}))
-    assert change.regionid == "7"
+    change = parse(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": 7}))
+    assert change.columns["regionid"] == "7"
     with pytest.raises(BadEnvelope, match="after.regionid must be a string"):
-        parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": 7.5}))
+        parse(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": 7.5}))
     with pytest.raises(BadEnvelope, match="after.interests must be an array of strings"):
-        parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "interests": "News"}))
+        parse(TOPIC, KEY, envelope("u", after={**ALICE, "interests": "News"}))
     with pytest.raises(BadEnvelope, match="after.registertime must be an integer"):
-        parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "registertime": "1"}))
+        parse(TOPIC, KEY, envelope("u", after={**ALICE, "registertime": "1"}))
+
+
+def test_an_unchanged_toasted_value_is_never_data():
+    reason = "^after.{} is Debezium's unavailable-value placeholder \\(an unchanged TOASTed value\\)$"
+    for field, value in [
+        ("gender", "__debezium_unavailable_value"),
+        ("interests", ["a", "__debezium_unavailable_value"]),
+    ]:
+        with pytest.raises(BadEnvelope, match=reason.format(field)):
+            parse(TOPIC, KEY, envelope("u", after={**ALICE, field: value}))
 
 
 @pytest.mark.spark
@@ -172,7 +203,7 @@ def test_fold_tags_every_record(spark):
     ]
     schema = "topic string, key binary, value binary, event_id string, written_ms bigint"
     frame = spark.createDataFrame([(*r, 10_000) for r in rows], schema)
-    records = fold_records(frame).collect()
+    records = fold_records(frame, DEFAULT_PROFILE_SPEC).collect()
     assert tuple(records[0].asDict()) == FOLDED_COLUMNS
     assert [r["kind"] for r in records] == [
         "change",
@@ -190,7 +221,7 @@ def test_fold_tags_every_record(spark):
     assert records[7]["error"] == (
         f"change event of {MAX_CHANGE_BYTES + 236} bytes exceeds the {MAX_CHANGE_BYTES}-byte limit"
     )
-    cdc = fold(frame).collect()  # the join's input: the skipped tombstone dropped
+    cdc = fold(frame, DEFAULT_PROFILE_SPEC).collect()  # the join's input: the skipped tombstone dropped
     changes = [c for c in cdc if c["kind"] == "change"]
     assert [(c["userid"], c["op"], c["regionid"]) for c in changes] == [
         ("alice", "c", "asia"),
@@ -216,7 +247,7 @@ def test_cdc_progress_counts_at_most_a_minute_past_the_records_kafka_timestamp(s
         (TOPIC, None, b"{bad", "e"),
     ]
     schema = "topic string, key binary, value binary, event_id string, written_ms bigint"
-    cdc = fold(spark.createDataFrame([(*r, written) for r in rows], schema)).collect()
+    cdc = fold(spark.createDataFrame([(*r, written) for r in rows], schema), DEFAULT_PROFILE_SPEC).collect()
     assert tuple(cdc[0].asDict()) == FOLDED_COLUMNS
     assert [r["progress_ms"] for r in cdc[:2]] == [written - 5_000, written + 60_000]
     capped = cdc[2:-1]

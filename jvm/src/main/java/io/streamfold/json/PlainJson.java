@@ -8,7 +8,7 @@ import java.nio.charset.StandardCharsets;
 
 /**
  * What the JVM fast paths (clicks/PlainClick, cdc/PlainEnvelope) share: strict JSON as
- * pipeline/strict_json.py reads it, and the limits past which they give up and leave the record to the
+ * spec/strict_json.py reads it, and the limits past which they give up and leave the record to the
  * full parsers (ClickParse, EnvelopeFold, reading it with StrictJson).
  */
 public final class PlainJson {
@@ -24,7 +24,7 @@ public final class PlainJson {
    */
   public static final int MAX_KEY_BYTES = 1024;
 
-  /** Duplicate keys at any depth make a record not JSON (strict JSON, pipeline/strict_json.py). */
+  /** Duplicate keys at any depth make a record not JSON (strict JSON, spec/strict_json.py). */
   public static final JsonFactory FACTORY =
       JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
 
@@ -37,9 +37,13 @@ public final class PlainJson {
 
   /** Why a userid or regionid (named `where` in the reason) is not within MAX_KEY_BYTES; null if it is. */
   public static String overKeyLimit(String value, String where) {
+    return overLimit(value, where, MAX_KEY_BYTES);
+  }
+
+  /** Why a value (named `where` in the reason) is longer than maxBytes in UTF-8; null if it is not. */
+  public static String overLimit(String value, String where, int maxBytes) {
     int bytes = utf8Length(value);
-    return bytes <= MAX_KEY_BYTES ? null
-        : where + " of " + bytes + " bytes exceeds the " + MAX_KEY_BYTES + "-byte limit";
+    return bytes <= maxBytes ? null : where + " of " + bytes + " bytes exceeds the " + maxBytes + "-byte limit";
   }
 
   /** The length of s in UTF-8 (a surrogate pair is one 4-byte character). */

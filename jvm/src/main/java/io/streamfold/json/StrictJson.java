@@ -12,11 +12,11 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * Strict JSON read into a tree, as pipeline/strict_json.loads_strict reads it: the full parsers (the CDC fold,
+ * Strict JSON read into a tree, as spec/strict_json.loads_strict reads it: the full parsers (the CDC fold,
  * the click parser) use it for the records their fast paths give up on, to find the answer or the reason.
  */
 public final class StrictJson {
-  /** pipeline/strict_json.py: Jackson's default StreamReadConstraints.maxNumberLength. */
+  /** spec/strict_json.py: Jackson's default StreamReadConstraints.maxNumberLength. */
   public static final int MAX_NUMBER_CHARS = 1000;
 
   /** A JSON null (a missing field is Java null). */
@@ -47,7 +47,7 @@ public final class StrictJson {
   }
 
   /**
-   * Strict JSON (pipeline/strict_json.loads_strict): UTF-8, one value and nothing after it, no duplicate
+   * Strict JSON (spec/strict_json.loads_strict): UTF-8, one value and nothing after it, no duplicate
    * keys, NaN or lone surrogate escapes; Jackson's limits on number length and nesting. A value as Map,
    * List, String, Long (a 64-bit integer), Boolean, Other (any other number) or NULL.
    */
@@ -138,9 +138,18 @@ public final class StrictJson {
     if (value == null) {
       return "missing";
     }
+    String text = text(value);
+    return text.length() > 200 ? text.substring(0, 200) : text;
+  }
+
+  /**
+   * A parsed value as compact JSON text: members in document order, strings quoted as Jackson quotes them,
+   * a 64-bit integer in decimal, any other number as written.
+   */
+  public static String text(Object value) {
     StringBuilder out = new StringBuilder();
     write(value, out);
-    return out.length() > 200 ? out.substring(0, 200) : out.toString();
+    return out.toString();
   }
 
   private static void write(Object value, StringBuilder out) {
