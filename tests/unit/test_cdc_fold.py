@@ -189,6 +189,86 @@ def test_an_unchanged_toasted_value_is_never_data():
             parse(TOPIC, KEY, envelope("u", after={**ALICE, field: value}))
 
 
+SPEC = {
+    "key": {"column": "id", "type": "bigint"},
+    "columns": [
+        {"name": "at", "type": "timestamptz"},
+        {"name": "price", "type": "numeric"},
+        {"name": "ratio", "type": "double"},
+        {"name": "doc", "type": "jsonb", "max_bytes": 20},
+        {"name": "n", "type": "integer"},
+        {"name": "ok", "type": "boolean"},
+    ],
+    "heartbeat": {"schema": "hb", "table": "beat"},
+    "max_change_bytes": 4096,
+}
+
+
+def parse_spec(after: dict, key: bytes | None = None) -> Change:
+    change = parse_envelope(TOPIC, key, envelope("c", after=after), SPEC)
+    assert isinstance(change, Change)
+    return change
+
+
+@pytest.mark.parametrize(
+    ("text", "micros"),
+    [
+        ("1970-01-01T00:00:00Z", 0),
+        ("2026-11-22T15:00:00.123456789Z", 1_795_359_600_123_456),
+        ("2026-11-22T16:30:00.5+01:30", 1_795_359_600_500_000),
+        ("1969-12-31T23:59:59.999999Z", -1),
+        ("2024-02-29T00:00:00-00:00", 1_709_164_800_000_000),
+        ("0000-03-01T00:00:00Z", -62_162_035_200_000_000),
+    ],
+)
+def test_a_timestamp_is_iso_8601_or_epoch_microseconds(text, micros):
+    assert parse_spec({"id": 7, "at": text}).columns["at"] == micros
+    assert parse_spec({"id": 7, "at": micros}).columns["at"] == micros
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-11-22 15:00:00Z",
+        "2026-11-22T15:00:00",
+        "2023-02-29T00:00:00Z",
+        "2026-11-22T24:00:00Z",
+        "2026-11-22T15:00:00.1234567890Z",
+        "2026-11-22T15:00:00+19:00",
+        "２026-11-22T15:00:00Z",
+    ],
+)
+def test_other_timestamp_texts_are_dead_letters(text):
+    with pytest.raises(BadEnvelope, match="^after.at must be a timestamp"):
+        parse_spec({"id": 7, "at": text})
+
+
+def test_numbers_keep_their_text_and_json_its_document_order():
+    raw = b'{"op": "c", "source": {"ts_ms": 1}, "after": {"id": 7, "price": 1.50, "ratio": 1e400}}'
+    with pytest.raises(BadEnvelope, match="^after.ratio must be a number"):
+        parse_envelope(TOPIC, None, raw, SPEC)
+    after = b'{"id": 7, "price": 1.50E3, "doc": {"b": 1.0, "a": [2]}}'
+    raw = b'{"op": "c", "source": {"ts_ms": 1}, "after": %s}' % after
+    change = parse_envelope(TOPIC, None, raw, SPEC)
+    assert isinstance(change, Change)
+    assert (change.columns["price"], change.columns["doc"]) == ("1.50E3", '{"b":1.0,"a":[2]}')
+    assert parse_spec({"id": 7, "price": "-12.5e-3", "ratio": "NaN"}).columns["price"] == "-12.5e-3"
+    assert parse_spec({"id": 7, "ratio": "-Infinity", "doc": '[1, "x"]'}).columns["doc"] == '[1, "x"]'
+    for field, value in [("price", "1."), ("price", "Infinity"), ("doc", "{"), ("doc", 5), ("n", 2**31)]:
+        with pytest.raises(BadEnvelope, match=f"^after.{field} must be"):
+            parse_spec({"id": 7, field: value})
+    with pytest.raises(BadEnvelope, match="^after.doc of 21 bytes exceeds the 20-byte limit$"):
+        parse_spec({"id": 7, "doc": '"' + "x" * 19 + '"'})
+
+
+def test_an_integer_key_is_carried_as_its_decimal_text():
+    assert parse_spec({"id": -5, "ok": True}).key == "-5"
+    assert parse_spec({"ok": False}, key=b'{"id": 12}').key == "12"
+    for after, key in [({"id": "5"}, None), ({}, b'{"id": "5"}'), ({"id": 1.0}, None)]:
+        with pytest.raises(BadEnvelope, match="^change event without a id$"):
+            parse_spec(after, key)
+
+
 @pytest.mark.spark
 def test_fold_tags_every_record(spark):
     rows = [

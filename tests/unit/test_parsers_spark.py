@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from common import names
-from pipeline import cdc_fold, clicks
+from pipeline import cdc_fold, clicks, field_types
 from pipeline.clicks import MAX_RECORD_BYTES, Rejected, parse_click
 from spec.envelopes import UNAVAILABLE, BadEnvelope, Change, Progress, parse_envelope
 
@@ -584,6 +584,260 @@ def reason_shape(reason: str) -> str:
     the JSON parsers' own words."""
     for cut in (", got ", " is not JSON: ", " (op="):
         reason = reason.split(cut)[0]
+    return reason
+
+
+# --- random profile specs: every column type, key types, byte limits, the unavailable-value placeholder --
+
+COLUMN_TYPES = tuple(field_types.SPARK_TYPES)
+NAME_START = "abcdefghijklmnopqrstuvwxyzé日"
+NAME_CHARS = NAME_START + "_0123456789"
+FOLD_FIELDS = ("kind", "op", "valid_from_ms", "lsn", "progress_ms", "error")
+
+
+def raw_number(text: str) -> str:
+    """A number literal json.dumps does not write (1e400, 1.50, -0), written as is by envelope_text."""
+    return f"\x00RAW:{text}\x00"
+
+
+def envelope_text(obj: Any, ensure_ascii: bool) -> str:
+    return re.sub(r'"\\u0000RAW:([^\\"]*)\\u0000"', r"\1", json.dumps(obj, ensure_ascii=ensure_ascii))
+
+
+def random_spec(rng: random.Random) -> dict[str, Any]:
+    """Every column type once and a few more, in random order, under random names; some with max_bytes."""
+    taken = set(FOLD_FIELDS)
+
+    def name() -> str:
+        while True:
+            size = rng.randrange(8)
+            candidate = rng.choice(NAME_START) + "".join(rng.choice(NAME_CHARS) for _ in range(size))
+            if candidate not in taken:
+                taken.add(candidate)
+                return candidate
+
+    types = [*COLUMN_TYPES, *(rng.choice(COLUMN_TYPES) for _ in range(rng.randrange(4)))]
+    rng.shuffle(types)
+    columns = []
+    for kind in types:
+        column: dict[str, Any] = {"name": name(), "type": kind}
+        if kind in ("text", "numeric", "jsonb") and rng.random() < 0.5:
+            column["max_bytes"] = rng.choice([3, 8, 1024])
+        columns.append(column)
+    return {
+        "key": {"column": name(), "type": rng.choice(["text", "text", "bigint", "bigint", "integer"])},
+        "columns": columns,
+        "heartbeat": {"schema": name(), "table": name()},
+        "max_change_bytes": rng.choice([3000, 1024 * 1024]),
+    }
+
+
+# Per column type: values it takes, and values it refuses, as Debezium (or a forged record) might write them.
+TAKEN_TIMES = (
+    "2026-11-22T15:00:00Z",
+    "2026-11-22T15:00:00.123456Z",
+    "1970-01-01T00:00:00.000000001+05:30",
+    "1969-12-31T23:59:59.9999999-00:30",
+    "9999-12-31T23:59:59.999999999-18:59",
+    "0000-01-01T00:00:00Z",
+    "2024-02-29T12:00:00+00:00",
+    0,
+    -1,
+    NOW * 1000,
+    2**63 - 1,
+)
+REFUSED_TIMES = (
+    "2023-02-29T00:00:00Z",
+    "2026-04-31T00:00:00Z",
+    "2026-11-22T15:00:00",
+    "2026-11-22 15:00:00Z",
+    "2026-13-01T00:00:00Z",
+    "2026-11-22T15:00:60Z",
+    "2026-11-22T24:00:00Z",
+    "2026-11-22T15:00:00+19:00",
+    "2026-11-22T15:00:00+05:60",
+    "2026-11-22T15:00:00.Z",
+    "2026-11-22T15:00:00.1234567890Z",
+    "2026-11-22t15:00:00z",
+    "٢٠٢٦-11-22T15:00:00Z",
+    "2026-11-22T15:00:00Z\n",
+    2**63,
+    1.5,
+    raw_number("1e3"),
+)
+DEEP = {"deep": json.loads("[" * 33 + "1" + "]" * 33)}
+TAKEN: dict[str, tuple[Any, ...]] = {
+    "text": ("x", "", "é日😀", 7, -12, "abc", "abcd", "é" * 600, '\x01\n"\\'),
+    "integer": (0, 1, -1, 2**31 - 1, -(2**31), raw_number("-0")),
+    "bigint": (0, 2**63 - 1, -(2**63), NOW),
+    "double": (
+        0.0,
+        -0.0,
+        1.5,
+        1e300,
+        5,
+        -7,
+        2**70,
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        raw_number("1e-400"),
+        raw_number("0.1"),
+        raw_number("-0"),
+    ),
+    "numeric": (
+        "12.50",
+        "-1e5",
+        "NaN",
+        "0",
+        "-0",
+        "123456789.123456789",
+        12,
+        -0.5,
+        raw_number("1.50E3"),
+        raw_number("-0.0"),
+        raw_number("-0"),
+        raw_number("1e400"),
+        10**30,
+    ),
+    "boolean": (True, False),
+    "timestamptz": TAKEN_TIMES,
+    "timestamp": TAKEN_TIMES,
+    "text[]": (["a", None, "é"], [], [None], ["x" * 9]),
+    "jsonb": (
+        '{"a": 1}',
+        "[1, 2.50]",
+        '"x"',
+        "1",
+        "null",
+        " {} ",
+        "[1e400]",
+        {"b": raw_number("1.0"), "a": [2, 'é\x01\x1f"\\/', None, True, -0.0]},
+        [],
+        {},
+        [1, {"x": None}],
+        DEEP,
+        [10**30, raw_number("1E5"), raw_number("-0")],
+    ),
+}
+REFUSED: dict[str, tuple[Any, ...]] = {
+    "text": (1.5, True, 2**63, ["x"], {}),
+    "integer": (2**31, -(2**31) - 1, 1.0, "5", True),
+    "bigint": (2**63, 1.5, "5", False),
+    "double": (10**400, "nan", "1.5", raw_number("1e400"), raw_number("-1E+400"), True, [1.0]),
+    "numeric": ("1.", ".5", "+1", "1e", "Infinity", "١٢", " 1", "1_000", True, [1]),
+    "boolean": (0, 1, "true"),
+    "timestamptz": REFUSED_TIMES,
+    "timestamp": REFUSED_TIMES,
+    "text[]": (["a", 1], "a", [["a"]], ["a", UNAVAILABLE], {}),
+    "jsonb": ("{", "NaN", '{"a":1,"a":2}', '"\\ud800"', 5, True, "", "  ", "[1] x"),
+}
+KEYS: dict[str, tuple[Any, ...]] = {
+    "text": ("alice", "bob", "é日", "alice", "", None, 5, "u" * 1025, "😀" * 256, UNAVAILABLE, 1.5),
+    "bigint": (7, -1, 2**31, 2**63 - 1, 7, 2**63, "7", 1.0, None, "", True),
+}
+KEYS["integer"] = KEYS["bigint"]
+
+
+def key_value(rng: random.Random, kind: str) -> Any:
+    """Mostly a good key (the first two), else any of KEYS."""
+    return rng.choice(KEYS[kind][:2] if rng.random() < 0.7 else KEYS[kind])
+
+
+def spec_row(rng: random.Random, spec: dict[str, Any]) -> Any:
+    """A before or after row: mostly good values, null or missing ones, and at most one bad value."""
+    if rng.random() < 0.03:
+        return junk_value(rng)
+    key = spec["key"]
+    row = {key["column"]: key_value(rng, key["type"])} if rng.random() < 0.9 else {}
+    bad = rng.choice(spec["columns"]) if rng.random() < 0.7 else None
+    for column in spec["columns"]:
+        pick = rng.random()
+        if column is bad:
+            choices = (junk_value(rng), *REFUSED[column["type"]])
+            row[column["name"]] = UNAVAILABLE if pick < 0.25 else rng.choice(choices)
+        elif pick < 0.85:
+            row[column["name"]] = rng.choice(TAKEN[column["type"]])
+        elif pick < 0.93:
+            row[column["name"]] = None
+    if rng.random() < 0.1:
+        row[rng.choice(["extra", "é", "x y"])] = junk_value(rng)
+    return dict(rng.sample(list(row.items()), len(row)))  # fields in any order
+
+
+def spec_records(
+    rng: random.Random, spec: dict[str, Any], n: int
+) -> list[tuple[str, bytes | None, bytes | None]]:
+    """Change events (valid and not), heartbeat-table events and Debezium heartbeats for a spec."""
+    users = names.CDC_USERS_TOPIC
+    key_column = spec["key"]["column"]
+    out: list[tuple[str, bytes | None, bytes | None]] = [
+        (users, None, None),
+        (names.HEARTBEAT_TOPIC, None, b'{"ts_ms": 5}'),
+    ]
+    for _ in range(n):
+        op = rng.choice("cudr") if rng.random() < 0.97 else rng.choice(["x", None])
+        source: Any = {"ts_ms": NOW, "lsn": rng.choice([42, None, 2**40])}
+        if rng.random() < 0.05:
+            source[rng.choice(["ts_ms", "lsn"])] = rng.choice([-5, "7", 1.5, 0])
+        heartbeat = rng.random() < 0.1
+        if heartbeat:
+            source |= {"schema": spec["heartbeat"]["schema"], "table": spec["heartbeat"]["table"]}
+        envelope = {
+            "before": spec_row(rng, spec) if op == "d" or rng.random() < 0.2 else None,
+            "after": None if op == "d" else spec_row(rng, spec),
+            "op": op,
+            "source": source,
+        }
+        if rng.random() < 0.03:
+            envelope.pop(rng.choice(["before", "after", "op", "source"]))
+        text = envelope_text(envelope, ensure_ascii=rng.random() < 0.3)
+        mutation = rng.randrange(30)
+        if mutation == 0:
+            text = text[: rng.randrange(len(text) + 1)]
+        elif mutation == 1:
+            text = text.replace('"op"', '"pad": "\\udc00", "op"', 1)
+        key_object = json.dumps({key_column: key_value(rng, spec["key"]["type"])}).encode()
+        key = rng.choice([None, b"[1]", key_object])
+        out.append((users, key, text.encode("utf-8", "surrogatepass")))
+    return out
+
+
+def test_the_fold_agrees_with_parse_envelope_for_any_profile_spec(spark: SparkSession):
+    """Random profile specs (every column type, text and integer keys, byte limits) and random change events
+    for each: the fold (its fast path too) and parse_envelope agree row for row. One Spark job per spec."""
+    rng = random.Random(SEED + 2)
+    accepted: dict[str, int] = {}
+    rejected: dict[str, int] = {}
+    fast = valid = 0
+    for _ in range(6):
+        spec = random_spec(rng)
+        folded = check_envelopes(spark, spec_records(rng, spec, 400), spec, fast=True)
+        types = {f"after.{c['name']}": c["type"] for c in spec["columns"]}
+        for change in folded.changes:
+            for column in spec["columns"]:
+                if change.op != "d" and change.columns[column["name"]] is not None:
+                    accepted[column["type"]] = accepted.get(column["type"], 0) + 1
+        for reason, count in folded.kinds.items():
+            where = reason.split(" ")[0]
+            subject = types.get(where, "key" if where == spec["key"]["column"] else None)
+            if subject is not None:
+                outcome = f"{subject}: {reason_outcome(reason)}"
+                rejected[outcome] = rejected.get(outcome, 0) + count
+        fast += sum(folded.fast)
+        valid += folded.valid
+    # Every type folds values and refuses others; placeholders and byte limits are dead letters.
+    assert set(accepted) == set(COLUMN_TYPES), accepted
+    for kind in COLUMN_TYPES:
+        assert {f"{kind}: must be", f"{kind}: placeholder"} <= rejected.keys(), (kind, rejected)
+    assert {"text: over", "numeric: over", "jsonb: over", "key: over", "key: placeholder"} <= rejected.keys()
+    assert fast > valid // 3, (fast, valid)
+
+
+def reason_outcome(reason: str) -> str:
+    for words, outcome in (("must be", "must be"), ("placeholder", "placeholder"), ("-byte limit", "over")):
+        if words in reason:
+            return outcome
     return reason
 
 
