@@ -139,7 +139,7 @@ def _grant(conn: psycopg.Connection) -> None:
         # Column-level: even a misconfigured connector cannot read PII.
         sql.SQL("REVOKE ALL ON public.users FROM {}").format(debezium),
         sql.SQL("GRANT SELECT ({}) ON public.users TO {}").format(columns, debezium),
-        # The heartbeat table (pipeline/cdc_fold.py): Debezium's heartbeat.action.query upserts its row.
+        # The heartbeat table (spec/envelopes.py): Debezium's heartbeat.action.query upserts its row.
         sql.SQL("GRANT USAGE ON SCHEMA streamfold TO {}").format(debezium),
         sql.SQL("REVOKE ALL ON streamfold.cdc_heartbeat FROM {}").format(debezium),
         sql.SQL("GRANT SELECT, INSERT, UPDATE ON streamfold.cdc_heartbeat TO {}").format(debezium),
@@ -161,7 +161,7 @@ def _grant(conn: psycopg.Connection) -> None:
 def _ensure_publication(conn: psycopg.Connection) -> None:
     """A publication with a column list (PostgreSQL 15+): pgoutput never decodes the PII columns.
 
-    It also carries streamfold.cdc_heartbeat (CDC progress, see pipeline/cdc_fold.py)."""
+    It also carries streamfold.cdc_heartbeat (CDC progress, see spec/envelopes.py)."""
     # The heartbeat table too: its change events are CDC progress, in commit order with the users'.
     table = sql.SQL("public.users ({}), streamfold.cdc_heartbeat").format(
         sql.SQL(", ").join(sql.Identifier(c) for c in PUBLIC_USER_COLUMNS)
