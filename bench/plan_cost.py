@@ -57,7 +57,7 @@ def main() -> None:
         "topic string, key binary, value binary, event_id string, written_ms bigint",
     )
     measure("events.parse", events.parse(raw_clicks, pf.load().event_spec()))
-    measure("cdc_fold.fold", cdc_fold.fold(raw_cdc))
+    measure("cdc_fold.fold", cdc_fold.fold(raw_cdc, pf.load().profile_spec()))
     spark.stop()
 
 

@@ -17,8 +17,8 @@ its source position, is `event_id` for clicks and CDC records alike (`dead_lette
 streamfold.dead_letters). Inside the join, `ts_ms` is the one time column clicks and changes share.
 
 The JVM reads these columns by name, except the UDFs' return rows, which it builds by position: CLICK
-(without event_id) is EventParse's row for the default event spec (pipeline.events.DEFAULT_EVENT_SPEC) and
-CHANGE is EnvelopeFold's, in this order.
+(without event_id) is EventParse's row for the pipeline file's event spec and CHANGE is EnvelopeFold's for
+its profile spec, in this order.
 """
 
 from __future__ import annotations
