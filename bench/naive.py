@@ -13,6 +13,7 @@ import io
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -23,6 +24,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from bench.measured import emit, parse_offsets
 from bench.stack import Offsets
 from common import config, names
+from common import pipeline_file as pf
 from pipeline import records
 from pipeline.clicks import Rejected, parse_click
 from pipeline.sinks import EnrichedClicksSink
@@ -32,7 +34,9 @@ LOOKUP = "SELECT regionid, gender, interests, registertime FROM public.users WHE
 QUERY = "naive"
 
 # A poll batch is staged in a temporary table, then inserted and folded into the totals by one statement.
-STAGING_COLUMNS = records.names(records.ENRICHED)
+STAGING_COLUMNS = records.names(
+    records.enriched(pf.load(Path(pf.__file__).resolve().parents[1] / pf.DEFAULT_FILE))
+)
 STAGING_DDL = """
 CREATE TEMP TABLE IF NOT EXISTS batch_clicks (
     event_id text, uid text, click_time_ms bigint, click_url text, device_type text, click_location text,

@@ -31,6 +31,7 @@ from pipeline import records, retry, sinks
 from stack import lifecycle
 from stack.home import StackError, open_stack
 from stack.prerequisites import pg_bindir
+from tests.support.pipelines import DEFAULT
 from tests.support.records import USER_CLICKS_FIELDS
 
 
@@ -184,7 +185,7 @@ def fresh_topics(bootstrap: str) -> None:
 
 
 # The join's output (io.streamfold.join.TemporalJoin.OUTPUT_SCHEMA), what the sink receives.
-OUTPUT = records.JOIN_OUTPUT
+OUTPUT = records.join_output(DEFAULT)
 FIELDS = list(OUTPUT.fieldNames())
 
 
