@@ -184,7 +184,7 @@ def fresh_topics(bootstrap: str) -> None:
         future.result()
 
 
-# The join's output (io.streamfold.join.TemporalJoin.OUTPUT_SCHEMA), what the sink receives.
+# The join's output for the default pipeline (records.join_output), what the sink receives.
 OUTPUT = records.join_output(DEFAULT)
 FIELDS = list(OUTPUT.fieldNames())
 
