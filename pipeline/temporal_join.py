@@ -220,11 +220,11 @@ def _reject_bucket(is_reject: Column, event_id: str, buckets: int) -> Column:
     return F.when(is_reject, F.pmod(F.hash(event_id), F.lit(buckets)))
 
 
-def event_columns(events: DataFrame, pipeline: Pipeline) -> tuple[str, list[str], str, str]:
+def _event_columns(events: DataFrame, pipeline: Pipeline) -> tuple[str, list[str], str, str]:
     """The parser's key, field, time and count columns: the key and the fields by name, then the time in
     ms and the count, the two columns after them (the parser's row is by position, records.click)."""
     names = [pipeline.events.key, *pipeline.events.fields]
-    start = events.columns.index(names[0])
+    start = events.columns.index(names[0]) if names[0] in events.columns else 0
     after = start + len(names)
     if events.columns[start:after] != names or len(events.columns) < after + 2:
         raise ValueError(
@@ -235,7 +235,7 @@ def event_columns(events: DataFrame, pipeline: Pipeline) -> tuple[str, list[str]
 
 def _tag_events(events: DataFrame, pipeline: Pipeline, tagged: StructType, buckets: int) -> DataFrame:
     """Events, and rejects (error set) if the frame has the records.REJECT columns."""
-    key, fields, time_ms, count = event_columns(events, pipeline)
+    key, fields, time_ms, count = _event_columns(events, pipeline)
     rejects: dict[str, Column] = {}
     kind = F.lit(_EVENT)
     if "error" in events.columns:
