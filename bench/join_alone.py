@@ -20,6 +20,7 @@ import typer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from common import pipeline_file as pf
 from pipeline import records
 from pipeline import spark as spark_session
 from pipeline.temporal_join import (
@@ -28,6 +29,8 @@ from pipeline.temporal_join import (
     temporal_join,
 )
 
+# The demo's pipeline: write_inputs writes its columns.
+PIPELINE = pf.load(Path(pf.__file__).resolve().parents[1] / pf.DEFAULT_FILE)
 T0 = (
     2_000_000_000_000  # event times far ahead of the wall clock: only the files' progress moves the watermark
 )
@@ -81,19 +84,20 @@ def main(
     try:
         write_inputs(spark, root, clicks, users, files)
         joined = temporal_join(
-            stream(spark, root, records.CLICK, "clicks"),
-            stream(spark, root, records.CHANGE, "changes")
+            stream(spark, root, records.click(PIPELINE), "clicks"),
+            stream(spark, root, records.change(PIPELINE), "changes")
             .withColumn("kind", F.lit("change"))
             .unionByName(
                 stream(spark, root, "progress_ms long", "progress").withColumn("kind", F.lit("progress")),
                 allowMissingColumns=True,
             ),
             JoinConfig(),
+            PIPELINE,
         )
         emitted = [0]
 
         def count(batch: DataFrame, _batch_id: int) -> None:
-            emitted[0] += batch.where("change_op IS NULL").count()  # clicks; changes pass through too
+            emitted[0] += batch.where("kind = 'event'").count()  # changes pass through too
 
         target = clicks - clicks // files  # the last file's clicks wait for progress that never comes
         started = time.monotonic()
