@@ -156,7 +156,8 @@ def run(bootstrap: str, offsets: Offsets) -> dict[str, Any]:
     limits = {p: end for p, (start, end) in offsets.items() if end > start}
     ends = dict(limits)  # partitions not read to the end yet
     consumer.assign([TopicPartition(names.CLICKS_TOPIC, p, offsets[p][0]) for p in ends])
-    sink = Sink(QUERY, settings.writer_dsn, bootstrap, settings.pipeline, records.join_output(settings.pipeline))
+    output = records.join_output(settings.pipeline)
+    sink = Sink(QUERY, settings.writer_dsn, bootstrap, settings.pipeline, output)
     lookups = psycopg.connect(settings.pg_dsn, autocommit=True)
     cursor = lookups.cursor()
     clicks = batches = 0

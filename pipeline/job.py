@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
@@ -21,6 +20,7 @@ from rich.markup import escape
 
 from common import pipeline_file as pf
 from common.config import Settings
+from db import pipeline_schema, schema
 from pipeline import spark as spark_session
 from pipeline import status_files, topology
 from pipeline.temporal_join import JoinConfig, run_until_drained
@@ -133,21 +133,10 @@ def trigger_ms(conf: dict[str, str]) -> int:
         raise JobError(f"trigger.interval: {exc}") from None
 
 
-# What the join operator and the sink carry today: the default pipeline file's profile columns, event
-# fields and outputs. A file may change the topics, the stream and the join settings.
-_FREE: Any = {"join": True, "events": {"kafka_topic", "kinesis_stream"}}
-
-
-def check_pipeline(pipeline: pf.Pipeline) -> None:
-    """Refuses a pipeline file whose columns, fields or outputs the join operator and sink cannot carry
-    yet (CHANGELOG.md, Unreleased): they are the default file's."""
-    default = pf.load(Path(pf.__file__).resolve().parents[1] / pf.DEFAULT_FILE)
-    if pipeline.model_dump(exclude=_FREE) != default.model_dump(exclude=_FREE):
-        raise JobError(
-            "this version's join operator and sink carry the default pipeline's profile columns, event "
-            "fields and outputs only (streamfold.yaml); the file declares others. `streamfold setup` and "
-            "`streamfold check` take it already; `run` will with the generic operator."
-        )
+def check_applied(settings: Settings) -> None:
+    """The job runs the file `streamfold setup` applied: its tables, topics and connector exist."""
+    with schema.engine(settings.writer_dsn).connect() as conn:
+        pipeline_schema.check_applied(conn, settings.pipeline)
 
 
 def file_join_conf(pipeline: pf.Pipeline) -> dict[str, str]:
@@ -165,7 +154,7 @@ def run(
 ) -> None:
     checkpoints = settings.home / "checkpoints"
     check_conf(conf)
-    check_pipeline(settings.pipeline)
+    check_applied(settings)
     try:
         join = JoinConfig.from_conf({**file_join_conf(settings.pipeline), **conf})
     except ValueError as exc:
