@@ -13,6 +13,7 @@ import io
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -36,7 +37,9 @@ LOOKUP = "SELECT regionid, gender, interests, registertime FROM public.users WHE
 QUERY = "naive"
 
 # A poll batch is staged in a temporary table, then inserted and folded into the totals by one statement.
-STAGING_COLUMNS = records.names(records.ENRICHED)
+STAGING_COLUMNS = records.names(
+    records.enriched(pf.load(Path(pf.__file__).resolve().parents[1] / pf.DEFAULT_FILE))
+)
 STAGING_DDL = """
 CREATE TEMP TABLE IF NOT EXISTS batch_clicks (
     event_id text, uid text, click_time_ms bigint, click_url text, device_type text, click_location text,
@@ -153,7 +156,8 @@ def run(bootstrap: str, offsets: Offsets) -> dict[str, Any]:
     limits = {p: end for p, (start, end) in offsets.items() if end > start}
     ends = dict(limits)  # partitions not read to the end yet
     consumer.assign([TopicPartition(names.CLICKS_TOPIC, p, offsets[p][0]) for p in ends])
-    sink = Sink(QUERY, settings.writer_dsn, bootstrap, settings.pipeline, records.JOIN_OUTPUT)
+    output = records.join_output(settings.pipeline)
+    sink = Sink(QUERY, settings.writer_dsn, bootstrap, settings.pipeline, output)
     lookups = psycopg.connect(settings.pg_dsn, autocommit=True)
     cursor = lookups.cursor()
     clicks = batches = 0

@@ -30,6 +30,10 @@ _RESTART = (
 )
 
 
+# What may change without `setup`: the join settings (`run --conf` overrides them too) and the sample data.
+_FREE = {"join", "sample"}
+
+
 class IncompatibleChange(pf.PipelineFileError):
     """A changed pipeline file the installation cannot absorb."""
 
@@ -38,6 +42,21 @@ def applied(conn: sa.Connection, name: str) -> pf.Pipeline | None:
     """The file the pipeline `name` was last set up with, if any."""
     row = conn.execute(sa.select(tables.pipelines.c.spec).where(tables.pipelines.c.name == name)).first()
     return None if row is None else pf.Pipeline.model_validate(row[0])
+
+
+def check_applied(conn: sa.Connection, pipeline: pf.Pipeline) -> None:
+    """What `run` checks: setup applied exactly this file (a changed file needs `streamfold setup` first,
+    which refuses a change the installation cannot absorb)."""
+    before = applied(conn, pipeline.name)
+    if before is None:
+        raise pipeline.error(
+            "name", f"pipeline {pipeline.name!r} is not set up in this database: run `streamfold setup`"
+        )
+    if before.model_dump(mode="json", exclude=_FREE) != pipeline.model_dump(mode="json", exclude=_FREE):
+        check_change(before, pipeline)
+        raise pipeline.error(
+            "name", "the file changed since `streamfold setup` applied it: run `streamfold setup` first"
+        )
 
 
 def check_change(before: pf.Pipeline, after: pf.Pipeline) -> None:

@@ -39,7 +39,7 @@ users = sa.Table(
 )
 
 # CDC progress: Debezium's heartbeat.action.query upserts this row every 200 ms; its change events are
-# routed into the users topic, in WAL commit order with the user changes (pipeline/cdc_fold.py).
+# routed into the users topic, in WAL commit order with the user changes (spec/envelopes.py).
 cdc_heartbeat = sa.Table(
     "cdc_heartbeat",
     metadata,

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
@@ -21,6 +20,7 @@ from rich.markup import escape
 
 from common import pipeline_file as pf
 from common.config import Settings
+from db import pipeline_schema, schema
 from pipeline import spark as spark_session
 from pipeline import status_files, topology
 from pipeline.join_config import JoinConfig, parse_duration_ms
@@ -134,21 +134,18 @@ def trigger_ms(conf: dict[str, str]) -> int:
         raise JobError(f"trigger.interval: {exc}") from None
 
 
-# What the join operator and the sink carry today: the default pipeline file's profile columns, event
-# fields and outputs. A file may change the topics, the stream and the join settings.
-_FREE: Any = {"join": True, "events": {"kafka_topic", "kinesis_stream"}}
+def check_jars() -> None:
+    """The jars `make setup` builds, checked before any service is asked anything."""
+    try:
+        spark_session.jars()
+    except spark_session.MissingJars as exc:
+        raise JobError(str(exc)) from None
 
 
-def check_pipeline(pipeline: pf.Pipeline) -> None:
-    """Refuses a pipeline file whose columns, fields or outputs the join operator and sink cannot carry
-    yet (CHANGELOG.md, Unreleased): they are the default file's."""
-    default = pf.load(pf.DEFAULT_PATH)
-    if pipeline.model_dump(exclude=_FREE) != default.model_dump(exclude=_FREE):
-        raise JobError(
-            "this version's join operator and sink carry the default pipeline's profile columns, event "
-            "fields and outputs only (streamfold.yaml); the file declares others. `streamfold setup` and "
-            "`streamfold check` take it already; `run` will with the generic operator."
-        )
+def check_applied(settings: Settings) -> None:
+    """The job runs the file `streamfold setup` applied: its tables, topics and connector exist."""
+    with schema.engine(settings.writer_dsn).connect() as conn:
+        pipeline_schema.check_applied(conn, settings.pipeline)
 
 
 def file_join_conf(pipeline: pf.Pipeline) -> dict[str, str]:
@@ -166,7 +163,8 @@ def run(
 ) -> None:
     checkpoints = settings.home / "checkpoints"
     check_conf(conf)
-    check_pipeline(settings.pipeline)
+    check_jars()
+    check_applied(settings)
     try:
         join = JoinConfig.from_conf({**file_join_conf(settings.pipeline), **conf})
     except ValueError as exc:
@@ -178,10 +176,7 @@ def run(
     with exclusive(settings.home / "run.lock"):
         # The JVM listener (pipeline/spark.py) prints a line per batch and writes status/<query>.json.
         status = {spark_session.STATUS_DIR_CONF: str(status_files.status_dir(settings.home))}
-        try:
-            spark = spark_session.session(f"streamfold-{source}", {**conf, **status})
-        except spark_session.MissingJars as exc:
-            raise JobError(str(exc)) from None
+        spark = spark_session.session(f"streamfold-{source}", {**conf, **status})
         if not once:
             # `docker compose stop` and process managers send SIGTERM, people Ctrl-C: stop the query
             # cleanly. After the session: SparkContext installs its own SIGINT handler, which calls the JVM

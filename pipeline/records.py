@@ -1,27 +1,31 @@
-"""The records that flow through the job, each defined once: the Spark schemas, the UDFs' return types and
-the column lists of pipeline/events.py, cdc_fold.py, temporal_join.py (and the naive baseline's staging
-table) are derived from these.
+"""The records that flow through the job, each defined once from the pipeline file (common/pipeline_file.py):
+the Spark schemas, the UDFs' return types and the column lists of the parsers, pipeline/temporal_join.py
+and the naive baseline's staging table are derived from these.
 
-  CLICK     a click as parsed (pipeline/events.py, the default event spec), with the id of its record
-  CHANGE    a profile version folded from a Debezium envelope (pipeline/cdc_fold.py)
-  REJECT    why a record is a dead letter, where it came from, and its original bytes
-  ENRICHED  a click joined with the profile version valid at its time: a row of streamfold.enriched_clicks,
-            times in epoch ms (the sink writes them as timestamptz: click_time, profile_valid_from)
-  JOIN_OUTPUT  what the join emits (io.streamfold.join.TemporalJoin.OUTPUT_SCHEMA, held equal to this by
-            tests/unit/test_temporal_join_spark.py): ENRICHED rows, REJECT rows, and each profile change
-            (change_op set) for users_changelog
+  click(p)        an event as parsed (the parser's row, by position: the key, each field, the time in ms,
+                  the count), with the id of its record
+  change(p)       a profile version folded from a Debezium envelope (pipeline/cdc_fold.py)
+  REJECT          why a record is a dead letter, where it came from, and its original bytes
+  enriched(p)     an event joined with the profile version valid at its time: a row of the enriched table,
+                  times in epoch ms (the sink writes them as timestamptz)
+  join_output(p)  what the join emits (io.streamfold.join.OutputRows builds its rows by position, Python
+                  names the columns; tests/unit/test_temporal_join_spark.py holds them together): `kind`
+                  ("event", "reject" or "change") first, then the enriched columns, the REJECT columns and
+                  change_op (set on a profile change passed through for the changelog)
 
-One name per concept along the path: a click's time is `click_time_ms` from the parser to the sink
-(`event_time` only in the JSON producers write, `click_time` in Postgres and user_clicks); a record's id,
-its source position, is `event_id` for clicks and CDC records alike (`dead_letter_id` in
-streamfold.dead_letters). Inside the join, `ts_ms` is the one time column clicks and changes share.
+Names come from the file's outputs.enriched: the key, the event time (`<time>_ms` along the path, the
+sink writes `<time>`), each event field, the count, each profile column (prefixed), `<valid_from>_ms` and
+the complete flag. A record's id, its source position, is `event_id` for events and CDC records alike
+(`dead_letter_id` in streamfold.dead_letters). Inside the join, `ts_ms` is the one time column events and
+changes share.
 
-The JVM reads these columns by name, except the UDFs' return rows, which it builds by position: CLICK
-(without event_id) is EventParse's row for the default event spec (pipeline.events.DEFAULT_EVENT_SPEC) and
-CHANGE is EnvelopeFold's, in this order.
+CLICK and CHANGE are the default pipeline's click(p) and change(p) (tests hold them equal); the parsers
+return the same rows, by position, for any pipeline's specs.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from pyspark.sql.types import (
     ArrayType,
@@ -34,6 +38,9 @@ from pyspark.sql.types import (
     StructField,
     StructType,
 )
+
+from common.pipeline_file import Pipeline
+from pipeline.field_types import spark_type
 
 _STR, _LONG, _INT, _STRS = StringType(), LongType(), IntegerType(), ArrayType(StringType())
 
@@ -67,32 +74,109 @@ REJECT = _struct(
     ("source", _STR),
     ("payload", BinaryType()),
 )
-ENRICHED = _struct(
-    ("event_id", _STR),
-    ("uid", _STR),
-    ("click_time_ms", _LONG),
-    ("click_url", _STR),
-    ("device_type", _STR),
-    ("click_location", _STR),
-    ("clicks", _INT),
-    ("user_regionid", _STR),
-    ("user_gender", _STR),
-    ("user_interests", _STRS),
-    ("user_registertime", _LONG),
-    ("profile_valid_from_ms", _LONG),
-    # False when join.max_wait released the click before CDC progress reached it (CDC stalled).
-    ("profile_complete", BooleanType()),
-)
-JOIN_OUTPUT = StructType(
-    [
-        *ENRICHED.fields,
-        # Rejected records passed through the join operator: null on joined rows.
-        *REJECT.fields,
-        # A profile change passed through the operator (c, u, d or r): null on the other rows. Such a row
-        # has uid and the change's profile in the user_* columns.
-        StructField("change_op", _STR),
-    ]
-)
+
+
+@dataclass(frozen=True)
+class EnrichedNames:
+    """The enriched columns' names (outputs.enriched), each defaulting to the field's own name."""
+
+    key: str
+    time_ms: str
+    fields: tuple[str, ...]
+    count: str  # always there: 1 per event when the file has no count field
+    profile: tuple[str, ...]
+    valid_from_ms: str
+    complete: str
+
+
+def enriched_names(pipeline: Pipeline) -> EnrichedNames:
+    out, events = pipeline.outputs.enriched, pipeline.events
+    return EnrichedNames(
+        key=out.key_column or events.key,
+        time_ms=f"{out.time_column or events.time.field}_ms",
+        fields=tuple(out.event_columns.get(name, name) for name in events.fields),
+        count=out.count_column or events.count or "count",
+        profile=tuple(f"{out.profile_prefix}{name}" for name in pipeline.profile.columns),
+        valid_from_ms=f"{out.valid_from_column}_ms",
+        complete=out.complete_column,
+    )
+
+
+def click(pipeline: Pipeline) -> StructType:
+    """An event as parsed: event_id, the key (named as its field), each field, the time in ms, the count."""
+    events, named = pipeline.events, enriched_names(pipeline)
+    return _unique(
+        _struct(
+            ("event_id", _STR),
+            (events.key, _STR),
+            *((name, spark_type(f.type)) for name, f in events.fields.items()),
+            (named.time_ms, _LONG),
+            (named.count, _INT),
+        )
+    )
+
+
+def change(pipeline: Pipeline) -> StructType:
+    """A profile version: the key (named as its column), op (c, u, d or r), valid_from_ms (source.ts_ms;
+    BEGINNING_OF_TIME_MS for op=r), lsn, each carried column."""
+    profile = pipeline.profile
+    return _unique(
+        _struct(
+            (profile.key, _STR),
+            ("op", _STR),
+            ("valid_from_ms", _LONG),
+            ("lsn", _LONG),
+            *((name, spark_type(c.type)) for name, c in profile.columns.items()),
+        )
+    )
+
+
+def enriched(pipeline: Pipeline) -> StructType:
+    """An enriched event; the profile columns hold if_missing when it had no profile version, and
+    complete is false when join.max_wait released it before CDC progress reached it (CDC stalled)."""
+    events, profile, named = pipeline.events, pipeline.profile, enriched_names(pipeline)
+    return _unique(
+        _struct(
+            ("event_id", _STR),
+            (named.key, _STR),
+            (named.time_ms, _LONG),
+            *(
+                (name, spark_type(f.type))
+                for name, f in zip(named.fields, events.fields.values(), strict=True)
+            ),
+            (named.count, _INT),
+            *(
+                (name, spark_type(c.type))
+                for name, c in zip(named.profile, profile.columns.values(), strict=True)
+            ),
+            (named.valid_from_ms, _LONG),
+            (named.complete, BooleanType()),
+        )
+    )
+
+
+def join_output(pipeline: Pipeline) -> StructType:
+    """What the join emits: kind, the enriched columns, the REJECT columns (a rejected record passed
+    through; null on the other rows), change_op (a profile change passed through: c, u, d or r; such a row
+    has the key, the version's profile columns and valid_from)."""
+    return _unique(
+        StructType(
+            [
+                StructField("kind", _STR),
+                *enriched(pipeline).fields,
+                *REJECT.fields,
+                StructField("change_op", _STR),
+            ]
+        )
+    )
+
+
+def _unique(schema: StructType) -> StructType:
+    names = schema.fieldNames()
+    clashing = sorted({n for n in names if names.count(n) > 1})
+    if clashing:
+        raise ValueError(f"the pipeline's columns {clashing} clash: rename them in outputs.enriched")
+    return schema
 
 
 def names(schema: StructType) -> tuple[str, ...]:

@@ -1,35 +1,39 @@
-"""The temporal join: every click enriched with the user profile version valid when it happened.
+"""The temporal join: every event enriched with its key's profile version valid when it happened.
 
 Semantics (docs/join-semantics.md "In short"):
 - A profile version is valid from its commit time (valid_from_ms = Debezium source.ts_ms); snapshot rows
   (op=r) from BEGINNING_OF_TIME_MS; a delete ends validity (a tombstone version), a re-insert starts anew.
-- A click at t joins the version with the greatest valid_from <= t (equal valid_from: the higher lsn),
-  whatever order clicks and changes arrive in. No valid version -> user_regionid UNKNOWN, other fields null.
-- Completeness: a click is emitted once CDC progress (source.ts_ms of changes, ts_ms of heartbeats)
+- An event at t joins the version with the greatest valid_from <= t (equal valid_from: the higher lsn),
+  whatever order events and changes arrive in. No valid version -> each profile column's if_missing (null
+  when the file gives none); a text column with if_missing also takes it for a null or empty value.
+- Completeness: an event is emitted once CDC progress (source.ts_ms of changes, ts_ms of heartbeats)
   reaches t, or after max_wait when the CDC stream stalls.
-- Versions are dropped once a newer version is older than watermark - version_retention; a user left
+- Versions are dropped once a newer version is older than watermark - version_retention; a key left
   with only an old tombstone is forgotten, so state stays bounded.
 - mode "latest": Kafka Streams KStream-KTable leftJoin (latest version when processed, a key's changes
-  before its clicks within a micro-batch, nothing waits).
+  before its events within a micro-batch, nothing waits).
 
-How: clicks and changes are tagged into one row shape, unioned, and keyed by a bucket of userid into ONE
-transformWithState operator written in Java (jvm/src/main/java/io/streamfold/join: RocksDB state, event-time
-timers; docs/decisions/bucketed-join-state.md), reached through `TemporalJoin.apply`. Its per-user logic is
-a line-for-line port of spec.temporal_state, the pure-Python reference that tests/unit/test_join_operator.py
-holds it to. (A Python operator costs a socket round trip per state call and an Arrow->pandas conversion per
-key; the JVM one does a key in a few RocksDB operations: docs/decisions/join-in-the-jvm.md.)
+How: events and changes are tagged into one row shape (tagged_schema), unioned, and keyed by a bucket of the
+key into ONE transformWithState operator written in Java (jvm/src/main/java/io/streamfold/join: RocksDB
+state, event-time timers; docs/decisions/bucketed-join-state.md), reached through `TemporalJoin.apply` with
+the join spec (join_spec: the columns it carries, their if_missing, the output schema; the Java names no
+column). Its per-key logic is a line-for-line port of spec.temporal_state, the pure-Python reference that
+tests/unit/test_join_operator.py holds it to. (A Python operator costs a socket round trip per state call
+and an Arrow->pandas conversion per key; the JVM one does a key in a few RocksDB operations:
+docs/decisions/join-in-the-jvm.md.)
 
 The watermark trick: event time *is* Spark's watermark, so a replay after a crash makes the same decisions
 (the watermark is in the offset log). The CDC rows, UNION ticks of Spark's `rate` source (progress_ms = tick
 time - max_wait), carry the only withWatermark of the query, on progress_ms:
     watermark = max(CDC progress, wall clock - max_wait)
 The watermark column is dropped right after, so no column of the operator's input carries watermark metadata
-and Spark drops no late click or change. Spark computes a batch's watermark from the batches before it, so
+and Spark drops no late event or change. Spark computes a batch's watermark from the batches before it, so
 the CDC progress also reaches the operator as input, in the same batch: each input partition's largest
 progress_ms, fanned out to every bucket by the JVM (TemporalJoin.cdcRows), which passes the changes on and
-drops the ticks. A bucket releases a click once max(watermark, CDC progress read so far) passes it; a newer
-one waits under the bucket's event-time timer. A click released by max_wait rather than by CDC progress has
-profile_complete = false. The CDC source is read and parsed once per batch for all of this.
+drops the ticks. A bucket releases an event once max(watermark, CDC progress read so far) passes it; a newer
+one waits under the bucket's event-time timer. An event released by max_wait rather than by CDC progress is
+not complete (the file's complete column is false). The CDC source is read and parsed once per batch for
+all of this.
 
 Under Trigger.AvailableNow the `rate` source makes Spark 4.0 run a single batch per
 run (no trailing no-data batch, SPARK-45178): see run_until_drained for `--once`.
@@ -40,9 +44,12 @@ late rows reach handleInputRows; a timer registered below the watermark fires in
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -57,81 +64,151 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from common import names
+from common.pipeline_file import Pipeline, ProfileColumn
 from pipeline import records
+from pipeline.field_types import spark_type
 from pipeline.join_config import LATEST, JoinConfig
 
 __all__ = [
     "Pending",
     "committed_batches",
+    "join_spec",
     "pending_clicks",
     "run_until_drained",
+    "tagged_schema",
     "temporal_join",
 ]
 
 _STR, _LONG, _INT = StringType(), LongType(), IntegerType()
 
-# The operator's input: one row shape for clicks, CDC rows and rejects (io.streamfold.join.TaggedRow). ts_ms
-# is a click's event time or a change's valid_from; the fields of the other kinds are null.
-_CLICK, _REJECT, _TICK = "click", "reject", "tick"
-_CLICK_FIELDS = ("event_id", "url", "device_id", "ip", "clicks")
-_CHANGE_FIELDS = ("op", "regionid", "gender", "interests", "registertime")
-_TAGGED_SCHEMA = StructType(
-    [
-        StructField("kind", _STR),
-        StructField("bucket", _INT),  # set on the JVM side for progress rows only
-        StructField("userid", _STR),
-        StructField("ts_ms", _LONG),
-        StructField("lsn", _LONG),
-        *[f for f in records.CLICK.fields if f.name in _CLICK_FIELDS],
-        *[f for f in records.CHANGE.fields if f.name in _CHANGE_FIELDS],
-        *records.REJECT.fields,
-        StructField("progress_ms", _LONG),  # CDC rows only
-    ]
-)
+# The operator's input (io.streamfold.join.TaggedRow): one row shape for events, CDC rows and rejects. ts_ms
+# is an event's time or a change's valid_from; the fields of the other kinds are null.
+_EVENT, _REJECT, _TICK = "event", "reject", "tick"
+EVENT_PREFIX, PROFILE_PREFIX = "e_", "p_"  # an event field and a profile column may share a name
 
 _ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _STATE_NAME = "bucket"  # io.streamfold.join.BucketJoinProcessor.BUCKET
 _OPERATOR_NAME = "transformWithStateExec"
 
 
-def temporal_join(clicks: DataFrame, cdc: DataFrame, cfg: JoinConfig | None = None) -> DataFrame:
-    """Streaming clicks (records.CLICK) and CDC rows (pipeline.cdc_fold.fold: kind "change" with the
-    records.CHANGE fields, or "progress"; progress_ms on both) -> one records.JOIN_OUTPUT row per click,
-    and one per change (change_op set: users_changelog, in the join's version order per user).
-    Inputs must carry no watermark of their own and have non-null click_time_ms / valid_from_ms (the
+def tagged_schema(pipeline: Pipeline) -> StructType:
+    """kind, bucket, key, ts_ms, lsn, event_id, e_<field>..., count, op, p_<column>..., error, source,
+    payload, progress_ms: each event field and profile column in the file's order, of its Spark type."""
+    return StructType(
+        [
+            StructField("kind", _STR),
+            StructField("bucket", _INT),  # set on the JVM side for progress rows only
+            StructField("key", _STR),
+            StructField("ts_ms", _LONG),
+            StructField("lsn", _LONG),
+            StructField("event_id", _STR),
+            *(
+                StructField(f"{EVENT_PREFIX}{name}", spark_type(f.type))
+                for name, f in pipeline.events.fields.items()
+            ),
+            StructField("count", _INT),
+            StructField("op", _STR),
+            *(
+                StructField(f"{PROFILE_PREFIX}{name}", spark_type(c.type))
+                for name, c in pipeline.profile.columns.items()
+            ),
+            *records.REJECT.fields,
+            StructField("progress_ms", _LONG),  # CDC rows only
+        ]
+    )
+
+
+def join_spec(pipeline: Pipeline) -> dict[str, Any]:
+    """What the JVM operator needs besides the tagged rows (io.streamfold.join.JoinSpec): the event fields
+    and profile columns in order, each column's if_missing as a value of its Spark type, and the output
+    schema (records.join_output, as Spark's JSON text)."""
+    return {
+        "event_fields": list(pipeline.events.fields),
+        "profile_columns": [
+            {
+                "name": name,
+                "type": column.type,
+                **({} if column.if_missing is None else {"if_missing": if_missing_value(name, column)}),
+            }
+            for name, column in pipeline.profile.columns.items()
+        ],
+        "output": records.join_output(pipeline).json(),
+    }
+
+
+def if_missing_value(name: str, column: ProfileColumn) -> Any:
+    """A column's if_missing as the value its Spark type carries (pipeline/field_types.py); ValueError
+    when it is not one."""
+    value, kind = column.if_missing, column.type
+    number = None if isinstance(value, bool) or not isinstance(value, int | float) else value
+    if kind == "text" and isinstance(value, str):
+        return value
+    if kind in ("integer", "bigint") and isinstance(number, int):
+        bits = 32 if kind == "integer" else 64
+        if -(2 ** (bits - 1)) <= number < 2 ** (bits - 1):
+            return number
+    if kind == "double" and number is not None and math.isfinite(number):
+        return float(number)
+    if kind == "boolean" and isinstance(value, bool):
+        return value
+    if kind == "numeric" and (number is not None or isinstance(value, str)) and _is_decimal(str(value)):
+        return str(value)
+    if kind == "jsonb" and value is not None:
+        return json.dumps(value)
+    raise ValueError(
+        f"profile.columns.{name}.if_missing: {value!r} is not a value of type {kind}"
+        + (
+            " (if_missing takes no value for this type)"
+            if kind in ("text[]", "timestamptz", "timestamp")
+            else ""
+        )
+    )
+
+
+def _is_decimal(text: str) -> bool:
+    try:
+        return Decimal(text).is_finite()
+    except InvalidOperation:
+        return False
+
+
+def temporal_join(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: Pipeline) -> DataFrame:
+    """Streaming events as the event parser returns them (event_id, the key, each field, the time in ms,
+    the count, by position: records.click) and CDC rows (pipeline.cdc_fold.fold: kind "change" with the
+    records.change columns, or "progress"; progress_ms on both) -> one records.join_output row per event,
+    and one per change (kind "change", change_op set: the changelog, in the join's version order per key).
+    Inputs must carry no watermark of their own and have non-null event times and valid_from_ms (the
     parsers send such records to the dead letters).
 
-    clicks may also carry the records.REJECT fields: a row whose error is set is a rejected record, which
-    passes through the operator untouched (one output row with only event_id and the reject columns set). Why:
-    any split of the parsed source into clicks and rejects (a filter each, then a union, before or after
-    the join) makes Spark read and parse the source twice per batch; one tagging projection does not.
-    The CDC rows likewise go through one path (watermark, then changes and progress fanned out in the JVM),
-    and may carry CDC records that could not be folded (kind "error", with error, event_id and payload):
-    they pass through as rejects of source `kafka:<CDC users topic>`.
+    events may also carry the records.REJECT columns: a row whose error is set is a rejected record, which
+    passes through the operator untouched (one output row of kind "reject" with event_id and the reject
+    columns set). Why: any split of the parsed source into events and rejects (a filter each, then a union,
+    before or after the join) makes Spark read and parse the source twice per batch; one tagging
+    projection does not. The CDC rows likewise go through one path (watermark, then changes and progress
+    fanned out in the JVM), and may carry CDC records that could not be folded (kind "error", with error,
+    event_id and payload): they pass through as rejects of source `kafka:<the profile table's CDC topic>`.
     """
-    cfg = cfg or JoinConfig()
-    spark = clicks.sparkSession
+    spark = events.sparkSession
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", _ROCKSDB)  # required by transformWithState
     jvm: Any = spark._jvm
     buckets = jvm.io.streamfold.join.TemporalJoin.BUCKETS
-    tagged_cdc = _tag_cdc(cdc, buckets)
+    tagged = tagged_schema(pipeline)
+    tagged_cdc = _tag_cdc(cdc, pipeline, tagged, buckets)
     if cfg.mode != LATEST:
-        tagged_cdc = _watermarked(spark, tagged_cdc, cfg.max_wait_ms)
+        tagged_cdc = _watermarked(spark, tagged_cdc, tagged, cfg.max_wait_ms)
     joined = jvm.io.streamfold.join.TemporalJoin.apply(
-        _tag_clicks(clicks, buckets)._jdf,
+        _tag_events(events, pipeline, tagged, buckets)._jdf,
         tagged_cdc._jdf,
         cfg.mode,
         cfg.version_retention_ms,
+        json.dumps(join_spec(pipeline)),
     )
     return DataFrame(joined, spark)
 
 
-def _project(df: DataFrame, values: dict[str, Column]) -> DataFrame:
-    """df as _TAGGED_SCHEMA: the given columns, typed nulls for the rest."""
-    return df.select(
-        *[values.get(f.name, F.lit(None)).cast(f.dataType).alias(f.name) for f in _TAGGED_SCHEMA.fields]
-    )
+def _project(df: DataFrame, tagged: StructType, values: dict[str, Column]) -> DataFrame:
+    """df as the tagged schema: the given columns, typed nulls for the rest."""
+    return df.select(*[values.get(f.name, F.lit(None)).cast(f.dataType).alias(f.name) for f in tagged.fields])
 
 
 def _reject_bucket(is_reject: Column, event_id: str, buckets: int) -> Column:
@@ -140,30 +217,46 @@ def _reject_bucket(is_reject: Column, event_id: str, buckets: int) -> Column:
     return F.when(is_reject, F.pmod(F.hash(event_id), F.lit(buckets)))
 
 
-def _tag_clicks(clicks: DataFrame, buckets: int) -> DataFrame:
-    """Clicks, and rejects (error set) if the frame has the records.REJECT fields."""
-    fields = {name: F.col(name) for name in ("userid", *_CLICK_FIELDS)}
+def _event_columns(events: DataFrame, pipeline: Pipeline) -> tuple[str, list[str], str, str]:
+    """The parser's key, field, time and count columns: the key and the fields by name, then the time in
+    ms and the count, the two columns after them (the parser's row is by position, records.click)."""
+    names = [pipeline.events.key, *pipeline.events.fields]
+    start = events.columns.index(names[0]) if names[0] in events.columns else 0
+    after = start + len(names)
+    if events.columns[start:after] != names or len(events.columns) < after + 2:
+        raise ValueError(
+            f"expected the parser's columns {names} then the time and the count, got {events.columns}"
+        )
+    return names[0], names[1:], events.columns[after], events.columns[after + 1]
+
+
+def _tag_events(events: DataFrame, pipeline: Pipeline, tagged: StructType, buckets: int) -> DataFrame:
+    """Events, and rejects (error set) if the frame has the records.REJECT columns."""
+    key, fields, time_ms, count = _event_columns(events, pipeline)
     rejects: dict[str, Column] = {}
-    kind = F.lit(_CLICK)
-    if "error" in clicks.columns:
+    kind = F.lit(_EVENT)
+    if "error" in events.columns:
         is_reject = F.col("error").isNotNull()
         kind = F.when(is_reject, F.lit(_REJECT)).otherwise(kind)
         rejects = {f.name: F.col(f.name) for f in records.REJECT.fields}
         rejects["bucket"] = _reject_bucket(is_reject, "event_id", buckets)
     return _project(
-        clicks,
+        events,
+        tagged,
         {
-            **fields,
+            **{f"{EVENT_PREFIX}{name}": F.col(f"`{name}`") for name in fields},
             **rejects,
             "kind": kind,
-            "ts_ms": F.col("click_time_ms"),
+            "key": F.col(f"`{key}`"),
+            "ts_ms": F.col(f"`{time_ms}`"),
             "lsn": F.lit(0),
-            "clicks": F.coalesce("clicks", F.lit(1)),  # the click contract's default
+            "event_id": F.col("event_id"),
+            "count": F.coalesce(F.col(f"`{count}`"), F.lit(1)),  # every event counts 1 without a count
         },
     )
 
 
-def _tag_cdc(cdc: DataFrame, buckets: int) -> DataFrame:
+def _tag_cdc(cdc: DataFrame, pipeline: Pipeline, tagged: StructType, buckets: int) -> DataFrame:
     """Changes and progress, and CDC records that could not be folded (kind "error") as rejects."""
     kind = F.col("kind")
     rejects: dict[str, Column] = {}
@@ -173,25 +266,29 @@ def _tag_cdc(cdc: DataFrame, buckets: int) -> DataFrame:
         rejects = {
             "event_id": F.col("event_id"),
             "error": F.col("error"),
-            "source": F.lit(f"kafka:{names.CDC_USERS_TOPIC}"),
+            "source": F.lit(f"kafka:{pipeline.cdc_topic}"),
             "payload": F.col("payload"),
             "bucket": _reject_bucket(is_reject, "event_id", buckets),
         }
     return _project(
         cdc,
+        tagged,
         {
             **rejects,
             "kind": kind,
-            "userid": F.col("userid"),
+            "key": F.col(f"`{pipeline.profile.key}`"),
             "ts_ms": F.col("valid_from_ms"),
             "lsn": F.coalesce(F.col("lsn"), F.lit(0)),
+            "op": F.col("op"),
             "progress_ms": F.col("progress_ms"),
-            **{name: F.col(name) for name in _CHANGE_FIELDS},
+            **{f"{PROFILE_PREFIX}{name}": F.col(f"`{name}`") for name in pipeline.profile.columns},
         },
     )
 
 
-def _watermarked(spark: SparkSession, tagged_cdc: DataFrame, max_wait_ms: int) -> DataFrame:
+def _watermarked(
+    spark: SparkSession, tagged_cdc: DataFrame, tagged: StructType, max_wait_ms: int
+) -> DataFrame:
     """The CDC rows plus wall-clock ticks, under the query's only watermark (on progress_ms), which is then
     dropped: no column of the operator's input carries watermark metadata, so Spark drops no late row.
     The ticks (progress_ms = tick time - max_wait) end in the JVM, which counts only CDC rows as progress.
@@ -203,7 +300,9 @@ def _watermarked(spark: SparkSession, tagged_cdc: DataFrame, max_wait_ms: int) -
         .select((F.unix_millis("timestamp") - F.lit(max_wait_ms)).alias("progress_ms"))
     )
     return (
-        tagged_cdc.unionByName(_project(ticks, {"kind": F.lit(_TICK), "progress_ms": F.col("progress_ms")}))
+        tagged_cdc.unionByName(
+            _project(ticks, tagged, {"kind": F.lit(_TICK), "progress_ms": F.col("progress_ms")})
+        )
         .withColumn("progress_ts", F.timestamp_millis("progress_ms"))
         .withWatermark("progress_ts", "0 seconds")
         .drop("progress_ts")

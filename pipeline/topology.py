@@ -54,12 +54,12 @@ def read_clicks(spark: SparkSession, settings: Settings, source: str, once: bool
 
 
 def enrich(raw_clicks: DataFrame, cdc_raw: DataFrame, join: JoinConfig, pipeline: pf.Pipeline) -> DataFrame:
-    """Steps 2 and 3, whatever the sources: raw clicks (event_id, source, payload, now_ms) and raw CDC records
-    (topic, key, value, event_id, written_ms) -> the join's output (records.JOIN_OUTPUT)."""
-    parsed = events.parse(raw_clicks, pipeline.event_spec())  # clicks, and rejects with their error
-    changes = cdc_fold.fold(cdc_raw)  # changes, progress, rejects
+    """Steps 2 and 3, whatever the sources: raw events (event_id, source, payload, now_ms) and raw CDC records
+    (topic, key, value, event_id, written_ms) -> the join's output (records.join_output(pipeline))."""
+    parsed = events.parse(raw_clicks, pipeline.event_spec())  # events, and rejects with their error
+    changes = cdc_fold.fold(cdc_raw, pipeline.profile_spec())  # changes, progress, rejects
     # Rejects and changes ride through the join operator, so each source is read and parsed once per batch.
-    return temporal_join(parsed, changes, join)  # enriched clicks, dead letters, users_changelog rows
+    return temporal_join(parsed, changes, join, pipeline)  # enriched clicks, dead letters, changelog rows
 
 
 def flow(spark: SparkSession, settings: Settings, source: str, join: JoinConfig, once: bool = False) -> Flow:

@@ -1,70 +1,100 @@
-"""The temporal join's per-user logic, free of Spark so it is tested in milliseconds.
+"""The temporal join's per-key logic, free of Spark so it is tested in milliseconds.
 
-A user's state is the list of their profile versions, sorted by (valid_from_ms, lsn), plus the clicks that
-wait for completeness. `advance` is the whole event-time operator for one user and one step (new input
+A key's state is the list of its profile versions, sorted by (valid_from_ms, lsn), plus the events that
+wait for completeness. `advance` is the whole event-time operator for one key and one step (new input
 rows or a timer); `advance_latest` is the Kafka Streams KStream-KTable flavour. This module is the
 reference: the Spark operator (jvm/src/main/java/io/streamfold/join/UserHistory.java) ports it line for
-line, and tests/unit/test_join_operator.py runs random histories through both and compares every output row.
-Snapshot rows (op=r) are valid from common.names.BEGINNING_OF_TIME_MS; the job's settings (join.mode,
-max_wait, version retention) are pipeline.join_config's.
+line, and tests/unit/test_join_operator.py runs random schemas and histories through both and compares
+every output row.
+
+Nothing here names a column: a version's profile and an event's fields are tuples in the order of the
+join spec (pipeline/temporal_join.py join_spec), and the spec's profile columns give the if_missing rules
+(IfMissing). Snapshot rows (op=r) are valid from common.names.BEGINNING_OF_TIME_MS; the job's settings
+(join.mode, max_wait, version retention) are pipeline.join_config's.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
-
-from common.names import UNKNOWN_REGION
+from typing import Any, NamedTuple
 
 DELETE = "d"
 
 
 class Version(NamedTuple):
-    """One profile version of a user; a delete is a tombstone version (op=d, profile fields None)."""
+    """One profile version of a key: its profile columns' values in the join spec's order; a delete is a
+    tombstone version (op=d, every value None)."""
 
     valid_from_ms: int
     lsn: int
     op: str
-    regionid: str | None = None
-    gender: str | None = None
-    interests: list[str] | None = None
-    registertime: int | None = None
+    profile: tuple[Any, ...] = ()
 
 
 class Click(NamedTuple):
+    """An event: its fields' values in the join spec's order."""
+
     event_id: str
-    userid: str | None
-    click_time_ms: int
-    url: str | None
-    device_id: str | None
-    ip: str | None
-    clicks: int
+    key: str | None
+    time_ms: int
+    fields: tuple[Any, ...]
+    event_count: int
 
 
 class Enriched(NamedTuple):
-    """One output row; field order is the operator's output schema."""
+    """One output row of kind "event": the event, the profile (if_missing applied) and its valid_from
+    (None without a profile version). `row()` is the output's columns after kind, up to valid_from."""
 
     event_id: str
-    uid: str | None
-    click_time_ms: int
-    click_url: str | None
-    device_type: str | None
-    click_location: str | None
-    clicks: int
-    user_regionid: str | None
-    user_gender: str | None
-    user_interests: list[str] | None
-    user_registertime: int | None
-    profile_valid_from_ms: int | None
+    key: str | None
+    time_ms: int
+    fields: tuple[Any, ...]
+    event_count: int
+    profile: tuple[Any, ...]
+    valid_from_ms: int | None
+
+    def row(self) -> tuple[Any, ...]:
+        return (
+            self.event_id,
+            self.key,
+            self.time_ms,
+            *self.fields,
+            self.event_count,
+            *self.profile,
+            self.valid_from_ms,
+        )
+
+
+class IfMissing(NamedTuple):
+    """Per profile column: its value in an event row without a profile version (none, or a tombstone),
+    and whether it also stands in for a null or "" value of the version (a text column with if_missing)."""
+
+    values: tuple[Any, ...]
+    blank: tuple[bool, ...]
+
+    @staticmethod
+    def of(profile_columns: Sequence[Mapping[str, Any]]) -> IfMissing:
+        """From the join spec's profile_columns: name, type, if_missing (absent = None)."""
+        values = tuple(c.get("if_missing") for c in profile_columns)
+        blank = tuple(
+            c["type"] == "text" and v is not None for c, v in zip(profile_columns, values, strict=True)
+        )
+        return IfMissing(values, blank)
+
+    def fill(self, profile: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(
+            missing if blank and value in (None, "") else value
+            for value, missing, blank in zip(profile, self.values, self.blank, strict=True)
+        )
 
 
 @dataclass
 class UserState:
     versions: list[Version] = field(default_factory=list)  # sorted by (valid_from_ms, lsn)
-    pending: list[Click] = field(default_factory=list)  # clicks newer than the watermark
-    wakeup_ms: int | None = None  # the event-time timer currently registered for this user
+    pending: list[Click] = field(default_factory=list)  # events newer than the watermark
+    wakeup_ms: int | None = None  # the event-time timer currently registered for this key
 
     def is_empty(self) -> bool:
         return not self.versions and not self.pending
@@ -73,7 +103,7 @@ class UserState:
 class Step(NamedTuple):
     rows: list[Enriched]
     state: UserState
-    wakeup_ms: int | None  # when this user needs the operator again (event time), None = only on input
+    wakeup_ms: int | None  # when this key needs the operator again (event time), None = only on input
 
 
 def _order(version: Version) -> tuple[int, int]:
@@ -96,8 +126,8 @@ def version_at(versions: list[Version], time_ms: int) -> Version | None:
 def expire_versions(versions: list[Version], horizon_ms: int) -> list[Version]:
     """Drops every version whose successor is valid from before the horizon (watermark - retention).
 
-    A user left with a single tombstone from before the horizon is forgotten entirely: every click late
-    enough to see it joins UNKNOWN either way.
+    A key left with a single tombstone from before the horizon is forgotten entirely: every event late
+    enough to see it joins no profile either way.
     """
     first_kept = max(bisect_left(versions, horizon_ms, key=lambda v: v.valid_from_ms) - 1, 0)
     kept = versions[first_kept:]
@@ -115,22 +145,12 @@ def next_expiry_ms(versions: list[Version], retention_ms: int) -> int | None:
     return None
 
 
-_NO_PROFILE = (UNKNOWN_REGION, None, None, None, None)
-
-
-def enrich(click: Click, version: Version | None) -> Enriched:
-    """Click fields are Enriched's first seven; a tombstone, no version at all, or a profile without a
-    region means region UNKNOWN (the aggregates need a region)."""
+def enrich(click: Click, version: Version | None, if_missing: IfMissing) -> Enriched:
+    """A tombstone or no version at all: every profile column holds its if_missing; a version's text column
+    with if_missing holds it for a null or empty value too (an aggregate keyed by it needs a value)."""
     if version is None or version.op == DELETE:
-        return Enriched(*click, *_NO_PROFILE)
-    profile = (
-        version.regionid or UNKNOWN_REGION,
-        version.gender,
-        version.interests,
-        version.registertime,
-        version.valid_from_ms,
-    )
-    return Enriched(*click, *profile)
+        return Enriched(*click, if_missing.values, None)
+    return Enriched(*click, if_missing.fill(version.profile), version.valid_from_ms)
 
 
 def advance(
@@ -139,38 +159,41 @@ def advance(
     clicks: Iterable[Click],
     watermark_ms: int,
     retention_ms: int,
+    if_missing: IfMissing,
 ) -> Step:
-    """Event-time join for one user: merge changes, emit every click the watermark has passed, expire.
+    """Event-time join for one key: merge changes, emit every event the watermark has passed, expire.
 
-    The watermark is max(CDC progress, wall clock - max_wait), so a click at t <= watermark has seen every
+    The watermark is max(CDC progress, wall clock - max_wait), so an event at t <= watermark has seen every
     change committed up to t (or has waited long enough), whatever order the records arrived in.
     """
     versions = state.versions
     for change in changes:
         versions = add_version(versions, change)
     waiting = state.pending + list(clicks)
-    ready = sorted((c for c in waiting if c.click_time_ms <= watermark_ms), key=lambda c: c.click_time_ms)
-    pending = [c for c in waiting if c.click_time_ms > watermark_ms]
-    rows = [enrich(c, version_at(versions, c.click_time_ms)) for c in ready]
+    ready = sorted((c for c in waiting if c.time_ms <= watermark_ms), key=lambda c: c.time_ms)
+    pending = [c for c in waiting if c.time_ms > watermark_ms]
+    rows = [enrich(c, version_at(versions, c.time_ms), if_missing) for c in ready]
     versions = expire_versions(versions, watermark_ms - retention_ms)
     return Step(rows, UserState(versions, pending, state.wakeup_ms), _wakeup(versions, pending, retention_ms))
 
 
 def _wakeup(versions: list[Version], pending: list[Click], retention_ms: int) -> int | None:
     """Both candidates are above the watermark: pending clicks by definition, expiry by construction."""
-    times = [c.click_time_ms for c in pending]
+    times = [c.time_ms for c in pending]
     expiry = next_expiry_ms(versions, retention_ms)
     if expiry is not None:
         times.append(expiry)
     return min(times, default=None)
 
 
-def advance_latest(state: UserState, changes: Iterable[Version], clicks: Iterable[Click]) -> Step:
-    """KStream-KTable left join: this batch's changes first (the newest wins), then every click joins the
-    latest version; nothing waits. A delete forgets the user."""
+def advance_latest(
+    state: UserState, changes: Iterable[Version], clicks: Iterable[Click], if_missing: IfMissing
+) -> Step:
+    """KStream-KTable left join: this batch's changes first (the newest wins), then every event joins the
+    latest version; nothing waits. A delete forgets the key."""
     latest = state.versions[-1] if state.versions else None
     for change in sorted(changes, key=_order):
         latest = change
     versions = [] if latest is None or latest.op == DELETE else [latest]
-    rows = [enrich(c, latest) for c in clicks]
+    rows = [enrich(c, latest, if_missing) for c in clicks]
     return Step(rows, UserState(versions, [], None), None)

@@ -267,6 +267,8 @@ def run(
         fail("--conf takes KEY=VALUE")
     try:
         job.run(config.load(), source.value, once=once, conf=settings, echo=console.print)
+    except pf.PipelineFileError as exc:
+        fail(str(exc), code=2)
     except (config.ConfigError, job.JobError) as exc:
         fail(str(exc))
 

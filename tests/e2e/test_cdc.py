@@ -74,7 +74,10 @@ def test_heartbeats_flow(streamfold_setup):
 
 
 def test_heartbeat_table_events_follow_changes_in_commit_order_and_are_only_progress(pg, streamfold_setup):
-    from pipeline.cdc_fold import HEARTBEAT_TABLE, Change, Progress, parse_envelope
+    from pipeline.cdc_fold import HEARTBEAT_TABLE
+    from spec.envelopes import Change, Progress, parse_envelope
+
+    DEFAULT_PROFILE_SPEC = streamfold_setup.pipeline.profile_spec()  # noqa: N806
 
     userid = f"hb-{uuid.uuid4().hex[:8]}"
     pg.execute("INSERT INTO public.users (userid, regionid) VALUES (%s, 'asia')", (userid,))
@@ -106,12 +109,11 @@ def test_heartbeat_table_events_follow_changes_in_commit_order_and_are_only_prog
     ]
     for beat in all_beats:
         assert beat.key == {"id": 1}  # no userid: never a user's key
-        assert parse_envelope(names.CDC_USERS_TOPIC, beat_key(beat), beat.raw_value) == Progress(
-            beat.value["source"]["ts_ms"]
-        )
+        folded = parse_envelope(names.CDC_USERS_TOPIC, beat_key(beat), beat.raw_value, DEFAULT_PROFILE_SPEC)
+        assert folded == Progress(beat.value["source"]["ts_ms"])
     # The user changes themselves still fold to changes.
-    change = parse_envelope(names.CDC_USERS_TOPIC, beat_key(update), update.raw_value)
-    assert isinstance(change, Change) and change.userid == userid and change.regionid == "europe"
+    change = parse_envelope(names.CDC_USERS_TOPIC, beat_key(update), update.raw_value, DEFAULT_PROFILE_SPEC)
+    assert isinstance(change, Change) and change.key == userid and change.columns["regionid"] == "europe"
 
 
 def beat_key(message: Message) -> bytes:

@@ -28,12 +28,13 @@ from common import config, kinesis, names
 from common import pipeline_file as pf
 from connectors import setup
 from db import schema
-from pipeline.cdc_fold import BadEnvelope, parse_envelope
+from spec.envelopes import BadEnvelope, parse_envelope
 from spec.events import Rejected, parse_event
 from tests.support.kafka import Message, read_all
 
-# The default pipeline file's event spec (the demo's clicks).
+# The default pipeline file's specs (the demo's clicks and public.users).
 DEFAULT_EVENT_SPEC = pf.load().event_spec()
+DEFAULT_PROFILE_SPEC = pf.load().profile_spec()
 
 ROOT = Path(__file__).resolve().parents[2]
 NEVER = -(2**63)
@@ -165,7 +166,7 @@ def profile_history(bootstrap: str) -> dict[str, list[tuple[int, int, str | None
             continue
         op, source = envelope["op"], envelope["source"]
         if source.get("table") == "cdc_heartbeat":
-            continue  # CDC progress routed into this topic (pipeline/cdc_fold.py), never a user
+            continue  # CDC progress routed into this topic (spec/envelopes.py), never a user
         valid_from = NEVER if op == "r" else source["ts_ms"]
         row = envelope["before"] if op == "d" else envelope["after"]
         region = None if op == "d" else (row.get("regionid") or names.UNKNOWN_REGION)
@@ -180,15 +181,15 @@ def profile_history(bootstrap: str) -> dict[str, list[tuple[int, int, str | None
 def is_dead_letter(message: Message) -> bool:
     """The reference fold rejects it: the job dead-letters it, so it is no version of anyone."""
     try:
-        parse_envelope(message.topic, message.raw_key, message.raw_value)
+        parse_envelope(message.topic, message.raw_key, message.raw_value, DEFAULT_PROFILE_SPEC)
     except BadEnvelope:
         return True
     return False
 
 
 def cdc_dead_letters(bootstrap: str) -> set[str]:
-    """The CDC records the reference fold (cdc_fold.parse_envelope) rejects, by dead-letter id: change events
-    and Debezium's heartbeats alike (the job reads both topics)."""
+    """The CDC records the reference fold (spec.envelopes.parse_envelope) rejects, by dead-letter id: change
+    events and Debezium's heartbeats alike (the job reads both topics)."""
     dead = set()
     for m in [*read_all(bootstrap, names.CDC_USERS_TOPIC), *read_all(bootstrap, names.HEARTBEAT_TOPIC)]:
         if is_dead_letter(m):

@@ -5,18 +5,23 @@ import json
 import pytest
 
 from common import names
+from common import pipeline_file as pf
 from pipeline.cdc_fold import (
-    BEGINNING_OF_TIME_MS,
-    FOLDED_COLUMNS,
     HEARTBEAT_SCHEMA,
     HEARTBEAT_TABLE,
     MAX_CHANGE_BYTES,
+    fold,
+    fold_records,
+    fold_type,
+    folded_columns,
+)
+from pipeline.records import CHANGE
+from spec.envelopes import (
+    BEGINNING_OF_TIME_MS,
     MAX_COMMIT_MS,
     BadEnvelope,
     Change,
     Progress,
-    fold,
-    fold_records,
     parse_envelope,
 )
 
@@ -37,35 +42,53 @@ def envelope(op: str, before=None, after=None, ts_ms=1_000, lsn=42) -> bytes:
 
 
 KEY = json.dumps({"userid": "alice"}).encode()
+# The default pipeline file's profile spec (the demo's public.users).
+DEFAULT_PROFILE_SPEC = pf.load().profile_spec()
+FOLDED_COLUMNS = folded_columns(DEFAULT_PROFILE_SPEC)
+
+
+def parse(topic: str, key: bytes | None, value: bytes | None) -> Change | Progress | None:
+    return parse_envelope(topic, key, value, DEFAULT_PROFILE_SPEC)
+
+
+def profile(regionid=None, gender=None, interests=None, registertime=None) -> dict:
+    return {"regionid": regionid, "gender": gender, "interests": interests, "registertime": registertime}
+
+
+def test_the_default_spec_folds_to_the_changelog_record():
+    """The demo's fold row is records.CHANGE between kind and progress_ms, error: the join reads it."""
+    want = [("kind", "string"), *((f.name, f.dataType.simpleString()) for f in CHANGE.fields)]
+    want += [("progress_ms", "bigint"), ("error", "string")]
+    assert [(f.name, f.dataType.simpleString()) for f in fold_type(DEFAULT_PROFILE_SPEC).fields] == want
 
 
 def test_insert_and_update_are_valid_from_commit_time():
-    change = parse_envelope(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=5_000))
-    assert change == Change("alice", "u", 5_000, 42, 5_000, "asia", "FEMALE", ["News"], 1)
+    change = parse(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=5_000))
+    assert change == Change("alice", "u", 5_000, 42, 5_000, profile("asia", "FEMALE", ["News"], 1))
 
 
 def test_snapshot_read_is_valid_from_the_beginning_of_time_but_reports_progress():
-    change = parse_envelope(TOPIC, KEY, envelope("r", after=ALICE, ts_ms=7_000))
+    change = parse(TOPIC, KEY, envelope("r", after=ALICE, ts_ms=7_000))
     assert change.valid_from_ms == BEGINNING_OF_TIME_MS
     assert change.progress_ms == 7_000
 
 
 def test_delete_takes_userid_from_before_and_has_no_profile():
-    change = parse_envelope(TOPIC, KEY, envelope("d", before={"userid": "alice"}, ts_ms=9_000))
-    assert change == Change("alice", "d", 9_000, 42, 9_000)
+    change = parse(TOPIC, KEY, envelope("d", before={"userid": "alice"}, ts_ms=9_000))
+    assert change == Change("alice", "d", 9_000, 42, 9_000, profile())
 
 
 def test_delete_without_before_falls_back_to_the_key():
-    assert parse_envelope(TOPIC, KEY, envelope("d", ts_ms=9_000)).userid == "alice"
+    assert parse(TOPIC, KEY, envelope("d", ts_ms=9_000)).key == "alice"
 
 
 def test_tombstone_is_skipped():
-    assert parse_envelope(TOPIC, KEY, None) is None
+    assert parse(TOPIC, KEY, None) is None
 
 
 def test_heartbeat_reports_progress():
     beat = json.dumps({"ts_ms": 12_345}).encode()
-    assert parse_envelope(names.HEARTBEAT_TOPIC, b'{"serverName":"cdc"}', beat) == Progress(12_345 - 1000)
+    assert parse(names.HEARTBEAT_TOPIC, b'{"serverName":"cdc"}', beat) == Progress(12_345 - 1000)
 
 
 @pytest.mark.parametrize(
@@ -91,7 +114,7 @@ def test_heartbeat_reports_progress():
 )
 def test_bad_envelopes_are_rejected_with_reason(value, reason):
     with pytest.raises(BadEnvelope, match=reason):
-        parse_envelope(TOPIC, None, value)
+        parse(TOPIC, None, value)
 
 
 def heartbeat_row_event(op: str = "u", ts_ms: int = 7_000) -> bytes:
@@ -119,43 +142,133 @@ def test_a_commit_time_outside_1970_to_9999_is_a_dead_letter_in_every_form(ts_ms
         (names.HEARTBEAT_TOPIC, json.dumps({"ts_ms": ts_ms}).encode()),
     ]:
         with pytest.raises(BadEnvelope, match=reason):
-            parse_envelope(topic, KEY, value)
+            parse(topic, KEY, value)
 
 
 def test_a_userid_or_regionid_over_1024_utf8_bytes_is_a_dead_letter():
     """Postgres indexes both: a 10,000-character one once failed the batch at every restart."""
     longest = {**ALICE, "userid": "é" * 512, "regionid": "r" * 1024}
-    fits = parse_envelope(TOPIC, KEY, envelope("u", after=longest))
-    assert (fits.userid, fits.regionid) == ("é" * 512, "r" * 1024)
+    fits = parse(TOPIC, KEY, envelope("u", after=longest))
+    assert (fits.key, fits.columns["regionid"]) == ("é" * 512, "r" * 1024)
     with pytest.raises(BadEnvelope, match="^userid of 1026 bytes exceeds the 1024-byte limit$"):
-        parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "userid": "é" * 513}))
+        parse(TOPIC, KEY, envelope("u", after={**ALICE, "userid": "é" * 513}))
     with pytest.raises(BadEnvelope, match="^userid of 1025 bytes exceeds the 1024-byte limit$"):
-        parse_envelope(TOPIC, KEY, envelope("d", before={**ALICE, "userid": "u" * 1025}))
+        parse(TOPIC, KEY, envelope("d", before={**ALICE, "userid": "u" * 1025}))
     with pytest.raises(BadEnvelope, match="^after.regionid of 1028 bytes exceeds the 1024-byte limit$"):
-        parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": "😀" * 257}))
+        parse(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": "😀" * 257}))
 
 
 def test_the_ends_of_the_commit_time_range_fold():
-    assert parse_envelope(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=0)).valid_from_ms == 0
-    latest = parse_envelope(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=MAX_COMMIT_MS))
+    assert parse(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=0)).valid_from_ms == 0
+    latest = parse(TOPIC, KEY, envelope("u", after=ALICE, ts_ms=MAX_COMMIT_MS))
     assert latest.progress_ms == MAX_COMMIT_MS
-    assert parse_envelope(TOPIC, KEY, heartbeat_row_event("u", 0)) == Progress(0)
+    assert parse(TOPIC, KEY, heartbeat_row_event("u", 0)) == Progress(0)
 
 
 @pytest.mark.parametrize("op", ["c", "u", "r", "d"])
 def test_heartbeat_table_event_is_exact_progress_never_a_change(op):
-    assert parse_envelope(TOPIC, b'{"id": 1}', heartbeat_row_event(op, 7_000)) == Progress(7_000)
+    assert parse(TOPIC, b'{"id": 1}', heartbeat_row_event(op, 7_000)) == Progress(7_000)
 
 
 def test_profile_number_becomes_text_and_unreadable_fields_are_dead_letters():
-    change = parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": 7}))
-    assert change.regionid == "7"
+    change = parse(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": 7}))
+    assert change.columns["regionid"] == "7"
     with pytest.raises(BadEnvelope, match="after.regionid must be a string"):
-        parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": 7.5}))
+        parse(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": 7.5}))
     with pytest.raises(BadEnvelope, match="after.interests must be an array of strings"):
-        parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "interests": "News"}))
+        parse(TOPIC, KEY, envelope("u", after={**ALICE, "interests": "News"}))
     with pytest.raises(BadEnvelope, match="after.registertime must be an integer"):
-        parse_envelope(TOPIC, KEY, envelope("u", after={**ALICE, "registertime": "1"}))
+        parse(TOPIC, KEY, envelope("u", after={**ALICE, "registertime": "1"}))
+
+
+def test_an_unchanged_toasted_value_is_never_data():
+    reason = "^after.{} is Debezium's unavailable-value placeholder \\(an unchanged TOASTed value\\)$"
+    for field, value in [
+        ("gender", "__debezium_unavailable_value"),
+        ("interests", ["a", "__debezium_unavailable_value"]),
+    ]:
+        with pytest.raises(BadEnvelope, match=reason.format(field)):
+            parse(TOPIC, KEY, envelope("u", after={**ALICE, field: value}))
+
+
+SPEC = {
+    "key": {"column": "id", "type": "bigint"},
+    "columns": [
+        {"name": "at", "type": "timestamptz"},
+        {"name": "price", "type": "numeric"},
+        {"name": "ratio", "type": "double"},
+        {"name": "doc", "type": "jsonb", "max_bytes": 20},
+        {"name": "n", "type": "integer"},
+        {"name": "ok", "type": "boolean"},
+    ],
+    "heartbeat": {"schema": "hb", "table": "beat"},
+    "max_change_bytes": 4096,
+}
+
+
+def parse_spec(after: dict, key: bytes | None = None) -> Change:
+    change = parse_envelope(TOPIC, key, envelope("c", after=after), SPEC)
+    assert isinstance(change, Change)
+    return change
+
+
+@pytest.mark.parametrize(
+    ("text", "micros"),
+    [
+        ("1970-01-01T00:00:00Z", 0),
+        ("2026-11-22T15:00:00.123456789Z", 1_795_359_600_123_456),
+        ("2026-11-22T16:30:00.5+01:30", 1_795_359_600_500_000),
+        ("1969-12-31T23:59:59.999999Z", -1),
+        ("2024-02-29T00:00:00-00:00", 1_709_164_800_000_000),
+        ("0000-03-01T00:00:00Z", -62_162_035_200_000_000),
+    ],
+)
+def test_a_timestamp_is_iso_8601_or_epoch_microseconds(text, micros):
+    assert parse_spec({"id": 7, "at": text}).columns["at"] == micros
+    assert parse_spec({"id": 7, "at": micros}).columns["at"] == micros
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-11-22 15:00:00Z",
+        "2026-11-22T15:00:00",
+        "2023-02-29T00:00:00Z",
+        "2026-11-22T24:00:00Z",
+        "2026-11-22T15:00:00.1234567890Z",
+        "2026-11-22T15:00:00+19:00",
+        "２026-11-22T15:00:00Z",
+    ],
+)
+def test_other_timestamp_texts_are_dead_letters(text):
+    with pytest.raises(BadEnvelope, match="^after.at must be a timestamp"):
+        parse_spec({"id": 7, "at": text})
+
+
+def test_numbers_keep_their_text_and_json_its_document_order():
+    raw = b'{"op": "c", "source": {"ts_ms": 1}, "after": {"id": 7, "price": 1.50, "ratio": 1e400}}'
+    with pytest.raises(BadEnvelope, match="^after.ratio must be a number"):
+        parse_envelope(TOPIC, None, raw, SPEC)
+    after = b'{"id": 7, "price": 1.50E3, "doc": {"b": 1.0, "a": [2]}}'
+    raw = b'{"op": "c", "source": {"ts_ms": 1}, "after": %s}' % after
+    change = parse_envelope(TOPIC, None, raw, SPEC)
+    assert isinstance(change, Change)
+    assert (change.columns["price"], change.columns["doc"]) == ("1.50E3", '{"b":1.0,"a":[2]}')
+    assert parse_spec({"id": 7, "price": "-12.5e-3", "ratio": "NaN"}).columns["price"] == "-12.5e-3"
+    assert parse_spec({"id": 7, "ratio": "-Infinity", "doc": '[1, "x"]'}).columns["doc"] == '[1, "x"]'
+    for field, value in [("price", "1."), ("price", "Infinity"), ("doc", "{"), ("doc", 5), ("n", 2**31)]:
+        with pytest.raises(BadEnvelope, match=f"^after.{field} must be"):
+            parse_spec({"id": 7, field: value})
+    with pytest.raises(BadEnvelope, match="^after.doc of 21 bytes exceeds the 20-byte limit$"):
+        parse_spec({"id": 7, "doc": '"' + "x" * 19 + '"'})
+
+
+def test_an_integer_key_is_carried_as_its_decimal_text():
+    assert parse_spec({"id": -5, "ok": True}).key == "-5"
+    assert parse_spec({"ok": False}, key=b'{"id": 12}').key == "12"
+    for after, key in [({"id": "5"}, None), ({}, b'{"id": "5"}'), ({"id": 1.0}, None)]:
+        with pytest.raises(BadEnvelope, match="^change event without a id$"):
+            parse_spec(after, key)
 
 
 @pytest.mark.spark
@@ -172,7 +285,7 @@ def test_fold_tags_every_record(spark):
     ]
     schema = "topic string, key binary, value binary, event_id string, written_ms bigint"
     frame = spark.createDataFrame([(*r, 10_000) for r in rows], schema)
-    records = fold_records(frame).collect()
+    records = fold_records(frame, DEFAULT_PROFILE_SPEC).collect()
     assert tuple(records[0].asDict()) == FOLDED_COLUMNS
     assert [r["kind"] for r in records] == [
         "change",
@@ -190,7 +303,7 @@ def test_fold_tags_every_record(spark):
     assert records[7]["error"] == (
         f"change event of {MAX_CHANGE_BYTES + 236} bytes exceeds the {MAX_CHANGE_BYTES}-byte limit"
     )
-    cdc = fold(frame).collect()  # the join's input: the skipped tombstone dropped
+    cdc = fold(frame, DEFAULT_PROFILE_SPEC).collect()  # the join's input: the skipped tombstone dropped
     changes = [c for c in cdc if c["kind"] == "change"]
     assert [(c["userid"], c["op"], c["regionid"]) for c in changes] == [
         ("alice", "c", "asia"),
@@ -216,7 +329,7 @@ def test_cdc_progress_counts_at_most_a_minute_past_the_records_kafka_timestamp(s
         (TOPIC, None, b"{bad", "e"),
     ]
     schema = "topic string, key binary, value binary, event_id string, written_ms bigint"
-    cdc = fold(spark.createDataFrame([(*r, written) for r in rows], schema)).collect()
+    cdc = fold(spark.createDataFrame([(*r, written) for r in rows], schema), DEFAULT_PROFILE_SPEC).collect()
     assert tuple(cdc[0].asDict()) == FOLDED_COLUMNS
     assert [r["progress_ms"] for r in cdc[:2]] == [written - 5_000, written + 60_000]
     capped = cdc[2:-1]

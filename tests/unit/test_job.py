@@ -113,13 +113,3 @@ def test_the_pipeline_files_join_settings_are_the_defaults_conf_overrides():
         "join.max_wait": "10000ms",
         "join.version_retention": "604800000ms",
     }
-
-
-def test_run_refuses_columns_the_operator_cannot_carry_yet():
-    default = pf.load()
-    job.check_pipeline(default.model_copy(update={"join": pf.Join(mode="latest")}))  # settings may differ
-    other = pf.parse(
-        (ROOT / pf.DEFAULT_FILE).read_text().replace("    ip: text\n", "    ip: text\n    ref: text\n")
-    )
-    with pytest.raises(job.JobError, match="carry the default pipeline's profile columns"):
-        job.check_pipeline(other)

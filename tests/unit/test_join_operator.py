@@ -2,14 +2,17 @@
 
 Hundreds of random histories run through one streaming query, one micro-batch per step, and through
 spec.temporal_state driven by the same schedule (each batch's watermark as Spark reports it; input rows
-first, then every user whose timer the watermark has passed). Every output row must be identical and
-come out in the same batch. The histories mix out-of-order and late clicks, inserts, updates, deletes
-and re-inserts, snapshot rows, replayed changes, equal timestamps (a click at a version's valid-from, two
-versions with one valid-from), progress that stalls and then jumps, releases by the wall clock
-(join.max_wait) rather than by CDC progress, and versions old enough to expire. Rejected records ride
-along (the pipeline passes them through the operator): each must come out unchanged in its own batch,
-including from buckets that hold nothing else. Set JOIN_DIFF_SEED to try other seeds; a failure names its
-seed.
+first, then every key whose timer the watermark has passed). Every output row must be identical and come
+out in the same batch. Each mode runs two schemas side by side, one query each: the default pipeline
+file's and a random one (random event fields and profile columns, some with if_missing, random output
+names; in event-time mode every column type as an event field and as a profile column, in latest mode a
+few of random types), each with random values of its types (null, empty, non-ASCII, extremes).
+The histories mix out-of-order and late events, inserts, updates, deletes and re-inserts, snapshot rows,
+replayed changes, equal timestamps (an event at a version's valid-from, two versions with one valid-from),
+progress that stalls and then jumps, releases by the wall clock (join.max_wait) rather than by CDC
+progress, and versions old enough to expire. Rejected records ride along (the pipeline passes them through
+the operator): each must come out unchanged in its own batch, including from buckets that hold nothing
+else. Set JOIN_DIFF_SEED to try other seeds (and other random schemas); a failure names its seed.
 """
 
 from __future__ import annotations
@@ -26,25 +29,57 @@ import pytest
 from pyspark.sql import Row, SparkSession
 
 from common.names import BEGINNING_OF_TIME_MS
+from common.pipeline_file import Pipeline
+from pipeline import records
 from pipeline.join_config import LATEST, JoinConfig
+from pipeline.temporal_join import join_spec
 from spec.temporal_state import (
     Click,
     Enriched,
+    IfMissing,
     UserState,
     Version,
     advance,
     advance_latest,
 )
-from tests.support.join_harness import Harness
+from tests.support.join_harness import Harness, run_together
+from tests.support.pipelines import DEFAULT, VALUES, random_pipeline
 
 pytestmark = pytest.mark.spark
 
 SECOND = 1_000
 MAX_WAIT_MS = 2 * SECOND
-HISTORIES = 400
+HISTORIES = 400  # the default file's; the random schema runs fewer beside it
+RANDOM_HISTORIES = 100
 STEPS = 14
 RETENTION_MS = 30 * SECOND
 SEED = int(os.environ.get("JOIN_DIFF_SEED", "20261122"))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A pipeline's columns as the harness writes them and the model reads them."""
+
+    key: str  # the event's key field
+    fields: tuple[tuple[str, str], ...]  # (name, type) of each event field
+    time_ms: str
+    count: str
+    profile_key: str
+    columns: tuple[tuple[str, str], ...]  # (name, type) of each profile column
+    if_missing: IfMissing
+
+    @staticmethod
+    def of(pipeline: Pipeline) -> Shape:
+        click = records.click(pipeline).fieldNames()
+        return Shape(
+            key=pipeline.events.key,
+            fields=tuple((name, f.type) for name, f in pipeline.events.fields.items()),
+            time_ms=click[-2],
+            count=click[-1],
+            profile_key=pipeline.profile.key,
+            columns=tuple((name, c.type) for name, c in pipeline.profile.columns.items()),
+            if_missing=IfMissing.of(join_spec(pipeline)["profile_columns"]),
+        )
 
 
 @dataclass
@@ -56,11 +91,13 @@ class Step:
 
 
 class Histories:
-    """Random per-user histories laid out as one list of steps (micro-batches) shared by all users."""
+    """Random per-key histories laid out as one list of steps (micro-batches) shared by all keys."""
 
-    def __init__(self, seed: int, t0: int) -> None:
+    def __init__(self, seed: int, t0: int, shape: Shape, histories: int) -> None:
         self.rng = random.Random(seed)
         self.reject_rng = random.Random(seed + 1)  # its own stream: the histories stay the same
+        self.shape = shape
+        self.histories = histories
         self.rejects = 0
         self.t0 = t0
         self.lsn = 0
@@ -78,43 +115,41 @@ class Histories:
             )  # 15 s: a stall, then a jump
             if rng.random() < 0.8:
                 step.progress.append({"progress_ms": now + rng.randint(-2 * SECOND, SECOND)})
-            for h in range(HISTORIES):
+            for h in range(self.histories):
                 for u in range(rng.randint(1, 2)):
                     self._events(step, f"h{h}u{u}", now)
             step.rejects = [self._reject() for _ in range(self.reject_rng.choice([0, 1, 5, 40]))]
             steps.append(step)
-        # Flush: progress far ahead releases every waiting click; the next batch runs the timers.
+        # Flush: progress far ahead releases every waiting event; the next batch runs the timers.
         steps.append(Step(progress=[{"progress_ms": now + 10 * RETENTION_MS}]))
         steps.append(Step(progress=[{"progress_ms": now + 10 * RETENTION_MS}]))
         return steps
 
-    def _events(self, step: Step, user: str, now: int) -> None:
+    def _events(self, step: Step, key: str, now: int) -> None:
         rng = self.rng
         for _ in range(rng.choice([0, 0, 1, 2, 3])):
-            step.clicks.append(self._click(user, now))
+            step.clicks.append(self._click(key, now))
         roll = rng.random()
         if roll < 0.25:
-            step.changes.append(self._change(user, now))
+            step.changes.append(self._change(key, now))
         elif roll < 0.28 and self.sent:
-            step.changes.append(dict(rng.choice(self.sent), userid=user))  # a replay (same valid_from, lsn)
+            step.changes.append(dict(rng.choice(self.sent), **{self.shape.profile_key: key}))  # a replay
         elif roll < 0.30:
-            step.changes.append(self._change(user, now, op="r"))
+            step.changes.append(self._change(key, now, op="r"))
 
-    def _click(self, user: str, now: int) -> dict[str, Any]:
-        rng = self.rng
+    def _click(self, key: str, now: int) -> dict[str, Any]:
+        rng, shape = self.rng, self.shape
         self.clicks += 1
         t = now + rng.choice([0, rng.randint(-5 * SECOND, 5 * SECOND), -2 * RETENTION_MS, 20 * SECOND])
         if self.sent and rng.random() < 0.1:
             t = max(self.sent[-1]["valid_from_ms"], self.t0)  # exactly at a version's valid_from
+        # Values the state codec must keep exactly: null, empty, non-ASCII (2-, 3-, 4-byte UTF-8), extremes.
         return {
             "event_id": f"e{self.clicks}",
-            "userid": user,
-            "click_time_ms": t,
-            # Texts the state codec must keep exactly: none, empty, non-ASCII (2-, 3- and 4-byte UTF-8).
-            "url": rng.choice(["/a", "/b", None, "", "/caf\u00e9/\u6771\u4eac/\U0001f3cc"]),
-            "device_id": rng.choice(["ios", "android", None]),
-            "ip": "10.0.0.1",
-            "clicks": rng.choice([1, 1, 2, None]),
+            shape.key: key,
+            shape.time_ms: t,
+            **{name: rng.choice(VALUES[kind]) for name, kind in shape.fields},
+            shape.count: rng.choice([1, 1, 2, None]),
         }
 
     def _reject(self) -> dict[str, Any]:
@@ -122,67 +157,58 @@ class Histories:
         payload = self.reject_rng.choice(["", "{", "[1]", '{"userid": 7}', "é\u2028", None])
         return {"event_id": f"r{self.rejects}", "error": "not JSON", "source": "test", "payload": payload}
 
-    def _change(self, user: str, now: int, op: str | None = None) -> dict[str, Any]:
+    def _change(self, key: str, now: int, op: str | None = None) -> dict[str, Any]:
         rng = self.rng
         op = op or rng.choice("cuud")
         self.lsn += 1
         valid_from = BEGINNING_OF_TIME_MS if op == "r" else now + rng.randint(-3 * SECOND, 4 * SECOND)
         if op != "r" and self.sent and rng.random() < 0.1:
             valid_from = self.sent[-1]["valid_from_ms"]  # two versions valid from the same instant
-        change: dict[str, Any] = {"userid": user, "op": op, "valid_from_ms": valid_from, "lsn": self.lsn}
+        change: dict[str, Any] = {
+            self.shape.profile_key: key,
+            "op": op,
+            "valid_from_ms": valid_from,
+            "lsn": self.lsn,
+        }
         if op != "d":
-            change |= {
-                "regionid": rng.choice(["asia", "europe", "", None, "\u6771\u4eac"]),
-                "gender": rng.choice(["F", "M", None]),
-                "interests": rng.choice([["golf", "chess"], [], None, ["\u00e9checs \u265f", None, ""]]),
-                "registertime": rng.choice([7, None]),
-            }
+            change |= {name: rng.choice(VALUES[kind]) for name, kind in self.shape.columns}
         self.sent.append(change)
         return change
-
-
-def _version(change: dict[str, Any]) -> Version:
-    return Version(
-        change["valid_from_ms"],
-        change["lsn"],
-        change["op"],
-        change.get("regionid"),
-        change.get("gender"),
-        change.get("interests"),
-        change.get("registertime"),
-    )
-
-
-def _click(row: dict[str, Any]) -> Click:
-    clicks = 1 if row["clicks"] is None else row["clicks"]
-    return Click(
-        row["event_id"], row["userid"], row["click_time_ms"], row["url"], row["device_id"], row["ip"], clicks
-    )
 
 
 class Model:
     """spec.temporal_state driven the way Spark drives the operator: in each batch the join's watermark
     is max(Spark's watermark, the CDC progress read so far, this batch's included), and a row is complete
-    when that CDC progress has reached its click."""
+    when that CDC progress has reached its event."""
 
-    def __init__(self, cfg: JoinConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: JoinConfig, shape: Shape) -> None:
+        self.cfg, self.shape = cfg, shape
         self.users: dict[str, UserState] = defaultdict(UserState)
         self.progress_ms = -(2**63)
 
     def batch(self, step: Step, spark_watermark_ms: int) -> list[tuple]:
         self.progress_ms = max([self.progress_ms, *(p["progress_ms"] for p in step.progress)])
-        complete = lambda row: self.cfg.mode == LATEST or row.click_time_ms <= self.progress_ms  # noqa: E731
+        complete = lambda row: self.cfg.mode == LATEST or row.time_ms <= self.progress_ms  # noqa: E731
         rows = self._rows(step, max(spark_watermark_ms, self.progress_ms))
-        return [(*row, complete(row)) for row in rows]
+        return [(*row.row(), complete(row)) for row in rows]
+
+    def version(self, change: dict[str, Any]) -> Version:
+        profile = tuple(change.get(name) for name, _ in self.shape.columns)
+        return Version(change["valid_from_ms"], change["lsn"], change["op"], profile)
+
+    def click(self, row: dict[str, Any]) -> Click:
+        shape = self.shape
+        count = 1 if row[shape.count] is None else row[shape.count]
+        fields = tuple(row[name] for name, _ in shape.fields)
+        return Click(row["event_id"], row[shape.key], row[shape.time_ms], fields, count)
 
     def _rows(self, step: Step, watermark_ms: int) -> list[Enriched]:
         changes: dict[str, list[Version]] = defaultdict(list)
         clicks: dict[str, list[Click]] = defaultdict(list)
         for change in step.changes:
-            changes[change["userid"]].append(_version(change))
+            changes[change[self.shape.profile_key]].append(self.version(change))
         for row in step.clicks:
-            clicks[row["userid"]].append(_click(row))
+            clicks[row[self.shape.key]].append(self.click(row))
         rows: list[Enriched] = []
         for user in changes.keys() | clicks.keys():  # input rows first ...
             rows += self._step(user, changes[user], clicks[user], watermark_ms)
@@ -195,11 +221,11 @@ class Model:
     def _step(
         self, user: str, changes: list[Version], clicks: list[Click], watermark_ms: int
     ) -> list[Enriched]:
-        state = self.users[user]
+        state, if_missing = self.users[user], self.shape.if_missing
         if self.cfg.mode == LATEST:
-            result = advance_latest(state, changes, clicks)
+            result = advance_latest(state, changes, clicks, if_missing)
         else:
-            result = advance(state, changes, clicks, watermark_ms, self.cfg.version_retention_ms)
+            result = advance(state, changes, clicks, watermark_ms, self.cfg.version_retention_ms, if_missing)
         self.users[user] = UserState(result.state.versions, result.state.pending, result.wakeup_ms)
         return result.rows
 
@@ -214,73 +240,123 @@ def _as_reject(row: Row) -> tuple:
     return (row.event_id, row.error, row.source, None if payload is None else bytes(payload))
 
 
-def _changelog(rows: list[Row]) -> dict[str, list[tuple]]:
-    """Changes passed through by the operator: each user's, in the order they came out."""
-    out: dict[str, list[tuple]] = defaultdict(list)
-    for r in rows:
-        out[r.uid].append((r.change_op, r.profile_valid_from_ms, r.user_regionid))
-    return dict(out)
+@dataclass
+class Case:
+    """One schema's query, its model, its histories and where its columns are in an output row."""
+
+    name: str
+    harness: Harness
+    model: Model
+    steps: list[Step]
+    seed: int
+
+    @property
+    def shape(self) -> Shape:
+        return self.model.shape
+
+    def enriched(self, row: Row) -> tuple:
+        """An event row's columns after kind, through complete."""
+        return tuple(row)[1 : 1 + len(records.enriched(self.harness.pipeline))]
+
+    def changelog(self, rows: list[Row]) -> dict[str, list[tuple]]:
+        """Changes passed through by the operator: each key's (op, valid_from, profile), in output order."""
+        columns = len(self.shape.columns)
+        start = 5 + len(self.shape.fields)  # kind, event_id, key, time, fields, count
+        out: dict[str, list[tuple]] = defaultdict(list)
+        for r in rows:
+            values = tuple(r)
+            out[values[2]].append((r.change_op, values[start + columns], values[start : start + columns]))
+        return dict(out)
+
+    def changelog_of(self, changes: list[dict[str, Any]]) -> dict[str, list[tuple]]:
+        """What the operator must pass through of a batch's changes: each key's in version order."""
+        out: dict[str, list[tuple]] = defaultdict(list)
+        for c in sorted(changes, key=lambda c: (c["valid_from_ms"], c["lsn"])):
+            version = self.model.version(c)
+            out[c[self.shape.profile_key]].append((c["op"], c["valid_from_ms"], version.profile))
+        return dict(out)
 
 
-def _changelog_of(changes: list[dict[str, Any]]) -> dict[str, list[tuple]]:
-    """What the operator must pass through of a batch's changes: each user's in version order."""
-    ordered = sorted(changes, key=lambda c: (c["valid_from_ms"], c["lsn"]))
-    return _changelog(
-        [
-            Row(
-                uid=c["userid"],
-                change_op=c["op"],
-                profile_valid_from_ms=c["valid_from_ms"],
-                user_regionid=c.get("regionid"),
+def _cases(spark: SparkSession, root: Path, cfg: JoinConfig, seed: int) -> list[Case]:
+    """The default file's schema and a random one: every type in event-time mode (waiting events are
+    stored too), any in latest mode."""
+    # Event time starts 15 s behind the wall clock: CDC progress (about 4 s into the history at first,
+    # 13 s during its stall) trails the wall clock's watermark (wall clock - max_wait, at least 13 s in) on
+    # any machine, however fast its batches, so the wall clock (max_wait) releases events early on; CDC
+    # progress releases the rest. The model replays Spark's actual schedule: each batch's watermark as
+    # Spark reports it.
+    t0 = int(time.time() * 1000) - 15 * SECOND
+    every_type = cfg.mode != LATEST
+    schemas = [
+        ("default", DEFAULT, HISTORIES),
+        ("random", random_pipeline(random.Random(seed), every_type), RANDOM_HISTORIES),
+    ]
+    cases = []
+    for number, (name, pipeline, histories) in enumerate(schemas):
+        (root / str(number)).mkdir()
+        shape = Shape.of(pipeline)
+        cases.append(
+            Case(
+                name,
+                Harness(spark, root / str(number), cfg, pipeline),
+                Model(cfg, shape),
+                Histories(seed + 10 * number, t0, shape, histories).steps(),
+                seed,
             )
-            for c in ordered
-        ]
-    )
-
-
-def _as_tuple(row: Row) -> tuple:
-    values = row.asDict()
-    return tuple(values[name] for name in (*Enriched._fields, "profile_complete"))
+        )
+    return cases
 
 
 @pytest.mark.parametrize("mode", ["event_time", "latest"])
 def test_jvm_operator_matches_the_python_model(spark: SparkSession, tmp_path: Path, mode: str) -> None:
     seed = SEED + (mode == LATEST)
     cfg = JoinConfig(mode=mode, max_wait_ms=MAX_WAIT_MS, version_retention_ms=RETENTION_MS)
-    # Event time starts 15 s behind the wall clock: CDC progress (about 4 s into the history at first,
-    # 13 s during its stall) trails the wall clock's watermark (wall clock - max_wait, at least 13 s in) on
-    # any machine, however fast its batches, so the wall clock (max_wait) releases clicks early on; CDC
-    # progress releases the rest. The model replays Spark's actual schedule: each batch's watermark as
-    # Spark reports it.
-    steps = Histories(seed, int(time.time() * 1000) - 15 * SECOND).steps()
-    harness, model = Harness(spark, tmp_path, cfg), Model(cfg)
-    for number, step in enumerate(steps):
-        for stream in ("clicks", "changes", "progress", "rejects"):
-            harness.write(stream, getattr(step, stream))
-        changes_before = len(harness.changes)
-        emitted = harness.run().values()
-        assert _changelog(harness.changes[changes_before:]) == _changelog_of(step.changes), (
-            f"seed {seed}, batch {number}: changes not passed through once each, in version order per user"
-        )
-        passed = {r.event_id: _as_reject(r) for r in emitted if r.error is not None}
-        assert passed == {r["event_id"]: _as_reject(Row(**r)) for r in step.rejects}, (
-            f"seed {seed}, batch {number}: rejects not passed through as they came"
-        )
-        got = {r.event_id: _as_tuple(r) for r in emitted if r.error is None}
-        want = {row[0]: row for row in model.batch(step, harness.watermark_ms())}
-        assert got.keys() == want.keys(), (
-            f"seed {seed}, batch {number}: emitted by Spark only {sorted(got.keys() - want.keys())[:5]}, "
-            f"by the model only {sorted(want.keys() - got.keys())[:5]}"
-        )
-        differ = {k: (got[k], want[k]) for k in got if got[k] != want[k]}
-        assert not differ, (
-            f"seed {seed}, batch {number}: rows differ (spark, model): {list(differ.items())[:3]}"
-        )
-    total = sum(len(s.clicks) + len(s.rejects) for s in steps)
-    assert len(harness.output) == total, f"seed {seed}: every click and reject exactly once"
-    assert any(s.rejects for s in steps)
-    joined = [r for r in harness.output if r.error is None]
-    assert len({r.user_regionid for r in joined}) >= 3  # the histories really exercise the join
+    cases = _cases(spark, tmp_path, cfg, seed)
+    for number in range(STEPS + 2):
+        for case in cases:
+            step = case.steps[number]
+            for stream, rows in (("events", step.clicks), ("changes", step.changes)):
+                case.harness.write(stream, rows)
+            case.harness.write("progress", step.progress)
+            case.harness.write("rejects", step.rejects)
+        changes_before = [len(case.harness.changes) for case in cases]
+        emitted = run_together([case.harness for case in cases])
+        for case, rows, before in zip(cases, emitted, changes_before, strict=True):
+            _check_batch(case, number, list(rows.values()), case.harness.changes[before:])
+    for case in cases:
+        _check_run(case, mode)
+
+
+def _check_batch(case: Case, number: int, emitted: list[Row], changes: list[Row]) -> None:
+    where = f"seed {case.seed}, {case.name} schema, batch {number}"
+    step = case.steps[number]
+    assert case.changelog(changes) == case.changelog_of(step.changes), (
+        f"{where}: changes not passed through once each, in version order per key"
+    )
+    assert {r.kind for r in changes} <= {"change"}
+    passed = {r.event_id: _as_reject(r) for r in emitted if r.kind == "reject"}
+    assert passed == {r["event_id"]: _as_reject(Row(**r)) for r in step.rejects}, (
+        f"{where}: rejects not passed through as they came"
+    )
+    got = {r.event_id: case.enriched(r) for r in emitted if r.kind == "event"}
+    want = {row[0]: row for row in case.model.batch(step, case.harness.watermark_ms())}
+    assert got.keys() == want.keys(), (
+        f"{where}: emitted by Spark only {sorted(got.keys() - want.keys())[:5]}, "
+        f"by the model only {sorted(want.keys() - got.keys())[:5]}"
+    )
+    differ = {k: (got[k], want[k]) for k in got if got[k] != want[k]}
+    assert not differ, f"{where}: rows differ (spark, model): {list(differ.items())[:3]}"
+
+
+def _check_run(case: Case, mode: str) -> None:
+    where = f"seed {case.seed}, {case.name} schema"
+    output = case.harness.output
+    total = sum(len(s.clicks) + len(s.rejects) for s in case.steps)
+    assert len(output) == total, f"{where}: every event and reject exactly once"
+    assert any(s.rejects for s in case.steps)
+    joined = [case.enriched(r) for r in output if r.kind == "event"]
+    with_profile = Counter(row[-2] is not None for row in joined)  # valid_from: a profile version or none
+    assert with_profile[True] and with_profile[False], f"{where}: the histories really exercise the join"
     if mode != LATEST:
-        released = Counter(r.profile_complete for r in joined)  # by CDC progress (True), by max_wait (False)
-        assert released[True] and released[False], f"seed {seed}: both kinds of release, got {released}"
+        released = Counter(row[-1] for row in joined)  # by CDC progress (True), by max_wait (False)
+        assert released[True] and released[False], f"{where}: both kinds of release, got {released}"

@@ -10,11 +10,14 @@ a few specs per Spark job, every row again matched to `parse_event` with its spe
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+import math
 import random
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -27,9 +30,9 @@ from pyspark.sql import functions as F
 
 from common import names
 from common import pipeline_file as pf
-from pipeline import cdc_fold, events
-from pipeline.cdc_fold import BadEnvelope, Change, Progress, parse_envelope
+from pipeline import cdc_fold, events, field_types
 from pipeline.events import MAX_RECORD_BYTES
+from spec.envelopes import UNAVAILABLE, BadEnvelope, Change, Progress, parse_envelope
 from spec.events import ISO_TIME, MAX_MICROS, MIN_MICROS, Event, Rejected, parse_event
 
 # The default pipeline file's event spec (the demo's clicks).
@@ -77,6 +80,7 @@ CDC_CATEGORIES = (
     "after.gender must be",
     "after.interests must be",
     "after.registertime must be",
+    "is Debezium's unavailable-value placeholder",
 )
 CATEGORIES = (*CDC_CATEGORIES, *CLICK_CATEGORIES)
 
@@ -353,8 +357,8 @@ def profile_row(rng: random.Random) -> Any:
     row: dict[str, Any] = {
         "userid": rng.choice(["alice", "bob", "é日本", "alice", "bob", rng.choice(LONG_KEYS)]),
         "regionid": rng.choice(["asia", "europe", None, "asia", "europe", rng.choice(LONG_KEYS)]),
-        "gender": rng.choice(["FEMALE", "MALE", None]),
-        "interests": rng.choice([["News"], [], None, ["a", None]]),
+        "gender": rng.choice(["FEMALE", "MALE", None, "FEMALE", "MALE", UNAVAILABLE]),
+        "interests": rng.choice([["News"], [], None, ["a", None], ["News"], [], None, ["a", UNAVAILABLE]]),
         "registertime": rng.choice([1, 1_700_000_000_000, None]),
     }
     for _ in range(rng.choice([0, 0, 0, 1, 2])):
@@ -444,9 +448,10 @@ def cdc_records(rng: random.Random) -> list[tuple[str, bytes | None, bytes | Non
 
 
 def test_cdc_fold_agrees_with_parse_envelope(spark: SparkSession):
-    kinds = check_envelopes(spark, cdc_records(random.Random(SEED)))
+    kinds = check_envelopes(spark, cdc_records(random.Random(SEED))).kinds
+    outcomes = {k if k in ("change", "progress", "skip") else category(k) for k in kinds}
     # The generator reaches every outcome.
-    assert kinds.keys() >= {"change", "progress", "skip", *CDC_CATEGORIES}, kinds
+    assert outcomes >= {"change", "progress", "skip", *CDC_CATEGORIES}, kinds
 
 
 def debezium_envelope(i: int) -> tuple[bytes, bytes]:
@@ -494,98 +499,365 @@ def test_plain_envelope_fast_path_folds_only_what_parse_envelope_folds(spark: Sp
     users = names.CDC_USERS_TOPIC
     real = [(users, *debezium_envelope(i)) for i in range(40)]
     records = real + [r for r in cdc_records(random.Random(SEED + 1)) if r[0] == users]
-    frame = spark.createDataFrame(
-        [(f"r{i}", key, value) for i, (_, key, value) in enumerate(records)],
-        "id string, key binary, value binary",
-    )
-    # The fast path returns EnvelopeFold's row (EnvelopeFold calls it first), or NULL.
-    spark.udf.registerJavaFunction("plain_envelope", "io.streamfold.cdc.PlainEnvelope", cdc_fold.FOLD_TYPE)
-    fast_rows = frame.select("id", F.call_function("plain_envelope", "key", "value").alias("p"))
-    got = {r["id"]: r["p"] for r in fast_rows.collect()}
-    taken = valid = 0
-    for i, (topic, key, value) in enumerate(records):
-        fast = got[f"r{i}"]
-        try:
-            want = parse_envelope(topic, key, value)
-        except BadEnvelope as exc:
-            assert fast is None, (key, value, str(exc), fast)
-            continue
-        if want is None:
-            assert fast is None, (key, value)
-            continue
-        valid += 1
-        if fast is None:
-            assert i >= len(real), ("a Debezium change event missed the fast path", value)
-            continue
-        taken += 1
-        if isinstance(want, Progress):
-            assert (fast.kind, fast.progress_ms, fast.userid) == ("progress", want.progress_ms, None), value
-        else:
-            assert fast.kind == "change", value
-            assert (
-                Change(
-                    fast.userid,
-                    fast.op,
-                    fast.valid_from_ms,
-                    fast.lsn,
-                    fast.progress_ms,
-                    fast.regionid,
-                    fast.gender,
-                    fast.interests,
-                    fast.registertime,
-                )
-                == want
-            ), value
+    folded = check_envelopes(spark, records, fast=True)
+    assert all(folded.fast[: len(real)]), "a Debezium change event missed the fast path"
+    taken, valid = sum(folded.fast), folded.valid
     assert taken > len(real) + (valid - len(real)) // 10, (taken, valid)
 
 
+DEFAULT_SPEC = pf.load().profile_spec()
+
+
+@dataclass
+class Folded:
+    """What check_envelopes saw: the outcomes (a kind, or a reject's reason), the changes, and per record
+    whether the fast path folded it."""
+
+    kinds: dict[str, int] = dataclasses.field(default_factory=dict)
+    changes: list[Change] = dataclasses.field(default_factory=list)
+    fast: list[bool] = dataclasses.field(default_factory=list)
+    valid: int = 0
+
+
 def check_envelopes(
-    spark: SparkSession, records: list[tuple[str, bytes | None, bytes | None]]
-) -> dict[str, int]:
-    """Every record through cdc_fold.fold_records (one DataFrame) and parse_envelope must agree."""
+    spark: SparkSession,
+    records: list[tuple[str, bytes | None, bytes | None]],
+    spec: dict[str, Any] = DEFAULT_SPEC,
+    fast: bool = False,
+) -> Folded:
+    """Every record through cdc_fold.fold_records (one DataFrame, one Spark job) and parse_envelope must
+    agree: the kind, every field of the row, the reason up to the offending value. With `fast`, the fast
+    path (PlainEnvelope) too: it folds only what parse_envelope folds, to the same row, or returns NULL."""
     rows = [(topic, key, value, f"r{i}") for i, (topic, key, value) in enumerate(records)]
     frame = spark.createDataFrame(rows, "topic string, key binary, value binary, event_id string")
-    folded = cdc_fold.fold_records(frame.withColumn("i", F.monotonically_increasing_id()))
-    assert tuple(folded.columns) == cdc_fold.FOLDED_COLUMNS
+    frame = frame.withColumn("i", F.monotonically_increasing_id())
+    keep = ["i"]
+    if fast:
+        cdc_fold.register_java_udf(spark, "plain_envelope", "PlainEnvelope", spec)
+        frame = frame.withColumn("fast", F.call_function("plain_envelope", "key", "value"))
+        keep.append("fast")
+    folded = cdc_fold.fold_records(frame, spec, *keep)
+    assert tuple(folded.columns) == (*cdc_fold.folded_columns(spec), *keep)
     got = folded.collect()
     assert len(got) == len(records)
-    kinds: dict[str, int] = {}
+    width = len(cdc_fold.fold_type(spec).fields) - 1  # kind .. progress_ms
+    out = Folded()
     for (topic, key, value), row in zip(records, got, strict=True):
         where = (topic, key, value, row)
+        want: Change | Progress | None = None
         try:
-            want = parse_envelope(topic, key, value)
+            want = parse_envelope(topic, key, value, spec)
         except BadEnvelope as exc:
-            assert row["kind"] == "error", (*where, str(exc))
-            assert category(row["error"]) == category(str(exc)), (*where, str(exc))
-            assert row["payload"] == value and row["event_id"] is not None
-            kinds[category(str(exc))] = kinds.get(category(str(exc)), 0) + 1
-            continue
-        assert row["error"] is None, where
-        if want is None:
-            assert row["kind"] == "skip", where
-        elif isinstance(want, Progress):
-            assert (row["kind"], row["progress_ms"], row["userid"]) == ("progress", want.progress_ms, None), (
-                where
-            )
+            reason = str(exc)
+            assert row["kind"] == "error" and row["error"] is not None, (*where, reason)
+            assert reason_shape(row["error"]) == reason_shape(reason), (*where, reason)
+            assert row["payload"] == value and row["event_id"] is not None, where
+            assert all(v is None for v in tuple(row)[1:width]), where
+            out.kinds[reason] = out.kinds.get(reason, 0) + 1
         else:
-            assert isinstance(want, Change)
-            assert row["kind"] == "change", where
-            assert (
-                Change(
-                    row["userid"],
-                    row["op"],
-                    row["valid_from_ms"],
-                    row["lsn"],
-                    row["progress_ms"],
-                    row["regionid"],
-                    row["gender"],
-                    row["interests"],
-                    row["registertime"],
-                )
-                == want
-            ), where
-        kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
-    return kinds
+            assert row["error"] is None and row["event_id"] is None, where
+            assert same(tuple(row)[:width], expected_row(want, spec)), (*where, want)
+            out.kinds[row["kind"]] = out.kinds.get(row["kind"], 0) + 1
+            if isinstance(want, Change):
+                out.changes.append(want)
+        if fast:
+            plain = row["fast"] if topic != names.HEARTBEAT_TOPIC else None
+            if plain is not None:
+                assert row["kind"] in ("change", "progress"), (*where, "the fast path folded it")
+                assert same(tuple(plain)[:width], tuple(row)[:width]) and plain[-1] is None, where
+            out.valid += row["kind"] in ("change", "progress")
+            out.fast.append(plain is not None)
+    return out
+
+
+def expected_row(want: Change | Progress | None, spec: dict[str, Any]) -> tuple[Any, ...]:
+    """The fold's row (kind .. progress_ms) parse_envelope's answer stands for."""
+    nothing = (None,) * len(spec["columns"])
+    if want is None:
+        return ("skip", None, None, None, None, *nothing, None)
+    if isinstance(want, Progress):
+        return ("progress", None, None, None, None, *nothing, want.progress_ms)
+    assert list(want.columns) == [c["name"] for c in spec["columns"]]
+    return (
+        "change",
+        want.key,
+        want.op,
+        want.valid_from_ms,
+        want.lsn,
+        *want.columns.values(),
+        want.progress_ms,
+    )
+
+
+def same(got: Any, want: Any) -> bool:
+    """Equal and of the same type, a NaN equal to a NaN (a double column may hold one)."""
+    if isinstance(got, float) and isinstance(want, float) and math.isnan(got) and math.isnan(want):
+        return True
+    if isinstance(got, list | tuple) and isinstance(want, list | tuple):
+        return len(got) == len(want) and all(same(g, w) for g, w in zip(got, want, strict=True))
+    return type(got) is type(want) and got == want
+
+
+def reason_shape(reason: str) -> str:
+    """A reason up to where Python's and the JVM's words may differ: how each shows the offending value,
+    the JSON parsers' own words."""
+    for cut in (", got ", " is not JSON: ", " (op="):
+        reason = reason.split(cut)[0]
+    return reason
+
+
+# --- random profile specs: every column type, key types, byte limits, the unavailable-value placeholder --
+
+COLUMN_TYPES = tuple(field_types.SPARK_TYPES)
+NAME_START = "abcdefghijklmnopqrstuvwxyzé日"
+NAME_CHARS = NAME_START + "_0123456789"
+FOLD_FIELDS = ("kind", "op", "valid_from_ms", "lsn", "progress_ms", "error")
+
+
+def raw_number(text: str) -> str:
+    """A number literal json.dumps does not write (1e400, 1.50, -0), written as is by envelope_text."""
+    return f"\x00RAW:{text}\x00"
+
+
+def envelope_text(obj: Any, ensure_ascii: bool) -> str:
+    return re.sub(r'"\\u0000RAW:([^\\"]*)\\u0000"', r"\1", json.dumps(obj, ensure_ascii=ensure_ascii))
+
+
+def random_profile_spec(rng: random.Random) -> dict[str, Any]:
+    """Every column type once and a few more, in random order, under random names; some with max_bytes."""
+    taken = set(FOLD_FIELDS)
+
+    def name() -> str:
+        while True:
+            size = rng.randrange(8)
+            candidate = rng.choice(NAME_START) + "".join(rng.choice(NAME_CHARS) for _ in range(size))
+            if candidate not in taken:
+                taken.add(candidate)
+                return candidate
+
+    types = [*COLUMN_TYPES, *(rng.choice(COLUMN_TYPES) for _ in range(rng.randrange(4)))]
+    rng.shuffle(types)
+    columns = []
+    for kind in types:
+        column: dict[str, Any] = {"name": name(), "type": kind}
+        if kind in ("text", "numeric", "jsonb") and rng.random() < 0.5:
+            column["max_bytes"] = rng.choice([3, 8, 1024])
+        columns.append(column)
+    return {
+        "key": {"column": name(), "type": rng.choice(["text", "text", "bigint", "bigint", "integer"])},
+        "columns": columns,
+        "heartbeat": {"schema": name(), "table": name()},
+        "max_change_bytes": rng.choice([3000, 1024 * 1024]),
+    }
+
+
+# Per column type: values it takes, and values it refuses, as Debezium (or a forged record) might write them.
+TAKEN_TIMES = (
+    "2026-11-22T15:00:00Z",
+    "2026-11-22T15:00:00.123456Z",
+    "1970-01-01T00:00:00.000000001+05:30",
+    "1969-12-31T23:59:59.9999999-00:30",
+    "9999-12-31T23:59:59.999999999-18:59",
+    "0000-01-01T00:00:00Z",
+    "2024-02-29T12:00:00+00:00",
+    0,
+    -1,
+    NOW * 1000,
+    2**63 - 1,
+)
+REFUSED_TIMES = (
+    "2023-02-29T00:00:00Z",
+    "2026-04-31T00:00:00Z",
+    "2026-11-22T15:00:00",
+    "2026-11-22 15:00:00Z",
+    "2026-13-01T00:00:00Z",
+    "2026-11-22T15:00:60Z",
+    "2026-11-22T24:00:00Z",
+    "2026-11-22T15:00:00+19:00",
+    "2026-11-22T15:00:00+05:60",
+    "2026-11-22T15:00:00.Z",
+    "2026-11-22T15:00:00.1234567890Z",
+    "2026-11-22t15:00:00z",
+    "٢٠٢٦-11-22T15:00:00Z",
+    "2026-11-22T15:00:00Z\n",
+    2**63,
+    1.5,
+    raw_number("1e3"),
+)
+DEEP = {"deep": json.loads("[" * 33 + "1" + "]" * 33)}
+TAKEN: dict[str, tuple[Any, ...]] = {
+    "text": ("x", "", "é日😀", 7, -12, "abc", "abcd", "é" * 600, '\x01\n"\\'),
+    "integer": (0, 1, -1, 2**31 - 1, -(2**31), raw_number("-0")),
+    "bigint": (0, 2**63 - 1, -(2**63), NOW),
+    "double": (
+        0.0,
+        -0.0,
+        1.5,
+        1e300,
+        5,
+        -7,
+        2**70,
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        raw_number("1e-400"),
+        raw_number("0.1"),
+        raw_number("-0"),
+    ),
+    "numeric": (
+        "12.50",
+        "-1e5",
+        "NaN",
+        "0",
+        "-0",
+        "123456789.123456789",
+        12,
+        -0.5,
+        raw_number("1.50E3"),
+        raw_number("-0.0"),
+        raw_number("-0"),
+        raw_number("1e400"),
+        10**30,
+    ),
+    "boolean": (True, False),
+    "timestamptz": TAKEN_TIMES,
+    "timestamp": TAKEN_TIMES,
+    "text[]": (["a", None, "é"], [], [None], ["x" * 9]),
+    "jsonb": (
+        '{"a": 1}',
+        "[1, 2.50]",
+        '"x"',
+        "1",
+        "null",
+        " {} ",
+        "[1e400]",
+        {"b": raw_number("1.0"), "a": [2, 'é\x01\x1f"\\/', None, True, -0.0]},
+        [],
+        {},
+        [1, {"x": None}],
+        DEEP,
+        [10**30, raw_number("1E5"), raw_number("-0")],
+    ),
+}
+REFUSED: dict[str, tuple[Any, ...]] = {
+    "text": (1.5, True, 2**63, ["x"], {}),
+    "integer": (2**31, -(2**31) - 1, 1.0, "5", True),
+    "bigint": (2**63, 1.5, "5", False),
+    "double": (10**400, "nan", "1.5", raw_number("1e400"), raw_number("-1E+400"), True, [1.0]),
+    "numeric": ("1.", ".5", "+1", "1e", "Infinity", "١٢", " 1", "1_000", True, [1]),
+    "boolean": (0, 1, "true"),
+    "timestamptz": REFUSED_TIMES,
+    "timestamp": REFUSED_TIMES,
+    "text[]": (["a", 1], "a", [["a"]], ["a", UNAVAILABLE], {}),
+    "jsonb": ("{", "NaN", '{"a":1,"a":2}', '"\\ud800"', 5, True, "", "  ", "[1] x"),
+}
+KEYS: dict[str, tuple[Any, ...]] = {
+    "text": ("alice", "bob", "é日", "alice", "", None, 5, "u" * 1025, "😀" * 256, UNAVAILABLE, 1.5),
+    "bigint": (7, -1, 2**31, 2**63 - 1, 7, 2**63, "7", 1.0, None, "", True),
+}
+KEYS["integer"] = KEYS["bigint"]
+
+
+def key_value(rng: random.Random, kind: str) -> Any:
+    """Mostly a good key (the first two), else any of KEYS."""
+    return rng.choice(KEYS[kind][:2] if rng.random() < 0.7 else KEYS[kind])
+
+
+def spec_row(rng: random.Random, spec: dict[str, Any]) -> Any:
+    """A before or after row: mostly good values, null or missing ones, and at most one bad value."""
+    if rng.random() < 0.03:
+        return junk_value(rng)
+    key = spec["key"]
+    row = {key["column"]: key_value(rng, key["type"])} if rng.random() < 0.9 else {}
+    bad = rng.choice(spec["columns"]) if rng.random() < 0.7 else None
+    for column in spec["columns"]:
+        pick = rng.random()
+        if column is bad:
+            choices = (junk_value(rng), *REFUSED[column["type"]])
+            row[column["name"]] = UNAVAILABLE if pick < 0.25 else rng.choice(choices)
+        elif pick < 0.85:
+            row[column["name"]] = rng.choice(TAKEN[column["type"]])
+        elif pick < 0.93:
+            row[column["name"]] = None
+    if rng.random() < 0.1:
+        row[rng.choice(["extra", "é", "x y"])] = junk_value(rng)
+    return dict(rng.sample(list(row.items()), len(row)))  # fields in any order
+
+
+def spec_records(
+    rng: random.Random, spec: dict[str, Any], n: int
+) -> list[tuple[str, bytes | None, bytes | None]]:
+    """Change events (valid and not), heartbeat-table events and Debezium heartbeats for a spec."""
+    users = names.CDC_USERS_TOPIC
+    key_column = spec["key"]["column"]
+    out: list[tuple[str, bytes | None, bytes | None]] = [
+        (users, None, None),
+        (names.HEARTBEAT_TOPIC, None, b'{"ts_ms": 5}'),
+    ]
+    for _ in range(n):
+        op = rng.choice("cudr") if rng.random() < 0.97 else rng.choice(["x", None])
+        source: Any = {"ts_ms": NOW, "lsn": rng.choice([42, None, 2**40])}
+        if rng.random() < 0.05:
+            source[rng.choice(["ts_ms", "lsn"])] = rng.choice([-5, "7", 1.5, 0])
+        heartbeat = rng.random() < 0.1
+        if heartbeat:
+            source |= {"schema": spec["heartbeat"]["schema"], "table": spec["heartbeat"]["table"]}
+        envelope = {
+            "before": spec_row(rng, spec) if op == "d" or rng.random() < 0.2 else None,
+            "after": None if op == "d" else spec_row(rng, spec),
+            "op": op,
+            "source": source,
+        }
+        if rng.random() < 0.03:
+            envelope.pop(rng.choice(["before", "after", "op", "source"]))
+        text = envelope_text(envelope, ensure_ascii=rng.random() < 0.3)
+        mutation = rng.randrange(30)
+        if mutation == 0:
+            text = text[: rng.randrange(len(text) + 1)]
+        elif mutation == 1:
+            text = text.replace('"op"', '"pad": "\\udc00", "op"', 1)
+        key_object = json.dumps({key_column: key_value(rng, spec["key"]["type"])}).encode()
+        key = rng.choice([None, b"[1]", key_object])
+        out.append((users, key, text.encode("utf-8", "surrogatepass")))
+    return out
+
+
+def test_the_fold_agrees_with_parse_envelope_for_any_profile_spec(spark: SparkSession):
+    """Random profile specs (every column type, text and integer keys, byte limits) and random change events
+    for each: the fold (its fast path too) and parse_envelope agree row for row. One Spark job per spec."""
+    rng = random.Random(SEED + 2)
+    accepted: dict[str, int] = {}
+    rejected: dict[str, int] = {}
+    fast = valid = 0
+    for _ in range(6):
+        spec = random_profile_spec(rng)
+        folded = check_envelopes(spark, spec_records(rng, spec, 400), spec, fast=True)
+        types = {f"after.{c['name']}": c["type"] for c in spec["columns"]}
+        for change in folded.changes:
+            for column in spec["columns"]:
+                if change.op != "d" and change.columns[column["name"]] is not None:
+                    accepted[column["type"]] = accepted.get(column["type"], 0) + 1
+        for reason, count in folded.kinds.items():
+            where = reason.split(" ")[0]
+            subject = types.get(where, "key" if where == spec["key"]["column"] else None)
+            if subject is not None:
+                outcome = f"{subject}: {reason_outcome(reason)}"
+                rejected[outcome] = rejected.get(outcome, 0) + count
+        fast += sum(folded.fast)
+        valid += folded.valid
+    # Every type folds values and refuses others; placeholders and byte limits are dead letters.
+    assert set(accepted) == set(COLUMN_TYPES), accepted
+    for kind in COLUMN_TYPES:
+        assert {f"{kind}: must be", f"{kind}: placeholder"} <= rejected.keys(), (kind, rejected)
+    assert {"text: over", "numeric: over", "jsonb: over", "key: over", "key: placeholder"} <= rejected.keys()
+    assert fast > valid // 3, (fast, valid)
+
+
+def reason_outcome(reason: str) -> str:
+    for words, outcome in (("must be", "must be"), ("placeholder", "placeholder"), ("-byte limit", "over")):
+        if words in reason:
+            return outcome
+    return reason
 
 
 # --- random event specs: the parser is generic over the spec ------------------------------------------
@@ -679,7 +951,7 @@ ISO_EDGES = (
 )
 
 
-def random_spec(rng: random.Random, i: int) -> dict[str, Any]:
+def random_event_spec(rng: random.Random, i: int) -> dict[str, Any]:
     """A random event spec; the i-th cycles through the key types and time formats, the first has every
     field type."""
     columns = [n for n in SPEC_NAMES]
@@ -910,7 +1182,7 @@ def check_event(spec: dict[str, Any], got: dict[str, Any], want: Event, payload:
 
 def test_event_parser_agrees_with_parse_event_for_random_specs(spark: SparkSession):
     rng = random.Random(SEED)
-    specs = [random_spec(rng, i) for i in range(12)]
+    specs = [random_event_spec(rng, i) for i in range(12)]
     payloads = [[None, b"", b"[]", b"{}", *(event_payload(rng, spec) for _ in range(250))] for spec in specs]
     rows = spec_frames(spark, specs, payloads, fast=False).collect()
     assert len(rows) == sum(map(len, payloads))
@@ -946,7 +1218,7 @@ def test_event_parser_agrees_with_parse_event_for_random_specs(spark: SparkSessi
 
 def test_plain_event_fast_path_accepts_only_what_parse_event_accepts_for_random_specs(spark: SparkSession):
     rng = random.Random(SEED + 1)
-    specs = [random_spec(rng, i) for i in range(12)]
+    specs = [random_event_spec(rng, i) for i in range(12)]
     payloads = [[event_payload(rng, spec) for _ in range(150)] for spec in specs]
     taken = valid = 0
     for row in spec_frames(spark, specs, payloads, fast=True).collect():

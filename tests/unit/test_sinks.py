@@ -26,12 +26,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from common import names
-from common import pipeline_file as pf
 from db import schema
 from pipeline import records, retry, sink_spec, sinks
 from stack import lifecycle
 from stack.home import StackError, open_stack
 from stack.prerequisites import pg_bindir
+from tests.support.pipelines import DEFAULT
 from tests.support.records import USER_CLICKS_FIELDS
 
 
@@ -184,11 +184,10 @@ def fresh_topics(bootstrap: str, wanted: tuple[str, ...] = SINK_TOPICS) -> None:
         future.result()
 
 
-# The join's output (io.streamfold.join.TemporalJoin.OUTPUT_SCHEMA), what the sink receives, and the
+# The join's output for the default pipeline (records.join_output), what the sink receives, and the
 # default pipeline file's sink spec for it.
-OUTPUT = records.JOIN_OUTPUT
+OUTPUT = records.join_output(DEFAULT)
 FIELDS = list(OUTPUT.fieldNames())
-DEFAULT = pf.load(Path(__file__).resolve().parents[2] / pf.DEFAULT_FILE)
 SPEC = sink_spec.sink_spec_json(DEFAULT, OUTPUT)
 
 

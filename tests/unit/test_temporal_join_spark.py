@@ -6,6 +6,7 @@ reaches them, so only the CDC progress written by the test moves the watermark.
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,9 @@ from common.names import BEGINNING_OF_TIME_MS, UNKNOWN_REGION
 from pipeline import records
 from pipeline.join_config import JoinConfig
 from pipeline.temporal_join import pending_clicks, run_until_drained
-from spec.temporal_state import Enriched
 from tests.support.join_harness import Harness
+from tests.support.pipelines import DEFAULT, random_pipeline
+from tests.support.records import USER_CLICKS_FIELDS
 
 pytestmark = pytest.mark.spark
 
@@ -50,16 +52,18 @@ def progress(ms: int) -> list[dict[str, int]]:
     return [{"progress_ms": ms}]
 
 
-def test_output_schema_is_the_pure_logic_row(spark: SparkSession, tmp_path: Path) -> None:
-    assert records.JOIN_OUTPUT.fieldNames() == [
-        *Enriched._fields,
-        "profile_complete",
-        "error",
-        "source",
-        "payload",
-        "change_op",
-    ]
-    assert Harness(spark, tmp_path, JoinConfig()).joined().schema == records.JOIN_OUTPUT
+def test_output_schema_is_the_pipeline_files(spark: SparkSession, tmp_path: Path) -> None:
+    """kind first, then the default file's enriched names (today's: user_clicks's fields, times in epoch
+    ms), the reject columns and change_op."""
+    names = records.join_output(DEFAULT).fieldNames()
+    assert (names[0], names[-4:]) == ("kind", ["error", "source", "payload", "change_op"])
+    assert [name.removesuffix("_ms") for name in names[1:-4]] == list(USER_CLICKS_FIELDS)
+    assert Harness(spark, tmp_path, JoinConfig()).joined().schema == records.join_output(DEFAULT)
+    (tmp_path / "all").mkdir()
+    every_type = random_pipeline(random.Random(1), every_type=True)
+    assert Harness(spark, tmp_path / "all", JoinConfig(), every_type).joined().schema == records.join_output(
+        every_type
+    )
 
 
 def test_clicks_wait_for_cdc_progress_and_join_the_version_valid_at_event_time(
@@ -67,7 +71,7 @@ def test_clicks_wait_for_cdc_progress_and_join_the_version_valid_at_event_time(
 ) -> None:
     h = Harness(spark, tmp_path, JoinConfig())
     h.write(
-        "clicks",
+        "events",
         [
             click("a1", "alice", T - MINUTE),
             click("a2", "alice", T + MINUTE),
@@ -98,6 +102,7 @@ def test_clicks_wait_for_cdc_progress_and_join_the_version_valid_at_event_time(
         "d1": UNKNOWN_REGION,
     }
     assert out["a1"].asDict() == {
+        "kind": "event",
         "event_id": "a1",
         "uid": "alice",
         "click_time_ms": T - MINUTE,
@@ -122,7 +127,7 @@ def test_clicks_wait_for_cdc_progress_and_join_the_version_valid_at_event_time(
 
     # Late rows (below the watermark) are not dropped by Spark: a late change, then a late click using it.
     h.write("changes", [change("erin", "c", T - 5 * MINUTE, 13, "america")])
-    h.write("clicks", [click("e1", "erin", T - 4 * MINUTE), click("a0", "alice", T - 2 * MINUTE)])
+    h.write("events", [click("e1", "erin", T - 4 * MINUTE), click("a0", "alice", T - 2 * MINUTE)])
     out = h.run()
     assert {k: r.user_regionid for k, r in out.items()} == {"e1": "america", "a0": "asia"}
     assert len(h.output) == 6  # every click exactly once
@@ -145,12 +150,12 @@ def test_changes_and_unfoldable_cdc_records_pass_through_the_join(
             change("alice", "u", T, 10, "europe"),
         ],
     )
-    h.write("clicks", [click("a1", "alice", T + MINUTE)])
+    h.write("events", [click("a1", "alice", T + MINUTE)])
     out = h.run()  # no progress: the click waits, the changes do not
     assert list(out) == ["kafka:cdc:0:7"]
     dead = out["kafka:cdc:0:7"]
     assert (dead.error, dead.source, bytes(dead.payload)) == ("not JSON", "kafka:cdc.public.users", b"{bad")
-    assert dead.uid is None and dead.change_op is None
+    assert (dead.kind, dead.uid, dead.change_op) == ("reject", None, None)
     changelog = [(r.uid, r.change_op, r.user_regionid, r.profile_valid_from_ms) for r in h.changes]
     assert [c for c in changelog if c[0] == "alice"] == [
         ("alice", "r", "asia", BEGINNING_OF_TIME_MS),
@@ -161,6 +166,7 @@ def test_changes_and_unfoldable_cdc_records_pass_through_the_join(
         ("bob", "d", None, T + 4 * MINUTE),
     ]
     first = h.changes[0]
+    assert first.kind == "change"
     assert first.event_id is None and first.error is None and first.click_time_ms is None
     h.write("progress", progress(T + 10 * MINUTE))
     assert h.run()["a1"].user_regionid == "europe"
@@ -173,7 +179,7 @@ def test_max_wait_releases_clicks_when_cdc_stalls_and_run_until_drained_emits_th
     h = Harness(spark, tmp_path, JoinConfig(max_wait_ms=1_000))
     now = int(time.time() * 1000)
     h.write("changes", [change(f"u{i}", "r", BEGINNING_OF_TIME_MS, i, "asia") for i in range(10)])
-    h.write("clicks", [click(f"c{i}", f"u{i % 10}", now + i) for i in range(100)])
+    h.write("events", [click(f"c{i}", f"u{i % 10}", now + i) for i in range(100)])
     # No progress at all: the CDC stream is stalled, only the wall clock (rate ticks) moves the watermark.
     started = time.monotonic()
     runs = run_until_drained(spark, h.start, h.checkpoint, timeout_s=60, poll_s=0.5)
@@ -189,11 +195,11 @@ def test_latest_mode_is_a_processing_time_join_that_never_waits(spark: SparkSess
         "changes",
         [change("alice", "r", BEGINNING_OF_TIME_MS, 1, "asia"), change("alice", "u", T, 2, "europe")],
     )
-    h.write("clicks", [click("a1", "alice", T - DAY), click("z1", "zoe", T)])
+    h.write("events", [click("a1", "alice", T - DAY), click("z1", "zoe", T)])
     out = h.run()  # no progress at all, and the click predates the move: latest version anyway
     assert {k: r.user_regionid for k, r in out.items()} == {"a1": "europe", "z1": UNKNOWN_REGION}
     h.write("changes", [change("alice", "d", T + MINUTE, 3)])
-    h.write("clicks", [click("a2", "alice", T)])
+    h.write("events", [click("a2", "alice", T)])
     assert h.run()["a2"].user_regionid == UNKNOWN_REGION
 
 

@@ -12,32 +12,58 @@ from pipeline.join_config import JoinConfig, parse_duration_ms
 from spec.temporal_state import (
     Click,
     Enriched,
+    IfMissing,
+    Step,
     UserState,
     Version,
     add_version,
-    advance,
-    advance_latest,
     expire_versions,
     version_at,
 )
+from spec.temporal_state import advance as advance_with
+from spec.temporal_state import advance_latest as advance_latest_with
 
 NOON = 1_700_000_000_000  # Alice moves from asia to europe at "12:00"
 MINUTE = 60_000
 DAY = 86_400_000
 RETENTION = 7 * DAY
 
-SNAPSHOT = Version(BEGINNING_OF_TIME_MS, 1, "r", "asia", "F", ["news"], 1_600_000_000_000)
-MOVE = Version(NOON, 20, "u", "europe", "F", ["news", "golf"], 1_600_000_000_000)
-DELETE = Version(NOON + 10 * MINUTE, 30, "d")
-REINSERT = Version(NOON + 20 * MINUTE, 40, "c", "africa", "F", None, None)
+# The default pipeline's profile columns (region, gender, interests, registertime): region UNKNOWN when
+# missing, the others null.
+DEFAULT = IfMissing.of(
+    [
+        {"name": "regionid", "type": "text", "if_missing": UNKNOWN_REGION},
+        {"name": "gender", "type": "text"},
+        {"name": "interests", "type": "text[]"},
+        {"name": "registertime", "type": "bigint"},
+    ]
+)
+SNAPSHOT = Version(BEGINNING_OF_TIME_MS, 1, "r", ("asia", "F", ["news"], 1_600_000_000_000))
+MOVE = Version(NOON, 20, "u", ("europe", "F", ["news", "golf"], 1_600_000_000_000))
+DELETE = Version(NOON + 10 * MINUTE, 30, "d", (None, None, None, None))
+REINSERT = Version(NOON + 20 * MINUTE, 40, "c", ("africa", "F", None, None))
+
+
+def version(valid_from_ms: int, lsn: int, op: str, region: str | None) -> Version:
+    return Version(valid_from_ms, lsn, op, (region, None, None, None))
 
 
 def click(event_id: str, t: int, userid: str = "alice") -> Click:
-    return Click(event_id, userid, t, f"/page/{event_id}", "phone", "10.0.0.1", 1)
+    return Click(event_id, userid, t, (f"/page/{event_id}", "phone", "10.0.0.1"), 1)
 
 
 def regions(rows: list[Enriched]) -> dict[str, str | None]:
-    return {r.event_id: r.user_regionid for r in rows}
+    return {r.event_id: r.profile[0] for r in rows}
+
+
+def advance(
+    state: UserState, changes: list[Version], clicks: list[Click], watermark_ms: int, retention_ms: int
+) -> Step:
+    return advance_with(state, changes, clicks, watermark_ms, retention_ms, DEFAULT)
+
+
+def advance_latest(state: UserState, changes: list[Version], clicks: list[Click]) -> Step:
+    return advance_latest_with(state, changes, clicks, DEFAULT)
 
 
 def feed(arrivals: list[Version | Click], watermark_ms: int) -> tuple[list[Enriched], UserState]:
@@ -64,32 +90,44 @@ def test_region_change_between_two_clicks_in_any_arrival_order() -> None:
 
 
 def test_click_before_the_first_version_is_unknown_with_null_profile() -> None:
-    first = Version(NOON, 5, "c", "europe", "M", ["x"], 42)
+    first = Version(NOON, 5, "c", ("europe", "M", ["x"], 42))
     rows, _ = feed([first, click("early", NOON - 1), click("on_time", NOON)], watermark_ms=NOON)
-    early, on_time = sorted(rows, key=lambda r: r.click_time_ms)
-    assert early.user_regionid == UNKNOWN_REGION
-    assert (
-        early.user_gender,
-        early.user_interests,
-        early.user_registertime,
-        early.profile_valid_from_ms,
-    ) == (
-        None,
-        None,
-        None,
-        None,
+    early, on_time = sorted(rows, key=lambda r: r.time_ms)
+    assert (early.profile, early.valid_from_ms) == ((UNKNOWN_REGION, None, None, None), None)
+    assert (on_time.profile, on_time.valid_from_ms) == (("europe", "M", ["x"], 42), NOON)
+
+
+def test_if_missing_stands_in_for_no_profile_and_for_a_blank_text_value() -> None:
+    """No version or a tombstone: every column holds its if_missing. A version's null or "" holds it too in
+    a text column with if_missing; other columns keep the version's value as it is."""
+    rules = IfMissing.of(
+        [
+            {"name": "tier", "type": "text", "if_missing": "none"},
+            {"name": "note", "type": "text"},
+            {"name": "score", "type": "bigint", "if_missing": 0},
+            {"name": "vip", "type": "boolean", "if_missing": False},
+        ]
     )
-    assert (on_time.user_regionid, on_time.user_interests, on_time.profile_valid_from_ms) == (
-        "europe",
-        ["x"],
-        NOON,
-    )
+    blank = Version(NOON, 1, "c", ("", "", None, None))
+    null = Version(NOON + 1, 2, "u", (None, None, None, True))
+    gone = Version(NOON + 2, 3, "d", (None, None, None, None))
+    clicks = [click("blank", NOON), click("null", NOON + 1), click("gone", NOON + 2), click("before", 1)]
+    rows = advance_with(UserState(), [blank, null, gone], clicks, NOON + 2, RETENTION, rules).rows
+    assert {r.event_id: (r.profile, r.valid_from_ms) for r in rows} == {
+        "before": (("none", None, 0, False), None),
+        "blank": (("none", "", None, None), NOON),
+        "null": (("none", None, None, True), NOON + 1),
+        "gone": (("none", None, 0, False), None),
+    }
+    assert rows[0].row() == (
+        "before", "alice", 1, "/page/before", "phone", "10.0.0.1", 1, "none", None, 0, False, None
+    )  # fmt: skip
 
 
 def test_snapshot_version_is_valid_from_the_beginning_of_time() -> None:
     rows, _ = feed([SNAPSHOT, click("old", 946_684_800_000)], watermark_ms=NOON)
-    assert rows[0].user_regionid == "asia"
-    assert rows[0].profile_valid_from_ms == BEGINNING_OF_TIME_MS
+    assert rows[0].profile[0] == "asia"
+    assert rows[0].valid_from_ms == BEGINNING_OF_TIME_MS
 
 
 def test_delete_ends_validity_and_reinsert_starts_a_new_version() -> None:
@@ -103,8 +141,8 @@ def test_delete_ends_validity_and_reinsert_starts_a_new_version() -> None:
 
 
 def test_equal_valid_from_is_decided_by_the_higher_lsn() -> None:
-    low = Version(NOON, 7, "u", "asia")
-    high = Version(NOON, 8, "u", "europe")
+    low = version(NOON, 7, "u", "asia")
+    high = version(NOON, 8, "u", "europe")
     assert version_at(add_version(add_version([], high), low), NOON) == high
     assert version_at(add_version(add_version([], low), high), NOON) == high
 
@@ -160,13 +198,13 @@ def test_a_user_whose_last_version_is_an_old_tombstone_is_forgotten() -> None:
 
 
 def test_state_holds_only_retained_versions_and_a_timer_for_the_next_expiry() -> None:
-    history = [Version(NOON + i * DAY, i, "u", f"r{i}") for i in range(30)]
+    history = [version(NOON + i * DAY, i, "u", f"r{i}") for i in range(30)]
     step = advance(UserState(), history, [], watermark_ms=NOON + 29 * DAY, retention_ms=RETENTION)
     # The newest version valid before watermark - retention (day 22) and everything after it.
-    assert [v.regionid for v in step.state.versions] == [f"r{i}" for i in range(21, 30)]
+    assert [v.profile[0] for v in step.state.versions] == [f"r{i}" for i in range(21, 30)]
     assert step.wakeup_ms == NOON + 22 * DAY + RETENTION + 1
     step = advance(step.state, [], [], watermark_ms=step.wakeup_ms, retention_ms=RETENTION)
-    assert [v.regionid for v in step.state.versions] == [f"r{i}" for i in range(22, 30)]
+    assert [v.profile[0] for v in step.state.versions] == [f"r{i}" for i in range(22, 30)]
 
 
 def test_latest_mode_applies_a_batchs_changes_before_its_clicks_and_never_waits() -> None:

@@ -16,10 +16,10 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from common import names
-from common import pipeline_file as pf
 from pipeline import records
 from pipeline.join_config import JoinConfig
 from pipeline.topology import enrich
+from tests.support.pipelines import DEFAULT
 
 pytestmark = pytest.mark.spark
 
@@ -87,7 +87,7 @@ def run(spark: SparkSession, root: Path, raw_clicks: list[dict], cdc: list[dict]
             "value", F.col("value").cast("binary")
         ),
         JoinConfig(max_wait_ms=86_400_000),
-        pf.load(),
+        DEFAULT,
     )
     out: list[Row] = []
 
@@ -123,8 +123,8 @@ def test_raw_records_come_out_enriched_rejected_or_as_changelog(spark: SparkSess
     ]
     rows = run(spark, tmp_path, raw_clicks, cdc)
 
-    assert all(tuple(r.asDict()) == records.names(records.JOIN_OUTPUT) for r in rows)
-    joined = {r.event_id: r for r in rows if r.change_op is None and r.error is None}
+    assert all(tuple(r.asDict()) == records.names(records.join_output(DEFAULT)) for r in rows)
+    joined = {r.event_id: r for r in rows if r.kind == "event"}
     assert {k: (r.uid, r.user_regionid, r.click_time_ms) for k, r in joined.items()} == {
         "c1": ("alice", "europe", T + 15_000),
         "c2": ("alice", "asia", T + 5_000),
@@ -141,11 +141,11 @@ def test_raw_records_come_out_enriched_rejected_or_as_changelog(spark: SparkSess
         "10.0.0.1",
     )
 
-    rejects = [r for r in rows if r.error is not None]
+    rejects = [r for r in rows if r.kind == "reject"]
     assert [(r.event_id, r.source, r.payload) for r in rejects] == [("c6", "kafka:clicks", b"{not json")]
     assert rejects[0].error.startswith("not JSON")
 
-    changes = sorted((r.uid, r.change_op, r.user_regionid) for r in rows if r.change_op is not None)
+    changes = sorted((r.uid, r.change_op, r.user_regionid) for r in rows if r.kind == "change")
     assert changes == [
         ("alice", "r", "asia"),
         ("alice", "u", "europe"),

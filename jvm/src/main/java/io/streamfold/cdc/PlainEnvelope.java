@@ -3,6 +3,7 @@ package io.streamfold.cdc;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
 import io.streamfold.json.PlainJson;
+import io.streamfold.json.StrictJson;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -13,35 +14,27 @@ import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF2;
 
 /**
- * The fast path of the CDC fold (pipeline/cdc_fold.py): a Spark UDF over a `cdc.public.users` record's key
- * and value that returns the folded row when the record is a plain, valid Debezium change (or a heartbeat-
- * table event), and NULL otherwise.
+ * The fast path of the CDC fold (spec/envelopes.py): a Spark UDF over a CDC record's key and value that
+ * returns the folded row when the record is a plain, valid Debezium change (or a heartbeat-table event) of
+ * the profile table a ProfileSpec describes, and NULL otherwise.
  *
  * <p>NULL does not mean an error: it means "ask the full fold" (EnvelopeFold, which calls this first), which
  * gives the answer and the reason. So the one rule here, as for PlainClick: never accept a record the full
- * fold (and its Python spec, pipeline.cdc_fold.parse_envelope) would turn into a dead letter, and return the
+ * fold (and its Python spec, spec.envelopes.parse_envelope) would turn into a dead letter, and return the
  * same fields. This path gives up on anything unusual: invalid UTF-8, a lone UTF-16 surrogate escape (strict
  * JSON refuses it, Jackson decodes it), nesting deeper than 32, a number longer than 100 characters or beyond
- * 64 bits, a field of an unexpected JSON type. Unlike PlainClick it decodes escapes: every Debezium event has
- * some (source.sequence is a JSON array in a string). The differential tests
- * (tests/unit/test_parsers_spark.py) hold it to the spec.
+ * 64 bits, a field of an unexpected JSON type, a jsonb column given as an object or array (its text keeps the
+ * members' order, which this path's maps do not). Unlike PlainClick it decodes escapes: every Debezium event
+ * has some (source.sequence is a JSON array in a string). The before and after rows are read straight into
+ * slots by column (ProfileSpec.slots), not into maps. The column values go through ProfileValues, as the full
+ * fold's do. The differential tests (tests/unit/test_parsers_spark.py) hold it to the spec.
  *
  * <p>Called by EnvelopeFold; as a UDF (`call`) only by the test that holds the fast path to the spec on its own.
  */
 public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
   private static final long serialVersionUID = 1L;
 
-  // pipeline/cdc_fold.py and pipeline/temporal_state.py.
-  static final int MAX_CHANGE_BYTES = 1024 * 1024;
-  static final String HEARTBEAT_SCHEMA = "streamfold";
-  static final String HEARTBEAT_TABLE = "cdc_heartbeat";
-  static final long BEGINNING_OF_TIME_MS = -(1L << 62);
-
-  /** A JSON null inside a parsed object (a missing field is Java null). */
-  private static final Object NULL = new Object();
-
-  /** A value this path does not look into (a float, a boolean): present, but of no type it accepts. */
-  private static final Object OTHER = new Object();
+  private static final Object NULL = StrictJson.NULL;
 
   /** Thrown when a record is not plain: the full fold decides. */
   private static final class NotPlain extends Exception {
@@ -52,33 +45,42 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
     }
   }
 
+  /** A before or after row, each spec column's value at its slot (the key's last); null when missing. */
+  private record Slots(Object[] values) {}
+
+  private final ProfileSpec spec;
+
+  /** The fast path for the profile table `specJson` describes (ProfileSpec). */
+  public PlainEnvelope(String specJson) {
+    spec = ProfileSpec.parse(specJson);
+  }
+
   @Override
   public Row call(byte[] key, byte[] value) {
-    return fold(key, value);
+    return fold(spec, key, value);
   }
 
   /**
-   * A plain change event or heartbeat-table event folded as EnvelopeFold returns it (cdc_fold.FOLD_TYPE,
-   * error null), else null.
+   * A plain change event or heartbeat-table event folded as EnvelopeFold returns it (error null), else null.
    */
-  static Row fold(byte[] key, byte[] value) {
-    if (value == null || value.length > MAX_CHANGE_BYTES) {
+  static Row fold(ProfileSpec spec, byte[] key, byte[] value) {
+    if (value == null || value.length > spec.maxChangeBytes) {
       return null;
     }
     try {
-      return folded(object(value), key);
-    } catch (NotPlain | IOException | RuntimeException notPlain) {
-      return null; // unusual, malformed, or beyond Jackson's limits: the full fold says why
+      return folded(spec, object(value, spec), key);
+    } catch (NotPlain | Rejected | IOException | RuntimeException notPlain) {
+      return null; // unusual, malformed, a dead letter or beyond Jackson's limits: the full fold says why
     }
   }
 
-  private static Row folded(Map<String, Object> envelope, byte[] key) throws NotPlain, IOException {
+  private static Row folded(ProfileSpec spec, Map<String, Object> envelope, byte[] key)
+      throws NotPlain, Rejected, IOException {
     if (!(envelope.get("source") instanceof Map<?, ?> source)) {
       return null;
     }
-    if (HEARTBEAT_SCHEMA.equals(source.get("schema")) && HEARTBEAT_TABLE.equals(source.get("table"))) {
-      long ts = commitMs(source.get("ts_ms"));
-      return RowFactory.create("progress", null, null, null, null, null, null, null, null, ts, null);
+    if (spec.heartbeatSchema.equals(source.get("schema")) && spec.heartbeatTable.equals(source.get("table"))) {
+      return EnvelopeFold.progress(spec, commitMs(source.get("ts_ms")));
     }
     if (!(envelope.get("op") instanceof String op) || op.length() != 1 || "cudr".indexOf(op) < 0) {
       return null;
@@ -86,75 +88,26 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
     long ts = commitMs(source.get("ts_ms"));
     Object lsnValue = source.get("lsn");
     long lsn = lsnValue == null || lsnValue == NULL ? 0 : int64(lsnValue);
-    Object rowValue = envelope.get("d".equals(op) ? "before" : "after");
-    if (!(rowValue instanceof Map<?, ?> row)) {
+    boolean delete = "d".equals(op);
+    if (!(envelope.get(delete ? "before" : "after") instanceof Slots slots)) {
       return null; // a delete without its 'before' row (no REPLICA IDENTITY FULL) takes the full fold too
     }
-    String userid = userid(row.get("userid"), key);
-    if (!PlainJson.fitsKey(userid)) {
-      return null;
-    }
-    long validFrom = "r".equals(op) ? BEGINNING_OF_TIME_MS : ts;
-    if ("d".equals(op)) {
-      return RowFactory.create("change", userid, op, validFrom, lsn, null, null, null, null, ts, null);
-    }
-    String regionid = text(row.get("regionid"));
-    if (regionid != null && !PlainJson.fitsKey(regionid)) {
-      return null;
-    }
-    return RowFactory.create("change", userid, op, validFrom, lsn, regionid,
-        text(row.get("gender")), strings(row.get("interests")), optionalInt64(row.get("registertime")), ts,
-        null);
-  }
-
-  /** The row's userid if a non-empty string; if it is missing, null or "", the key's (a plain object). */
-  private static String userid(Object fromRow, byte[] key) throws NotPlain, IOException {
-    if (fromRow instanceof String s && !s.isEmpty()) {
-      return s;
-    }
-    if (!(fromRow == null || fromRow == NULL || "".equals(fromRow)) || key == null) {
-      throw new NotPlain();
-    }
-    if (object(key).get("userid") instanceof String s && !s.isEmpty()) {
-      return s;
-    }
-    throw new NotPlain();
-  }
-
-  /** regionid, gender: a string, or an integer as its decimal text; null when missing or null. */
-  private static String text(Object value) throws NotPlain {
-    if (value == null || value == NULL) {
-      return null;
-    }
-    if (value instanceof String s) {
-      return s;
-    }
-    return Long.toString(int64(value));
-  }
-
-  private static String[] strings(Object value) throws NotPlain {
-    if (value == null || value == NULL) {
-      return null;
-    }
-    if (!(value instanceof List<?> list)) {
-      throw new NotPlain();
-    }
-    String[] out = new String[list.size()];
-    for (int i = 0; i < out.length; i++) {
-      Object item = list.get(i);
-      if (item == NULL) {
-        continue;
+    Object[] values = slots.values();
+    String found = ProfileValues.rowKey(spec, values[spec.columns.length]);
+    String userKey = ProfileValues.checkedKey(spec, found != null ? found : keyOfKafkaKey(spec, key));
+    long validFrom = "r".equals(op) ? EnvelopeFold.BEGINNING_OF_TIME_MS : ts;
+    Object[] row = EnvelopeFold.change(spec, userKey, op, validFrom, lsn, ts);
+    if (!delete) {
+      for (int i = 0; i < spec.columns.length; i++) {
+        row[ProfileSpec.FIRST_COLUMN + i] = ProfileValues.value(spec.columns[i], values[i]);
       }
-      if (!(item instanceof String s)) {
-        throw new NotPlain();
-      }
-      out[i] = s;
     }
-    return out;
+    return RowFactory.create(row);
   }
 
-  private static Long optionalInt64(Object value) throws NotPlain {
-    return value == null || value == NULL ? null : int64(value);
+  /** The key's key field (a plain object), or null. */
+  private static String keyOfKafkaKey(ProfileSpec spec, byte[] key) throws NotPlain, IOException {
+    return key == null ? null : ProfileValues.kafkaKey(spec, object(key, null));
   }
 
   /** A commit time in range (EnvelopeFold.commitMs says why not). */
@@ -173,8 +126,11 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
     throw new NotPlain();
   }
 
-  /** A plain JSON object (PlainJson's rules, escapes allowed), with nothing after it. */
-  private static Map<String, Object> object(byte[] bytes) throws NotPlain, IOException {
+  /**
+   * A plain JSON object (PlainJson's rules, escapes allowed), with nothing after it; with a spec, an
+   * envelope: its before and after objects read into Slots.
+   */
+  private static Map<String, Object> object(byte[] bytes, ProfileSpec rowsOf) throws NotPlain, IOException {
     String text = PlainJson.objectText(bytes);
     if (text == null) {
       throw new NotPlain();
@@ -184,12 +140,43 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
       if (parser.nextToken() != JsonToken.START_OBJECT) {
         throw new NotPlain();
       }
-      Map<String, Object> object = objectBody(parser, 1, escapes);
-      if (parser.nextToken() != null) {
+      Map<String, Object> object = new HashMap<>();
+      JsonToken token;
+      while ((token = parser.nextToken()) == JsonToken.FIELD_NAME) {
+        String name = checked(parser.currentName(), escapes);
+        JsonToken next = parser.nextToken();
+        boolean row = rowsOf != null && next == JsonToken.START_OBJECT
+            && ("after".equals(name) || "before".equals(name));
+        object.put(name, row ? slots(parser, rowsOf, escapes) : value(parser, next, 1, escapes));
+      }
+      if (token != JsonToken.END_OBJECT || parser.nextToken() != null) {
         throw new NotPlain(); // trailing data
       }
       return object;
     }
+  }
+
+  /** A row object's fields at their slots (ProfileSpec.slots); other fields are read and dropped. */
+  private static Slots slots(JsonParser parser, ProfileSpec spec, boolean escapes) throws NotPlain, IOException {
+    Object[] values = new Object[spec.columns.length + 1];
+    JsonToken token;
+    while ((token = parser.nextToken()) == JsonToken.FIELD_NAME) {
+      Integer slot = spec.slots.get(checked(parser.currentName(), escapes));
+      JsonToken next = parser.nextToken();
+      boolean jsonb = slot != null && slot < spec.columns.length
+          && spec.columns[slot].type() == ProfileSpec.Type.JSONB;
+      if (jsonb && (next == JsonToken.START_OBJECT || next == JsonToken.START_ARRAY)) {
+        throw new NotPlain(); // its text keeps the members' order: the full fold's tree has it
+      }
+      Object value = value(parser, next, 2, escapes);
+      if (slot != null) {
+        values[slot] = value;
+      }
+    }
+    if (token != JsonToken.END_OBJECT) {
+      throw new NotPlain();
+    }
+    return new Slots(values);
   }
 
   private static Map<String, Object> objectBody(JsonParser parser, int depth, boolean escapes)
@@ -247,10 +234,10 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
         if (parser.getTextLength() > PlainJson.MAX_NUMBER_CHARS) {
           throw new NotPlain();
         }
-        return OTHER;
+        return new StrictJson.Other(parser.getText());
       }
       case VALUE_TRUE, VALUE_FALSE -> {
-        return OTHER;
+        return parser.getBooleanValue();
       }
       default -> throw new NotPlain();
     }

@@ -105,7 +105,7 @@ public final class EventParse implements UDF2<byte[], Long, Row> {
   private String key(Object value) throws Rejected {
     if (spec.keyType == EventSpec.Type.TEXT) {
       String key = (String) field(new EventSpec.Field(spec.keyField, EventSpec.Type.TEXT, true), value);
-      String tooLong = PlainJson.overKeyLimit(key, spec.keyField, spec.maxKeyBytes);
+      String tooLong = PlainJson.overLimit(key, spec.keyField, spec.maxKeyBytes);
       if (tooLong != null) {
         throw new Rejected(tooLong);
       }

@@ -1,140 +1,127 @@
 package io.streamfold.join;
 
-import java.io.ByteArrayInputStream;
-import java.io.ByteArrayOutputStream;
-import java.io.DataInputStream;
-import java.io.DataOutputStream;
-import java.io.IOException;
-import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
-import java.util.ArrayList;
-import java.util.List;
-import scala.jdk.javaapi.CollectionConverters;
+import java.util.Arrays;
 
 /**
- * The binary content of a state row (StateCodec): counts, numbers and texts in the order the codec
- * writes them. A text is its UTF-8 length (-1 for null) and bytes, so any length and any null survive.
+ * The binary content of a state row (StateCodec): bytes, lengths, numbers and texts in the order the codec
+ * writes them. A length is an unsigned varint; a text is its UTF-8 length + 1 (0 for null) and its bytes,
+ * so any length and any null survive in few bytes. Numbers are big-endian, fixed width.
  */
 final class Body {
   private Body() {}
 
   static final class Out {
-    private final ByteArrayOutputStream buffer = new ByteArrayOutputStream(256);
-    private final DataOutputStream data = new DataOutputStream(buffer);
+    private byte[] buffer = new byte[256];
+    private int size;
 
-    void count(int n) {
-      try {
-        data.writeInt(n);
-      } catch (IOException e) {
-        throw cannotHappen(e);
-      }
+    void write(int b) {
+      ensure(1);
+      buffer[size++] = (byte) b;
     }
 
-    void number(long n) {
-      try {
-        data.writeLong(n);
-      } catch (IOException e) {
-        throw cannotHappen(e);
+    /** A non-negative int in 1 to 5 bytes, 7 bits each, the last without the high bit. */
+    void length(int n) {
+      ensure(5);
+      while ((n & ~0x7F) != 0) {
+        buffer[size++] = (byte) ((n & 0x7F) | 0x80);
+        n >>>= 7;
       }
+      buffer[size++] = (byte) n;
     }
 
-    void nullableNumber(Long n) {
-      try {
-        data.writeBoolean(n != null);
-        if (n != null) data.writeLong(n);
-      } catch (IOException e) {
-        throw cannotHappen(e);
-      }
+    void int32(int n) {
+      ensure(4);
+      for (int shift = 24; shift >= 0; shift -= 8) buffer[size++] = (byte) (n >>> shift);
+    }
+
+    void int64(long n) {
+      ensure(8);
+      for (int shift = 56; shift >= 0; shift -= 8) buffer[size++] = (byte) (n >>> shift);
     }
 
     void text(String s) {
-      try {
-        if (s == null) {
-          data.writeInt(-1);
-          return;
-        }
-        byte[] bytes = s.getBytes(StandardCharsets.UTF_8);
-        data.writeInt(bytes.length);
-        data.write(bytes);
-      } catch (IOException e) {
-        throw cannotHappen(e);
-      }
-    }
-
-    /** A Spark array<string> value as the operator gets it: null or a Scala Seq (elements may be null). */
-    void texts(Object seq) {
-      if (seq == null) {
-        count(-1);
+      if (s == null) {
+        write(0);
         return;
       }
-      List<?> items = CollectionConverters.asJava((scala.collection.Seq<?>) seq);
-      count(items.size());
-      for (Object item : items) text((String) item);
+      byte[] bytes = s.getBytes(StandardCharsets.UTF_8);
+      length(bytes.length + 1);
+      ensure(bytes.length);
+      System.arraycopy(bytes, 0, buffer, size, bytes.length);
+      size += bytes.length;
     }
 
     byte[] bytes() {
-      return buffer.toByteArray();
+      return Arrays.copyOf(buffer, size);
     }
 
-    private static UncheckedIOException cannotHappen(IOException e) {  // a ByteArrayOutputStream does not throw
-      return new UncheckedIOException(e);
+    private void ensure(int more) {
+      if (size + more > buffer.length) buffer = Arrays.copyOf(buffer, Math.max(buffer.length * 2, size + more));
     }
   }
 
   static final class In {
-    private final DataInputStream data;
+    private final byte[] bytes;
+    private int at;
 
     In(byte[] bytes) {
-      data = new DataInputStream(new ByteArrayInputStream(bytes));
+      this.bytes = bytes;
     }
 
-    int count() {
-      try {
-        return data.readInt();
-      } catch (IOException e) {
-        throw corrupt(e);
-      }
+    int read() {
+      need(1);
+      return bytes[at++] & 0xFF;
     }
 
-    long number() {
-      try {
-        return data.readLong();
-      } catch (IOException e) {
-        throw corrupt(e);
+    int length() {
+      int n = 0;
+      for (int shift = 0; shift < 35; shift += 7) {
+        int b = read();
+        n |= (b & 0x7F) << shift;
+        if ((b & 0x80) == 0) {
+          if (n < 0) throw corrupt("a negative length");
+          return n;
+        }
       }
+      throw corrupt("a length of more than 5 bytes");
     }
 
-    Long nullableNumber() {
-      try {
-        return data.readBoolean() ? data.readLong() : null;
-      } catch (IOException e) {
-        throw corrupt(e);
-      }
+    int int32() {
+      need(4);
+      int n = 0;
+      for (int i = 0; i < 4; i++) n = (n << 8) | (bytes[at++] & 0xFF);
+      return n;
+    }
+
+    long int64() {
+      need(8);
+      long n = 0;
+      for (int i = 0; i < 8; i++) n = (n << 8) | (bytes[at++] & 0xFF);
+      return n;
     }
 
     String text() {
-      try {
-        int n = data.readInt();
-        if (n < 0) return null;
-        byte[] bytes = new byte[n];
-        data.readFully(bytes);
-        return new String(bytes, StandardCharsets.UTF_8);
-      } catch (IOException e) {
-        throw corrupt(e);
-      }
-    }
-
-    /** As Out.texts wrote it: null or a Scala Seq, like the array<string> Spark hands the operator. */
-    Object texts() {
-      int n = count();
+      int n = length() - 1;
       if (n < 0) return null;
-      List<String> items = new ArrayList<>(n);
-      for (int i = 0; i < n; i++) items.add(text());
-      return CollectionConverters.asScala(items).toList();
+      need(n);
+      String s = new String(bytes, at, n, StandardCharsets.UTF_8);
+      at += n;
+      return s;
     }
 
-    private static UncheckedIOException corrupt(IOException e) {  // a body the codec did not write
-      return new UncheckedIOException("unreadable join state", e);
+    /** Every byte read: a body with more was written for more columns. */
+    void end() {
+      if (at != bytes.length) throw corrupt((bytes.length - at) + " bytes left over");
+    }
+
+    private void need(int n) {
+      if (n > bytes.length - at) throw corrupt("it ends early");
+    }
+
+    static IllegalStateException corrupt(String why) {
+      return new IllegalStateException("unreadable join state (" + why + "): the checkpoint was written by "
+          + "another version or for other pipeline columns; start the job on a fresh checkpoint");
     }
   }
 }

@@ -13,7 +13,6 @@ import java.util.Map;
 import java.util.Set;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
-import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.streaming.ExpiredTimerInfo;
 import org.apache.spark.sql.streaming.MapState;
 import org.apache.spark.sql.streaming.OutputMode;
@@ -25,17 +24,17 @@ import org.apache.spark.sql.streaming.ValueState;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * The temporal join for one bucket of users (users are hashed into TemporalJoin.BUCKETS buckets).
+ * The temporal join for one bucket of keys (keys are hashed into TemporalJoin.BUCKETS buckets).
  *
- * <p>Why buckets: a per-user operator pays a state write and a timer for every user with a click, then
- * again when the watermark releases it. Here a bucket keeps its waiting clicks in one value and has one
- * timer, so a click costs one RocksDB read of its user's versions when it is released. Each user is still
- * advanced exactly when the per-user model would run it (spec/temporal_state.py, UserHistory): in a
- * batch where the user has input, or where the watermark has passed one of its waiting clicks or its
+ * <p>Why buckets: a per-key operator pays a state write and a timer for every key with an event, then
+ * again when the watermark releases it. Here a bucket keeps its waiting events in one value and has one
+ * timer, so an event costs one RocksDB read of its key's versions when it is released. Each key is still
+ * advanced exactly when the per-key model would run it (spec/temporal_state.py, UserHistory): in a
+ * batch where the key has input, or where the watermark has passed one of its waiting events or its
  * next version expiry. So the output is the model's, row for row (tests/unit/test_join_operator.py).
  *
- * <p>State: MapState "versions" (userid -> its versions) and ValueState "bucket" (waiting clicks, the
- * users' next version expiries, the registered timer); see StateCodec.
+ * <p>State: MapState "versions" (key -> its versions) and ValueState "bucket" (waiting events, the
+ * keys' next version expiries, the registered timer); see StateCodec.
  */
 final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   static final String VERSIONS = "versions";
@@ -49,14 +48,18 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   private final boolean latestMode;
   private final long retentionMs;
   private final TaggedRow tagged;
+  private final OutputRows output;
+  private final StateCodec codec;
   private transient MapState<String, Row> versions;
   private transient ValueState<Row> bucket;
   private transient Long firedMs;  // the timer Spark just fired (and already removed)
 
-  BucketJoinProcessor(boolean latestMode, long retentionMs, TaggedRow tagged) {
+  BucketJoinProcessor(boolean latestMode, long retentionMs, TaggedRow tagged, OutputRows output) {
     this.latestMode = latestMode;
     this.retentionMs = retentionMs;
     this.tagged = tagged;
+    this.output = output;
+    this.codec = new StateCodec(tagged.fieldTypes, tagged.profileTypes);
   }
 
   @Override
@@ -75,7 +78,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     while (rows.hasNext()) {
       Row row = rows.next();
       if (tagged.isReject(row)) {
-        out.add(tagged.passThrough(row));
+        out.add(tagged.reject(row, output));
         continue;
       }
       if (tagged.isProgress(row)) {
@@ -83,7 +86,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
         continue;
       }
       Input in = input.computeIfAbsent(
-          tagged.userid(row), u -> new Input(new ArrayList<>(), new ArrayList<>()));
+          tagged.key(row), u -> new Input(new ArrayList<>(), new ArrayList<>()));
       tagged.decode(row, in.changes(), in.clicks());
     }
     input.forEach((user, in) -> out.addAll(changelog(user, in.changes())));
@@ -112,7 +115,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
    */
   private List<Row> join(Map<String, Input> input, Long batchProgressMs, long sparkWatermarkMs) {
     Row stored = bucket.get();
-    StateCodec.Bucket b = StateCodec.decodeBucket(stored);
+    StateCodec.Bucket b = codec.decodeBucket(stored);
     if (batchProgressMs != null && (b.progressMs == null || batchProgressMs > b.progressMs)) {
       b.progressMs = batchProgressMs;
     }
@@ -146,7 +149,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       Long next = history.nextExpiryMs(retentionMs);
       if (next == null) b.expiries.remove(user);
       else b.expiries.put(user, next);
-      for (Enriched e : joined) out.add(outputRow(user, e, e.click().eventTimeMs() <= cdcMs));
+      for (Enriched e : joined) out.add(output.event(user, e, e.click().eventTimeMs() <= cdcMs));
     }
     Long wakeup = b.nextWakeup();
     reschedule(b.timerMs, wakeup);
@@ -154,7 +157,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     if (b.isEmpty()) {
       if (stored != null) bucket.clear();
     } else {
-      Row encoded = StateCodec.encodeBucket(b);
+      Row encoded = codec.encodeBucket(b);
       if (!encoded.equals(stored)) bucket.update(encoded);
     }
     return out;
@@ -166,23 +169,23 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     input.forEach((user, in) -> {
       List<Version> before = loadVersions(user);
       UserHistory history = new UserHistory(new ArrayList<>(before), new ArrayList<>());
-      for (Enriched e : history.advanceLatest(in.changes(), in.clicks())) out.add(outputRow(user, e, true));
+      for (Enriched e : history.advanceLatest(in.changes(), in.clicks())) out.add(output.event(user, e, true));
       saveVersions(user, before, history.versions);
     });
     return out;
   }
 
   /**
-   * A user's changes of this batch as users_changelog rows, in the join's version order (valid_from,
-   * lsn), which is commit order, so the topic's last record for a user is the version the join takes
-   * as latest. Stable: the CDC topic's order decides among equals (the shuffle keeps it, this makes it
+   * A key's changes of this batch as changelog rows, in the join's version order (valid_from, lsn),
+   * which is commit order, so the topic's last record for a key is the version the join takes as
+   * latest. Stable: the CDC topic's order decides among equals (the shuffle keeps it, this makes it
    * not matter).
    */
-  private static List<Row> changelog(String user, List<Version> changes) {
+  private List<Row> changelog(String user, List<Version> changes) {
     List<Version> ordered = new ArrayList<>(changes);
     ordered.sort(Comparator.comparingLong(Version::validFromMs).thenComparingLong(Version::lsn));
     List<Row> rows = new ArrayList<>(ordered.size());
-    for (Version v : ordered) rows.add(TaggedRow.changeOutput(user, v));
+    for (Version v : ordered) rows.add(output.change(user, v));
     return rows;
   }
 
@@ -192,13 +195,13 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   }
 
   private List<Version> loadVersions(String user) {
-    return StateCodec.decodeUser(versions.getValue(user));
+    return codec.decodeUser(versions.getValue(user));
   }
 
   private void saveVersions(String user, List<Version> before, List<Version> after) {
     if (after.equals(before)) return;
     if (after.isEmpty()) versions.removeKey(user);
-    else versions.updateValue(user, StateCodec.encodeUser(after));
+    else versions.updateValue(user, codec.encodeUser(after));
   }
 
   private void reschedule(Long oldMs, Long newMs) {
@@ -208,26 +211,5 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     if (oldMs == null ? newMs == null : oldMs.equals(newMs)) return;
     if (oldMs != null) getHandle().deleteTimer(oldMs);
     if (newMs != null) getHandle().registerTimer(newMs);
-  }
-
-  /**
-   * OUTPUT_SCHEMA: the click's fields, the profile (region UNKNOWN when there is none), and whether CDC
-   * progress had reached the click (false: released by join.max_wait; latest mode never waits).
-   */
-  private static Row outputRow(String uid, Enriched e, boolean complete) {
-    Click c = e.click();
-    Version v = e.version();
-    boolean profile = v != null && !UserHistory.DELETE.equals(v.op());
-    String region = profile && v.regionid() != null && !v.regionid().isEmpty()
-        ? v.regionid() : UserHistory.UNKNOWN_REGION;
-    return RowFactory.create(
-        c.eventId(), uid, c.eventTimeMs(), c.url(), c.deviceId(), c.ip(), c.clicks(),
-        region,
-        profile ? v.gender() : null,
-        profile ? v.interests() : null,
-        profile ? v.registertime() : null,
-        profile ? v.validFromMs() : null,
-        complete,
-        null, null, null, null);
   }
 }

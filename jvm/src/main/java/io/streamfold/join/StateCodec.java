@@ -2,6 +2,7 @@ package io.streamfold.join;
 
 import io.streamfold.join.UserHistory.Click;
 import io.streamfold.join.UserHistory.Version;
+import java.io.Serializable;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashMap;
@@ -15,19 +16,27 @@ import org.apache.spark.sql.types.StructType;
 
 /**
  * The join's state as rows whose summary columns Spark's `statestore` source can read (`--once` reads
- * the buckets' waiting-click counts; tests read the version counts) and whose content is one binary
- * column in a compact format of its own (Body).
+ * the buckets' waiting-event counts, pipeline/temporal_join.py pending_clicks; tests read the version
+ * counts) and whose content is one binary column in a compact format of its own (Body), each profile value
+ * and event field stored by its column type (ColumnType).
  *
  * <p>Why binary: with the content as nested arrays of structs, Spark's Row encoders validate and convert
  * every nested value on each state read and write, which costs more than the join's own logic
  * (docs/decisions/bucketed-join-state.md).
+ *
+ * <p>Every body starts with FORMAT; a body of another format (another version's checkpoint) fails with
+ * the advice to start on a fresh checkpoint rather than being misread.
  */
-final class StateCodec {
-  /** MapState "versions": userid -> this; body holds the versions (see encodeUser). */
+final class StateCodec implements Serializable {
+  private static final long serialVersionUID = 1L;
+  /** The body format this codec writes and reads. */
+  static final int FORMAT = 1;
+
+  /** MapState "versions": key -> this; body holds the versions (see encodeUser). */
   static final StructType USER = new StructType()
       .add("versions", DataTypes.IntegerType, false)
       .add("body", DataTypes.BinaryType, false);
-  /** ValueState "bucket"; body holds the waiting clicks and the version expiries (see encodeBucket). */
+  /** ValueState "bucket"; body holds the waiting events and the version expiries (see encodeBucket). */
   static final StructType BUCKET = new StructType()
       .add("pending", DataTypes.IntegerType, false)
       .add("pending_min_ms", DataTypes.LongType)
@@ -36,7 +45,7 @@ final class StateCodec {
       .add("progress_ms", DataTypes.LongType)
       .add("body", DataTypes.BinaryType, false);
 
-  /** A bucket's state: waiting clicks by user (in arrival order), next version expiry by user, its timer. */
+  /** A bucket's state: waiting events by key (in arrival order), next version expiry by key, its timer. */
   static final class Bucket {
     final Map<String, List<Click>> pending = new LinkedHashMap<>();
     final Map<String, Long> expiries = new HashMap<>();
@@ -47,7 +56,7 @@ final class StateCodec {
       return pending.isEmpty() && expiries.isEmpty() && progressMs == null;
     }
 
-    /** The earliest waiting click or version expiry: when this bucket needs the operator again. */
+    /** The earliest waiting event or version expiry: when this bucket needs the operator again. */
     Long nextWakeup() {
       Long wakeup = null;
       for (List<Click> clicks : pending.values()) {
@@ -58,77 +67,100 @@ final class StateCodec {
     }
   }
 
-  private StateCodec() {}
+  private final ColumnType[] fieldTypes;
+  private final ColumnType[] profileTypes;
 
-  /** versions, then per version: valid_from, lsn, op, regionid, gender, interests, registertime. */
-  static Row encodeUser(List<Version> versions) {
+  StateCodec(ColumnType[] fieldTypes, ColumnType[] profileTypes) {
+    this.fieldTypes = fieldTypes;
+    this.profileTypes = profileTypes;
+  }
+
+  /** FORMAT, versions, then per version: valid_from, lsn, op, each profile value. */
+  Row encodeUser(List<Version> versions) {
     Body.Out out = new Body.Out();
-    out.count(versions.size());
+    out.write(FORMAT);
+    out.length(versions.size());
     for (Version v : versions) {
-      out.number(v.validFromMs());
-      out.number(v.lsn());
+      out.int64(v.validFromMs());
+      out.int64(v.lsn());
       out.text(v.op());
-      out.text(v.regionid());
-      out.text(v.gender());
-      out.texts(v.interests());
-      out.nullableNumber(v.registertime());
+      writeAll(out, profileTypes, v.profile());
     }
     return RowFactory.create(versions.size(), out.bytes());
   }
 
-  static List<Version> decodeUser(Row row) {
+  List<Version> decodeUser(Row row) {
     if (row == null) return Collections.emptyList();
-    Body.In in = new Body.In((byte[]) row.get(1));
-    int n = in.count();
+    Body.In in = open((byte[]) row.get(1));
+    int n = in.length();
     List<Version> versions = new ArrayList<>(n);
     for (int i = 0; i < n; i++) {
-      versions.add(new Version(in.number(), in.number(), in.text(), in.text(), in.text(), in.texts(),
-          in.nullableNumber()));
+      versions.add(new Version(in.int64(), in.int64(), in.text(), readAll(in, profileTypes)));
     }
+    in.end();
     return versions;
   }
 
-  /** clicks, then per click: userid, event_id, event_time, url, device_id, ip, clicks; expiries, then
-   * per user: userid, expiry. */
-  static Row encodeBucket(Bucket b) {
+  /**
+   * FORMAT, waiting events, then per event: key, event_id, event time, each field, count; expiries, then
+   * per key: key, expiry.
+   */
+  Row encodeBucket(Bucket b) {
     Long min = null, max = null;
     int clicks = 0;
     Body.Out out = new Body.Out();
+    out.write(FORMAT);
     for (List<Click> waiting : b.pending.values()) clicks += waiting.size();
-    out.count(clicks);
+    out.length(clicks);
     for (Map.Entry<String, List<Click>> user : b.pending.entrySet()) {
       for (Click c : user.getValue()) {
         out.text(user.getKey());
         out.text(c.eventId());
-        out.number(c.eventTimeMs());
-        out.text(c.url());
-        out.text(c.deviceId());
-        out.text(c.ip());
-        out.count(c.clicks());
+        out.int64(c.eventTimeMs());
+        writeAll(out, fieldTypes, c.fields());
+        out.int32(c.count());
         if (min == null || c.eventTimeMs() < min) min = c.eventTimeMs();
         if (max == null || c.eventTimeMs() > max) max = c.eventTimeMs();
       }
     }
-    out.count(b.expiries.size());
+    out.length(b.expiries.size());
     for (Map.Entry<String, Long> expiry : b.expiries.entrySet()) {
       out.text(expiry.getKey());
-      out.number(expiry.getValue());
+      out.int64(expiry.getValue());
     }
     return RowFactory.create(clicks, min, max, b.timerMs, b.progressMs, out.bytes());
   }
 
-  static Bucket decodeBucket(Row row) {
+  Bucket decodeBucket(Row row) {
     Bucket b = new Bucket();
     if (row == null) return b;
-    Body.In in = new Body.In((byte[]) row.get(5));
-    for (int i = 0, n = in.count(); i < n; i++) {
+    Body.In in = open((byte[]) row.get(5));
+    for (int i = 0, n = in.length(); i < n; i++) {
       String user = in.text();
       b.pending.computeIfAbsent(user, u -> new ArrayList<>()).add(
-          new Click(in.text(), in.number(), in.text(), in.text(), in.text(), in.count()));
+          new Click(in.text(), in.int64(), readAll(in, fieldTypes), in.int32()));
     }
-    for (int i = 0, n = in.count(); i < n; i++) b.expiries.put(in.text(), in.number());
+    for (int i = 0, n = in.length(); i < n; i++) b.expiries.put(in.text(), in.int64());
+    in.end();
     b.timerMs = row.isNullAt(3) ? null : row.getLong(3);
     b.progressMs = row.isNullAt(4) ? null : row.getLong(4);
     return b;
+  }
+
+  private static Body.In open(byte[] body) {
+    Body.In in = new Body.In(body);
+    int format = in.read();
+    if (format != FORMAT) throw Body.In.corrupt("format " + format + ", this version reads format " + FORMAT);
+    return in;
+  }
+
+  private static void writeAll(Body.Out out, ColumnType[] types, Object[] values) {
+    for (int i = 0; i < types.length; i++) types[i].write(out, values[i]);
+  }
+
+  private static Object[] readAll(Body.In in, ColumnType[] types) {
+    Object[] values = new Object[types.length];
+    for (int i = 0; i < types.length; i++) values[i] = types[i].read(in);
+    return values;
   }
 }

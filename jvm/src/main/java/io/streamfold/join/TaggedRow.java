@@ -9,55 +9,76 @@ import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.types.StructType;
 
 /**
- * The operator's input row: clicks, profile changes, CDC progress and rejected records in one shape, told
- * apart by `kind`. ts_ms is a click's event time, a change's valid-from, or the CDC progress; a progress row
- * names its bucket (every bucket gets one, see TemporalJoin.cdcRows), and so does a reject (any bucket:
- * it only passes through, see TemporalJoin); clicks and changes are bucketed by userid. A change also
- * passes through, as a users_changelog row (changeOutput).
+ * The operator's input row (pipeline/temporal_join.py tagged_schema): events, profile changes, CDC progress
+ * and rejected records in one shape, told apart by `kind`:
+ *
+ * <pre>kind, bucket, key, ts_ms, lsn, event_id, e_(each event field), count, op, p_(each profile column),
+ * error, source, payload, progress_ms</pre>
+ *
+ * ts_ms is an event's time, a change's valid-from, or the CDC progress; a progress row names its bucket
+ * (every bucket gets one, see TemporalJoin.cdcRows), and so does a reject (any bucket: it only passes
+ * through, see TemporalJoin); events and changes are bucketed by key. A change also passes through, as a
+ * changelog row (OutputRows.change). Every ordinal is looked up once, here.
  */
 final class TaggedRow implements Serializable {
-  static final String CLICK = "click";
+  private static final long serialVersionUID = 1L;
+  static final String EVENT = "event";
   static final String CHANGE = "change";
   static final String PROGRESS = "progress";
   static final String REJECT = "reject";
+  static final String EVENT_PREFIX = "e_";
+  static final String PROFILE_PREFIX = "p_";
 
-  private final StructType schema;
-  private final int kind, bucket, userid, ts, lsn, eventId, url, deviceId, ip, clicks, op, regionid, gender, interests,
-      registertime, error, source, payload;
+  private final int width;
+  private final int kind, bucket, key, ts, lsn, eventId, count, op, error, source, payload;
+  private final int[] fields, profile;
+  final ColumnType[] fieldTypes, profileTypes;
 
-  TaggedRow(StructType schema) {
-    this.schema = schema;
+  TaggedRow(StructType schema, JoinSpec spec) {
+    width = schema.size();
     kind = schema.fieldIndex("kind");
     bucket = schema.fieldIndex("bucket");
-    userid = schema.fieldIndex("userid");
+    key = schema.fieldIndex("key");
     ts = schema.fieldIndex("ts_ms");
     lsn = schema.fieldIndex("lsn");
     eventId = schema.fieldIndex("event_id");
-    url = schema.fieldIndex("url");
-    deviceId = schema.fieldIndex("device_id");
-    ip = schema.fieldIndex("ip");
-    clicks = schema.fieldIndex("clicks");
+    count = schema.fieldIndex("count");
     op = schema.fieldIndex("op");
-    regionid = schema.fieldIndex("regionid");
-    gender = schema.fieldIndex("gender");
-    interests = schema.fieldIndex("interests");
-    registertime = schema.fieldIndex("registertime");
     error = schema.fieldIndex("error");
     source = schema.fieldIndex("source");
     payload = schema.fieldIndex("payload");
+    fields = ordinals(schema, EVENT_PREFIX, spec.eventFields);
+    fieldTypes = types(schema, fields);
+    profile = ordinals(schema, PROFILE_PREFIX,
+        spec.profileColumns.stream().map(JoinSpec.ProfileColumn::name).toList());
+    profileTypes = types(schema, profile);
   }
 
-  String userid(Row r) {
-    return r.getString(userid);
+  private static int[] ordinals(StructType schema, String prefix, List<String> names) {
+    int[] at = new int[names.size()];
+    for (int i = 0; i < at.length; i++) at[i] = schema.fieldIndex(prefix + names.get(i));
+    return at;
+  }
+
+  private static ColumnType[] types(StructType schema, int[] ordinals) {
+    ColumnType[] types = new ColumnType[ordinals.length];
+    for (int i = 0; i < types.length; i++) {
+      types[i] = ColumnType.of(schema.fields()[ordinals[i]].dataType(), schema.fields()[ordinals[i]].name());
+    }
+    return types;
+  }
+
+  String key(Row r) {
+    return r.getString(key);
   }
 
   /**
-   * Users hashed into buckets: the operator's key (see BucketJoinProcessor). The top bits of a
-   * multiplicative hash: a bucket's users must not share low hash bits, or every HashMap over one
-   * bucket's users degenerates into one bin.
+   * Keys hashed into buckets: the operator's key (see BucketJoinProcessor). The top bits of a
+   * multiplicative hash: a bucket's keys must not share low hash bits, or every HashMap over one
+   * bucket's keys degenerates into one bin.
    */
-  static Integer bucketOf(String userid) {
-    return userid == null ? null : (userid.hashCode() * 0x9E3779B9) >>> (32 - TemporalJoin.BUCKET_BITS);
+  static Integer bucketOf(String key) {
+    return key == null ? null : (key.hashCode() * 0x9E3779B9) >>> (32 - TemporalJoin.BUCKET_BITS);
   }
 
   boolean isProgress(Row r) {
@@ -68,51 +89,37 @@ final class TaggedRow implements Serializable {
     return REJECT.equals(r.getString(kind));
   }
 
-  /** A reject as an output row: event_id and the reject columns, every joined column null. */
-  Row passThrough(Row r) {
-    Object[] values = new Object[TemporalJoin.OUTPUT_SCHEMA.size()];
-    values[TemporalJoin.EVENT_ID] = r.getString(eventId);
-    values[TemporalJoin.ERROR] = r.getString(error);
-    values[TemporalJoin.SOURCE] = r.getString(source);
-    values[TemporalJoin.PAYLOAD] = r.get(payload);
-    return RowFactory.create(values);
-  }
-
-  /** A profile change as an output row (users_changelog): uid, the profile, valid-from and change_op. */
-  static Row changeOutput(String user, Version v) {
-    Object[] values = new Object[TemporalJoin.OUTPUT_SCHEMA.size()];
-    values[TemporalJoin.UID] = user;
-    values[TemporalJoin.REGIONID] = v.regionid();
-    values[TemporalJoin.GENDER] = v.gender();
-    values[TemporalJoin.INTERESTS] = v.interests();
-    values[TemporalJoin.REGISTERTIME] = v.registertime();
-    values[TemporalJoin.VALID_FROM] = v.validFromMs();
-    values[TemporalJoin.CHANGE_OP] = v.op();
-    return RowFactory.create(values);
-  }
-
   long tsMs(Row r) {
     return r.getLong(ts);
   }
 
+  /** A reject as an output row: event_id and the reject columns. */
+  Row reject(Row r, OutputRows out) {
+    return out.reject(r.getString(eventId), r.getString(error), r.getString(source), r.get(payload));
+  }
+
   /** A progress row for one bucket: kind, bucket and ts_ms set, every other field null. */
   Row progress(int forBucket, long progressMs) {
-    Object[] values = new Object[schema.size()];
+    Object[] values = new Object[width];
     values[kind] = PROGRESS;
     values[bucket] = forBucket;
     values[ts] = progressMs;
     return RowFactory.create(values);
   }
 
-  void decode(Row r, List<Version> changes, List<Click> clickRows) {
-    if (CLICK.equals(r.getString(kind))) {
-      int n = r.isNullAt(clicks) ? 1 : r.getInt(clicks);
-      clickRows.add(new Click(r.getString(eventId), r.getLong(ts), r.getString(url), r.getString(deviceId),
-          r.getString(ip), n));
+  void decode(Row r, List<Version> changes, List<Click> events) {
+    if (EVENT.equals(r.getString(kind))) {
+      int n = r.isNullAt(count) ? 1 : r.getInt(count);
+      events.add(new Click(r.getString(eventId), r.getLong(ts), values(r, fields), n));
     } else {
       changes.add(new Version(r.getLong(ts), r.isNullAt(lsn) ? 0L : r.getLong(lsn), r.getString(op),
-          r.getString(regionid), r.getString(gender), r.get(interests),
-          r.isNullAt(registertime) ? null : r.getLong(registertime)));
+          values(r, profile)));
     }
+  }
+
+  private static Object[] values(Row r, int[] ordinals) {
+    Object[] values = new Object[ordinals.length];
+    for (int i = 0; i < values.length; i++) values[i] = r.get(ordinals[i]);
+    return values;
   }
 }

@@ -13,56 +13,25 @@ import org.apache.spark.sql.functions;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.types.DataTypes;
-import org.apache.spark.sql.types.StructType;
 
 /**
  * The entry point PySpark calls (pipeline/temporal_join.py):
  *
- * <pre>DataFrame(jvm.io.streamfold.join.TemporalJoin.apply(clicks._jdf, cdc._jdf, "event_time", retention_ms), spark)</pre>
+ * <pre>DataFrame(jvm.io.streamfold.join.TemporalJoin.apply(events._jdf, cdc._jdf, "event_time", retention_ms,
+ *     join_spec_json), spark)</pre>
  *
- * `clicks` and `cdc` are in one row shape (see TaggedRow); `cdc` carries the query's watermark (CDC
- * progress and wall-clock ticks) and is read once per batch (see cdcRows). Keyed by a hash bucket of userid, every
- * row goes through one transformWithState operator (BucketJoinProcessor); the result is one
- * OUTPUT_SCHEMA row per click. Rejected records (kind "reject", from either input) come out unchanged in
- * the error, source and payload columns, and every profile change comes out too (change_op set), so each
- * source is read and parsed once per batch for the join, the dead letters and users_changelog alike.
+ * `events` and `cdc` are in one row shape (see TaggedRow); `cdc` carries the query's watermark (CDC
+ * progress and wall-clock ticks) and is read once per batch (see cdcRows). Keyed by a hash bucket of the
+ * key, every row goes through one transformWithState operator (BucketJoinProcessor); the result is one
+ * output row per event, in the join spec's output schema (see OutputRows). Rejected records (kind
+ * "reject", from either input) come out unchanged in the error, source and payload columns, and every
+ * profile change comes out too (kind "change", change_op set), so each source is read and parsed once per
+ * batch for the join, the dead letters and the changelog alike.
  */
 public final class TemporalJoin {
-  public static final StructType OUTPUT_SCHEMA = new StructType()
-      .add("event_id", DataTypes.StringType)
-      .add("uid", DataTypes.StringType)
-      .add("click_time_ms", DataTypes.LongType)
-      .add("click_url", DataTypes.StringType)
-      .add("device_type", DataTypes.StringType)
-      .add("click_location", DataTypes.StringType)
-      .add("clicks", DataTypes.IntegerType)
-      .add("user_regionid", DataTypes.StringType)
-      .add("user_gender", DataTypes.StringType)
-      .add("user_interests", DataTypes.createArrayType(DataTypes.StringType))
-      .add("user_registertime", DataTypes.LongType)
-      .add("profile_valid_from_ms", DataTypes.LongType)
-      .add("profile_complete", DataTypes.BooleanType)
-      // Set on rejects only (passed through): why, where from, and the original bytes.
-      .add("error", DataTypes.StringType)
-      .add("source", DataTypes.StringType)
-      .add("payload", DataTypes.BinaryType)
-      // Set on profile changes only (passed through, see BucketJoinProcessor): c, u, d or r.
-      .add("change_op", DataTypes.StringType);
-  static final int EVENT_ID = OUTPUT_SCHEMA.fieldIndex("event_id");
-  static final int UID = OUTPUT_SCHEMA.fieldIndex("uid");
-  static final int REGIONID = OUTPUT_SCHEMA.fieldIndex("user_regionid");
-  static final int GENDER = OUTPUT_SCHEMA.fieldIndex("user_gender");
-  static final int INTERESTS = OUTPUT_SCHEMA.fieldIndex("user_interests");
-  static final int REGISTERTIME = OUTPUT_SCHEMA.fieldIndex("user_registertime");
-  static final int VALID_FROM = OUTPUT_SCHEMA.fieldIndex("profile_valid_from_ms");
-  static final int CHANGE_OP = OUTPUT_SCHEMA.fieldIndex("change_op");
-  static final int ERROR = OUTPUT_SCHEMA.fieldIndex("error");
-  static final int SOURCE = OUTPUT_SCHEMA.fieldIndex("source");
-  static final int PAYLOAD = OUTPUT_SCHEMA.fieldIndex("payload");
-
   /**
-   * How many buckets users are hashed into. Fixed: a checkpoint's state is keyed by bucket. Enough to keep
-   * a bucket's waiting clicks small at 200,000 clicks a batch, few enough that a batch touches each once.
+   * How many buckets keys are hashed into. Fixed: a checkpoint's state is keyed by bucket. Enough to keep
+   * a bucket's waiting events small at 200,000 events a batch, few enough that a batch touches each once.
    */
   public static final int BUCKET_BITS = 10;
   public static final int BUCKETS = 1 << BUCKET_BITS;
@@ -72,9 +41,9 @@ public final class TemporalJoin {
   /**
    * The CDC rows (kind "change", "reject", "progress" or "tick", with progress_ms) as operator input:
    * every change and reject as it is, and each input partition's largest CDC progress as one row for every bucket. Then every
-   * bucket knows how far CDC has been read, in the same batch: a click whose time that passes is released
+   * bucket knows how far CDC has been read, in the same batch: an event whose time that passes is released
    * at once (every change committed up to it has been read, the CDC topic being one partition in commit
-   * order), and a click released by join.max_wait instead is marked profile_complete = false. Wall-clock
+   * order), and an event released by join.max_wait instead is marked incomplete. Wall-clock
    * ticks only drive the watermark upstream: they are not CDC progress and end here. One pass, so the
    * CDC source is read and parsed once per batch for the changes, the progress and the watermark alike.
    */
@@ -113,27 +82,31 @@ public final class TemporalJoin {
   }
 
   /**
-   * clicks: tagged clicks and rejects (TaggedRow's schema). cdc: the same schema, kind "change",
-   * "reject" (a CDC record that could not be folded), "progress" (CDC progress in progress_ms) or "tick" (rows that only carried the watermark, see
-   * pipeline/temporal_join.py). mode: "event_time" (EventTime timers) or "latest" (no timers, nothing
-   * waits).
+   * events: tagged events and rejects (TaggedRow's schema). cdc: the same schema, kind "change",
+   * "reject" (a CDC record that could not be folded), "progress" (CDC progress in progress_ms) or "tick"
+   * (rows that only carried the watermark, see pipeline/temporal_join.py). mode: "event_time" (EventTime
+   * timers) or "latest" (no timers, nothing waits). joinSpec: the columns carried and the output schema
+   * (JoinSpec).
    */
-  public static Dataset<Row> apply(Dataset<Row> clicks, Dataset<Row> cdc, String mode, long retentionMs) {
+  public static Dataset<Row> apply(
+      Dataset<Row> events, Dataset<Row> cdc, String mode, long retentionMs, String joinSpec) {
     boolean latest = "latest".equals(mode);
     if (!latest && !"event_time".equals(mode)) {
       throw new IllegalArgumentException("join mode must be event_time or latest, got " + mode);
     }
-    TaggedRow rows = new TaggedRow(clicks.schema());
-    BucketJoinProcessor processor = new BucketJoinProcessor(latest, retentionMs, rows);
+    JoinSpec spec = JoinSpec.parse(joinSpec);
+    TaggedRow rows = new TaggedRow(events.schema(), spec);
+    OutputRows output = new OutputRows(spec, rows);
+    BucketJoinProcessor processor = new BucketJoinProcessor(latest, retentionMs, rows, output);
     // The key is a column, not a function of the row: groupByKey(function) would turn every row into a
     // Row object once for the key and again for the operator (a tenth of the job's CPU in a profile).
     UserDefinedFunction bucketOf = functions.udf((UDF1<String, Integer>) TaggedRow::bucketOf, DataTypes.IntegerType);
-    Column bucket = functions.coalesce(functions.col("bucket"), bucketOf.apply(functions.col("userid")));
-    Dataset<Row> tagged = clicks.union(cdcRows(cdc, rows, !latest)).withColumn("bucket", bucket);
+    Column bucket = functions.coalesce(functions.col("bucket"), bucketOf.apply(functions.col("key")));
+    Dataset<Row> tagged = events.union(cdcRows(cdc, rows, !latest)).withColumn("bucket", bucket);
     return tagged
         .groupBy(functions.col("bucket"))
         .as(Encoders.INT(), Encoders.row(tagged.schema()))
         .transformWithState(processor, latest ? TimeMode.None() : TimeMode.EventTime(), OutputMode.Append(),
-            Encoders.row(OUTPUT_SCHEMA));
+            Encoders.row(output.schema()));
   }
 }

@@ -1,8 +1,10 @@
 package io.streamfold.join;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Comparator;
 import java.util.List;
+import java.util.Objects;
 
 /**
  * One user's join state and the decisions made on it: a line-for-line port of
@@ -10,17 +12,29 @@ import java.util.List;
  * tests/unit/test_join_operator.py runs random histories through both and compares every output row.
  */
 final class UserHistory {
-  static final String UNKNOWN_REGION = "UNKNOWN";
   static final String DELETE = "d";
 
-  /** A profile version; a delete is a tombstone (op = d, profile fields null). */
-  record Version(long validFromMs, long lsn, String op, String regionid, String gender,
-                 Object interests, Long registertime) {}
+  /**
+   * A profile version: the profile columns' values in the join spec's order; a delete is a tombstone
+   * (op = d, every value null). Equal when their values are, so a replayed change is no state write.
+   */
+  record Version(long validFromMs, long lsn, String op, Object[] profile) {
+    @Override
+    public boolean equals(Object other) {
+      return other instanceof Version v && validFromMs == v.validFromMs && lsn == v.lsn && Objects.equals(op, v.op)
+          && Arrays.equals(profile, v.profile);
+    }
 
-  /** A click waiting for the watermark to pass its event time. */
-  record Click(String eventId, long eventTimeMs, String url, String deviceId, String ip, int clicks) {}
+    @Override
+    public int hashCode() {
+      return Objects.hash(validFromMs, lsn, op, Arrays.hashCode(profile));
+    }
+  }
 
-  /** One output row's values, in the operator's output order (uid is the key). */
+  /** An event waiting for the watermark to pass its event time: the event fields in the spec's order. */
+  record Click(String eventId, long eventTimeMs, Object[] fields, int count) {}
+
+  /** An event and the version it joins (null: none). */
   record Enriched(Click click, Version version) {}
 
   static final Comparator<Version> ORDER =

@@ -42,11 +42,11 @@ public final class PlainJson {
 
   /** Why a userid or regionid (named `where` in the reason) is not within MAX_KEY_BYTES; null if it is. */
   public static String overKeyLimit(String value, String where) {
-    return overKeyLimit(value, where, MAX_KEY_BYTES);
+    return overLimit(value, where, MAX_KEY_BYTES);
   }
 
-  /** Why a key (named `where` in the reason) is not within maxBytes in UTF-8; null if it is. */
-  public static String overKeyLimit(String value, String where, int maxBytes) {
+  /** Why a value (named `where` in the reason) is longer than maxBytes in UTF-8; null if it is not. */
+  public static String overLimit(String value, String where, int maxBytes) {
     int bytes = utf8Length(value);
     return bytes <= maxBytes ? null : where + " of " + bytes + " bytes exceeds the " + maxBytes + "-byte limit";
   }

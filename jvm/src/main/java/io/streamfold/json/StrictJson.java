@@ -142,7 +142,10 @@ public final class StrictJson {
     return text.length() > 200 ? text.substring(0, 200) : text;
   }
 
-  /** A value's JSON text, compact (a number as it was written, an integer as its decimal). */
+  /**
+   * A parsed value as compact JSON text: members in document order, strings quoted as Jackson quotes them,
+   * a 64-bit integer in decimal, any other number as written.
+   */
   public static String text(Object value) {
     StringBuilder out = new StringBuilder();
     write(value, out);

@@ -19,10 +19,10 @@ import org.junit.jupiter.api.Test;
 
 /**
  * UserHistory against the cases of tests/unit/test_temporal_state.py (the reference is
- * pipeline/temporal_state.py), each under the same name, plus the rules of each method on its own.
+ * spec/temporal_state.py), each under the same name, plus the rules of each method on its own.
  */
 class UserHistoryTest {
-  static final long BEGINNING_OF_TIME_MS = -(1L << 62);  // pipeline/temporal_state.py
+  static final long BEGINNING_OF_TIME_MS = -(1L << 62);  // common/names.py
   static final long NOON = 1_700_000_000_000L;  // Alice moves from asia to europe at "12:00"
   static final long MINUTE = 60_000;
   static final long DAY = 86_400_000;
@@ -54,7 +54,7 @@ class UserHistoryTest {
     return new UserHistory(new ArrayList<>(List.of(versions)), new ArrayList<>());
   }
 
-  /** The region an output row gets (pipeline/temporal_state.enrich, BucketJoinProcessor.outputRow). */
+  /** The region an output row gets (spec/temporal_state.enrich, BucketJoinProcessor.outputRow). */
   static String regionOf(Enriched row) {
     Version v = row.version();
     boolean profile = v != null && !UserHistory.DELETE.equals(v.op());
@@ -71,7 +71,7 @@ class UserHistoryTest {
     return rows.stream().map(r -> r.click().eventId()).toList();
   }
 
-  /** When the user needs the operator again (pipeline/temporal_state._wakeup): null = only on input. */
+  /** When the user needs the operator again (spec/temporal_state._wakeup): null = only on input. */
   static Long wakeup(UserHistory h, long retentionMs) {
     Long at = h.nextExpiryMs(retentionMs);
     for (Click c : h.pending) if (at == null || c.eventTimeMs() < at) at = c.eventTimeMs();
