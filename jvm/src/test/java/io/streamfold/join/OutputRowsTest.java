@@ -54,11 +54,11 @@ class OutputRowsTest {
   }
 
   @Test
-  void aNullOrEmptyValueTakesIfMissingOnlyInATextColumnThatHasOne() {
+  void aNullTakesIfMissingInAnyColumnWithOneAndAnEmptyTextInATextColumn() {
     Version blank = new Version(500, 1, "u", new Object[] {"", "", "", null, null, seq()});
-    assertEquals(Arrays.asList("none", "", "", null, null, seq(), 500L), profile(blank));
+    assertEquals(Arrays.asList("none", "", "", 0L, false, seq(), 500L), profile(blank));
     Version nulls = new Version(600, 2, "c", new Object[6]);
-    assertEquals(Arrays.asList("none", null, null, null, null, null, 600L), profile(nulls));
+    assertEquals(Arrays.asList("none", null, "0", 0L, false, null, 600L), profile(nulls));
     Version set = new Version(700, 3, "r", new Object[] {" ", "n", "1.5", 9L, true, seq("x", null)});
     assertEquals(Arrays.asList(" ", "n", "1.5", 9L, true, seq("x", null), 700L), profile(set));
   }

@@ -163,11 +163,11 @@ class UserHistoryTest {
   }
 
   /**
-   * No version or a tombstone: every column holds its if_missing. A version's null or "" holds it too in a
-   * text column with if_missing; other columns keep the version's value as it is.
+   * No version or a tombstone: every column holds its if_missing. A version's null holds it too in a column
+   * with if_missing, and "" in a text column with one; other values stay as the version has them.
    */
   @Test
-  void ifMissingStandsInForNoProfileAndForABlankTextValue() {
+  void ifMissingStandsInForNoProfileANullAndABlankTextValue() {
     JoinSpecs rules = new JoinSpecs(JoinSpecs.DEFAULT.fields, List.of(JoinSpecs.column("tier", "text", "none"),
         JoinSpecs.column("note", "text"), JoinSpecs.column("score", "bigint", 0),
         JoinSpecs.column("vip", "boolean", false)));
@@ -185,8 +185,8 @@ class UserHistoryTest {
     }
     assertEquals(Map.of(
         "before", Arrays.asList("none", null, 0L, false, null),
-        "blank", Arrays.asList("none", "", null, null, NOON),
-        "null", Arrays.asList("none", null, null, true, NOON + 1),
+        "blank", Arrays.asList("none", "", 0L, false, NOON),
+        "null", Arrays.asList("none", null, 0L, true, NOON + 1),
         "gone", Arrays.asList("none", null, 0L, false, null)), profiles);
     Row before = output.event("alice", rows.get(0), true);
     assertEquals(Arrays.asList("before", "alice", 1L, "/page/before", "phone", "10.0.0.1", 1, "none", null, 0L,
