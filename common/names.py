@@ -5,8 +5,9 @@ from __future__ import annotations
 
 CDC_TOPIC_PREFIX = "cdc"
 CDC_USERS_TOPIC = f"{CDC_TOPIC_PREFIX}.public.users"
-# Debezium's default heartbeat topic: <topic.heartbeat.prefix>.<topic.prefix>.
-HEARTBEAT_TOPIC = f"__debezium-heartbeat.{CDC_TOPIC_PREFIX}"
+# Debezium's default heartbeat topics: <topic.heartbeat.prefix>.<topic.prefix>.
+HEARTBEAT_TOPIC_PREFIX = "__debezium-heartbeat"
+HEARTBEAT_TOPIC = f"{HEARTBEAT_TOPIC_PREFIX}.{CDC_TOPIC_PREFIX}"
 
 CLICKS_TOPIC = "clicks"
 CLICKS_STREAM = "clicks"  # Kinesis

@@ -68,8 +68,9 @@ _IF_MISSING_TYPES: dict[str, tuple[type, ...]] = {
     "integer": (int,),
     "bigint": (int,),
     "double": (int, float),
-    "numeric": (int, float),
+    "numeric": (int, float, str),
     "boolean": (bool,),
+    "jsonb": (str, int, float, bool),
 }
 _IF_MISSING_EXAMPLES = {
     "text": "UNKNOWN",
@@ -79,6 +80,7 @@ _IF_MISSING_EXAMPLES = {
     "numeric": "0",
     "boolean": "false",
 }
+_DECIMAL = re.compile(r"^-?\d+(\.\d+)?$")
 _PATH_IN_MESSAGE = re.compile(r"^([a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)*): ")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -148,7 +150,7 @@ class _Strict(BaseModel):
 
 class ProfileColumn(_Strict):
     """A carried profile column: its type, and the value it takes in outputs when an event has no profile
-    (or, for text, the value is null or empty), which an aggregate key over it needs."""
+    or the version's value is null (for text, also empty), which an aggregate key over it needs."""
 
     type: TypeName
     if_missing: str | int | float | bool | None = None
@@ -161,10 +163,10 @@ class ProfileColumn(_Strict):
         accepted = _IF_MISSING_TYPES.get(self.type)
         if accepted is None:
             raise ValueError(f"if_missing: a {self.type} column takes none")
-        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
-            raise ValueError(
-                f"if_missing: {value!r} is not a {self.type} value (e.g. {_IF_MISSING_EXAMPLES[self.type]})"
-            )
+        wrong = not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted)
+        if wrong or (self.type == "numeric" and isinstance(value, str) and not _DECIMAL.match(value)):
+            example = _IF_MISSING_EXAMPLES.get(self.type, '"none"')
+            raise ValueError(f"if_missing: {value!r} is not a {self.type} value (e.g. {example})")
         return self
 
 
@@ -401,6 +403,11 @@ class Pipeline(_Strict):
     def cdc_topic(self) -> str:
         """Debezium's topic for the profile table: <prefix>.<schema>.<table>."""
         return f"{self.outputs.cdc_topic_prefix}.{self.profile.table}"
+
+    @property
+    def heartbeat_topic(self) -> str:
+        """Debezium's own heartbeat topic for the connector (CDC progress when no change flows)."""
+        return f"__debezium-heartbeat.{self.outputs.cdc_topic_prefix}"
 
     @property
     def connector(self) -> str:

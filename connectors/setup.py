@@ -121,7 +121,7 @@ def ensure_topics(bootstrap: str, pipeline: pf.Pipeline, events_topic: str | Non
 
     wanted = [
         topic(pipeline.cdc_topic, CDC_PARTITIONS),
-        topic(f"__debezium-heartbeat.{pipeline.outputs.cdc_topic_prefix}", 1),
+        topic(pipeline.heartbeat_topic, 1),
         *(
             topic(name, CLICK_PARTITIONS if name in events else OUTPUT_PARTITIONS, compacted)
             for name, compacted in pipeline_topics(pipeline, events_topic)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -92,7 +92,7 @@ def fold_records(cdc_raw: DataFrame, spec: dict[str, Any], *keep: str) -> DataFr
         "event_id",
         "value",
         *keep,
-        F.call_function(FOLD_UDF, F.col("topic") == names.HEARTBEAT_TOPIC, "key", "value").alias("_fold"),
+        F.call_function(FOLD_UDF, _heartbeat_topic(), "key", "value").alias("_fold"),
     )
     error = F.col("_fold.kind") == "error"
     return folded.select(
@@ -101,6 +101,11 @@ def fold_records(cdc_raw: DataFrame, spec: dict[str, Any], *keep: str) -> DataFr
         F.when(error, F.col("value")).alias("payload"),
         *keep,
     )
+
+
+def _heartbeat_topic() -> Column:
+    """Whether a record comes from a Debezium heartbeat topic (the job reads its pipeline's only)."""
+    return F.col("topic").startswith(f"{names.HEARTBEAT_TOPIC_PREFIX}.")
 
 
 def register_java_udf(spark: SparkSession, name: str, java_class: str, spec: dict[str, Any]) -> None:

@@ -312,4 +312,4 @@ def run_once(
     runs = run_until_drained(
         spark, lambda: topology.start(clicks, checkpoints), str(checkpoints / clicks.name)
     )
-    echo(f"[green]done[/]: every click available at start emitted ({runs} passes)")
+    echo(f"[green]done[/]: every event available at start emitted ({runs} passes)")

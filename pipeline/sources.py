@@ -11,6 +11,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from common import names
+from common import pipeline_file as pf
 
 # The most records a micro-batch reads from one source while it catches up on a backlog (after a start, an
 # outage, a burst). Each batch has a fixed cost (planning, scheduling, commits) and keeps the JIT compiling
@@ -101,9 +102,14 @@ def from_kinesis_clicks(raw: DataFrame, stream: str) -> DataFrame:
     )
 
 
-def cdc(spark: SparkSession, bootstrap: str, max_records: int = DEFAULT_MAX_RECORDS_PER_BATCH) -> DataFrame:
+def cdc(
+    spark: SparkSession,
+    bootstrap: str,
+    pipeline: pf.Pipeline,
+    max_records: int = DEFAULT_MAX_RECORDS_PER_BATCH,
+) -> DataFrame:
     return from_kafka_cdc(
-        _kafka(spark, bootstrap, f"{names.CDC_USERS_TOPIC},{names.HEARTBEAT_TOPIC}", max_records)
+        _kafka(spark, bootstrap, f"{pipeline.cdc_topic},{pipeline.heartbeat_topic}", max_records)
     )
 
 

@@ -64,10 +64,10 @@ def enrich(raw_clicks: DataFrame, cdc_raw: DataFrame, join: JoinConfig, pipeline
 
 def flow(spark: SparkSession, settings: Settings, source: str, join: JoinConfig, once: bool = False) -> Flow:
     raw_clicks = read_clicks(spark, settings, source, once)
-    cdc_raw = sources.cdc(spark, settings.kafka_bootstrap)
+    cdc_raw = sources.cdc(spark, settings.kafka_bootstrap, settings.pipeline)
     joined = enrich(raw_clicks, cdc_raw, join, settings.pipeline)
 
-    name = f"clicks-{source}"
+    name = f"{settings.pipeline.name}-{source}"  # the query: its checkpoint folder and batch ledger
     # Postgres (enriched events, aggregates, dead letters) exactly once, then Kafka.
     sink = Sink(name, settings.writer_dsn, settings.kafka_bootstrap, settings.pipeline, joined.schema)
     return Flow(name, joined, sink)

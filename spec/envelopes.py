@@ -112,7 +112,7 @@ def parse_envelope(
 ) -> Change | Progress | None:
     """One Debezium record of the profile table `spec` describes -> a Change, a Progress report, or None
     for a tombstone."""
-    if topic == names.HEARTBEAT_TOPIC:
+    if topic.startswith(f"{names.HEARTBEAT_TOPIC_PREFIX}."):  # Debezium's own heartbeat topic
         beat = _json(value, "heartbeat")
         return Progress(_commit_ms(beat, "ts_ms", "heartbeat") - HEARTBEAT_SAFETY_MS)
     if value is None:

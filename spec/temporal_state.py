@@ -68,8 +68,8 @@ class Enriched(NamedTuple):
 
 
 class IfMissing(NamedTuple):
-    """Per profile column: its value in an event row without a profile version (none, or a tombstone),
-    and whether it also stands in for a null or "" value of the version (a text column with if_missing)."""
+    """Per profile column: its value in an event row without a profile version (none, or a tombstone) or
+    whose version holds null there, and whether it also stands in for "" (a text column with if_missing)."""
 
     values: tuple[Any, ...]
     blank: tuple[bool, ...]
@@ -85,7 +85,7 @@ class IfMissing(NamedTuple):
 
     def fill(self, profile: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple(
-            missing if blank and value in (None, "") else value
+            missing if missing is not None and (value is None or (blank and value == "")) else value
             for value, missing, blank in zip(profile, self.values, self.blank, strict=True)
         )
 

@@ -207,13 +207,12 @@ def kafka_lag(bootstrap: str, checkpoints: dict[str, Committed]) -> list[dict[st
 
 
 def cdc_progress(bootstrap: str, cdc_topic: str, checkpoints: dict[str, Committed]) -> dict[str, Any] | None:
-    """The newest Debezium ts_ms (a change's commit, or a heartbeat) the clicks query has processed."""
+    """The newest Debezium ts_ms (a change's commit, or a heartbeat) the job's query has processed."""
     client = consumer(bootstrap)
     try:
         found = [
             newest_ts(client, topic, int(partition), offset)
             for query, committed in checkpoints.items()
-            if query.startswith("clicks-")
             for topic, processed in committed.kafka()
             if topic == cdc_topic
             for partition, offset in processed.items()

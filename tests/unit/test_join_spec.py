@@ -78,7 +78,8 @@ def test_if_missing_is_carried_as_a_value_of_the_columns_spark_type(kind: str, g
     ],
 )
 def test_an_if_missing_of_another_type_is_refused(kind: str, given: Any):
-    with pytest.raises(ValueError, match=r"profile\.columns\.c\.if_missing"):
+    # Refused by the file's model, or when the join converts it (a range the model does not know).
+    with pytest.raises(ValueError, match=r"if_missing"):
         if_missing_value("c", pf.ProfileColumn(type=kind, if_missing=given))
 
 

@@ -97,9 +97,9 @@ def test_click_before_the_first_version_is_unknown_with_null_profile() -> None:
     assert (on_time.profile, on_time.valid_from_ms) == (("europe", "M", ["x"], 42), NOON)
 
 
-def test_if_missing_stands_in_for_no_profile_and_for_a_blank_text_value() -> None:
-    """No version or a tombstone: every column holds its if_missing. A version's null or "" holds it too in
-    a text column with if_missing; other columns keep the version's value as it is."""
+def test_if_missing_stands_in_for_no_profile_a_null_and_a_blank_text_value() -> None:
+    """No version or a tombstone: every column holds its if_missing. A version's null holds it too in a
+    column with if_missing, and "" in a text column with one; other values stay as the version has them."""
     rules = IfMissing.of(
         [
             {"name": "tier", "type": "text", "if_missing": "none"},
@@ -115,8 +115,8 @@ def test_if_missing_stands_in_for_no_profile_and_for_a_blank_text_value() -> Non
     rows = advance_with(UserState(), [blank, null, gone], clicks, NOON + 2, RETENTION, rules).rows
     assert {r.event_id: (r.profile, r.valid_from_ms) for r in rows} == {
         "before": (("none", None, 0, False), None),
-        "blank": (("none", "", None, None), NOON),
-        "null": (("none", None, None, True), NOON + 1),
+        "blank": (("none", "", 0, False), NOON),
+        "null": (("none", None, 0, True), NOON + 1),
         "gone": (("none", None, 0, False), None),
     }
     assert rows[0].row() == (

@@ -34,8 +34,9 @@ final class OutputRows implements Serializable {
   private final int count, profile, validFrom, complete, error, source, payload, changeOp, width;
   /** Per profile column: its value in an event row without a profile version. */
   private final Object[] ifMissing;
-  /** Per profile column: a text column whose if_missing also stands in for a null or "" value. */
-  private final boolean[] blankIsMissing;
+  /** Per profile column: a text column whose if_missing also stands in for "" (it stands in for null in
+   * every column that has one: the enriched column is then never null, as an aggregate key must not be). */
+  private final boolean[] emptyIsMissing;
 
   OutputRows(JoinSpec spec, TaggedRow tagged) {
     schema = spec.output;
@@ -51,11 +52,11 @@ final class OutputRows implements Serializable {
     changeOp = payload + 1;
     width = changeOp + 1;
     ifMissing = new Object[profileCount];
-    blankIsMissing = new boolean[profileCount];
+    emptyIsMissing = new boolean[profileCount];
     for (int i = 0; i < profileCount; i++) {
       JoinSpec.ProfileColumn column = spec.profileColumns.get(i);
       ifMissing[i] = tagged.profileTypes[i].fromJson(column.ifMissingJson(), column.name());
-      blankIsMissing[i] = ifMissing[i] != null && "text".equals(column.type());
+      emptyIsMissing[i] = ifMissing[i] != null && "text".equals(column.type());
     }
     checkSchema(tagged);
   }
@@ -106,7 +107,8 @@ final class OutputRows implements Serializable {
       Object[] held = v.profile();
       for (int i = 0; i < profileCount; i++) {
         Object value = held[i];
-        values[profile + i] = blankIsMissing[i] && (value == null || "".equals(value)) ? ifMissing[i] : value;
+        boolean missing = value == null || (emptyIsMissing[i] && "".equals(value));
+        values[profile + i] = missing && ifMissing[i] != null ? ifMissing[i] : value;
       }
       values[validFrom] = v.validFromMs();
     } else {

@@ -9,17 +9,21 @@ import io.streamfold.join.UserHistory.Click;
 import io.streamfold.join.UserHistory.Enriched;
 import io.streamfold.join.UserHistory.Version;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Comparator;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
+import org.apache.spark.sql.Row;
 import org.junit.jupiter.api.Test;
 
 /**
  * UserHistory against the cases of tests/unit/test_temporal_state.py (the reference is
- * spec/temporal_state.py), each under the same name, plus the rules of each method on its own.
+ * spec/temporal_state.py), each under the same name, plus the rules of each method on its own. The
+ * profile columns are the default pipeline's (JoinSpecs.DEFAULT); an event's profile as the output has it
+ * (if_missing applied) comes from the operator's own OutputRows.
  */
 class UserHistoryTest {
   static final long BEGINNING_OF_TIME_MS = -(1L << 62);  // common/names.py
@@ -27,42 +31,68 @@ class UserHistoryTest {
   static final long MINUTE = 60_000;
   static final long DAY = 86_400_000;
   static final long RETENTION = 7 * DAY;
+  static final String UNKNOWN = "UNKNOWN";  // the default pipeline's if_missing of regionid
 
   static final Version SNAPSHOT =
-      new Version(BEGINNING_OF_TIME_MS, 1, "r", "asia", "F", seq("news"), 1_600_000_000_000L);
-  static final Version MOVE = new Version(NOON, 20, "u", "europe", "F", seq("news", "golf"), 1_600_000_000_000L);
+      new Version(BEGINNING_OF_TIME_MS, 1, "r", profile("asia", "F", seq("news"), 1_600_000_000_000L));
+  static final Version MOVE = new Version(NOON, 20, "u", profile("europe", "F", seq("news", "golf"), 1_600_000_000_000L));
   static final Version DELETE = delete(NOON + 10 * MINUTE, 30);
-  static final Version REINSERT = new Version(NOON + 20 * MINUTE, 40, "c", "africa", "F", null, null);
+  static final Version REINSERT = new Version(NOON + 20 * MINUTE, 40, "c", profile("africa", "F", null, null));
 
+  static final OutputRows OUTPUT = JoinSpecs.DEFAULT.outputRows();
+  static final int REGION = JoinSpecs.DEFAULT.at("profile_regionid");
+  static final int VALID_FROM = JoinSpecs.DEFAULT.at("valid_from_ms");
+
+  /** An array<string> value as Spark hands it to the operator: a Scala Seq (items may be null). */
   static Object seq(String... items) {
-    return scala.jdk.javaapi.CollectionConverters.asScala(List.of(items)).toList();
+    return scala.jdk.javaapi.CollectionConverters.asScala(Arrays.asList(items)).toList();
+  }
+
+  /** The default pipeline's profile columns in order: regionid, gender, interests, registertime. */
+  static Object[] profile(String regionid, String gender, Object interests, Long registertime) {
+    return new Object[] {regionid, gender, interests, registertime};
+  }
+
+  static Object regionid(Version v) {
+    return v.profile()[0];
   }
 
   static Version delete(long validFromMs, long lsn) {
-    return new Version(validFromMs, lsn, "d", null, null, null, null);
+    return new Version(validFromMs, lsn, "d", profile(null, null, null, null));
   }
 
   static Version region(long validFromMs, long lsn, String regionid) {
-    return new Version(validFromMs, lsn, "u", regionid, null, null, null);
+    return new Version(validFromMs, lsn, "u", profile(regionid, null, null, null));
   }
 
+  /** An event of the default pipeline: url, device_id, ip. */
   static Click click(String eventId, long t) {
-    return new Click(eventId, t, "/page/" + eventId, "phone", "10.0.0.1", 1);
+    return new Click(eventId, t, new Object[] {"/page/" + eventId, "phone", "10.0.0.1"}, 1);
   }
 
   static UserHistory history(Version... versions) {
     return new UserHistory(new ArrayList<>(List.of(versions)), new ArrayList<>());
   }
 
-  /** The region an output row gets (spec/temporal_state.enrich, BucketJoinProcessor.outputRow). */
-  static String regionOf(Enriched row) {
-    Version v = row.version();
-    boolean profile = v != null && !UserHistory.DELETE.equals(v.op());
-    return profile && v.regionid() != null && !v.regionid().isEmpty() ? v.regionid() : UserHistory.UNKNOWN_REGION;
+  /** The output row's columns from..to (inclusive). */
+  static List<Object> cells(Row row, int from, int to) {
+    List<Object> values = new ArrayList<>();
+    for (int i = from; i <= to; i++) values.add(row.get(i));
+    return values;
   }
 
-  static Map<String, String> regions(List<Enriched> rows) {
-    Map<String, String> out = new LinkedHashMap<>();
+  /** The profile columns and valid_from of an event's output row (spec/temporal_state.enrich). */
+  static List<Object> profileOf(Enriched row) {
+    return cells(OUTPUT.event("alice", row, true), REGION, VALID_FROM);
+  }
+
+  /** The region an event's output row holds. */
+  static Object regionOf(Enriched row) {
+    return profileOf(row).get(0);
+  }
+
+  static Map<String, Object> regions(List<Enriched> rows) {
+    Map<String, Object> out = new LinkedHashMap<>();
     for (Enriched row : rows) out.put(row.click().eventId(), regionOf(row));
     return out;
   }
@@ -122,14 +152,45 @@ class UserHistoryTest {
 
   @Test
   void clickBeforeTheFirstVersionIsUnknownWithNullProfile() {
-    Version first = new Version(NOON, 5, "c", "europe", "M", seq("x"), 42L);
+    Version first = new Version(NOON, 5, "c", profile("europe", "M", seq("x"), 42L));
     List<Enriched> rows = new ArrayList<>(feed(List.of(first, click("early", NOON - 1), click("on_time", NOON)), NOON));
     rows.sort(Comparator.comparingLong(r -> r.click().eventTimeMs()));
     assertEquals(List.of("early", "on_time"), eventIds(rows));
-    assertEquals(UserHistory.UNKNOWN_REGION, regionOf(rows.get(0)));
+    assertEquals(Arrays.asList(UNKNOWN, null, null, null, null), profileOf(rows.get(0)));
     assertNull(rows.get(0).version());
     assertSame(first, rows.get(1).version());
-    assertEquals("europe", regionOf(rows.get(1)));
+    assertEquals(Arrays.asList("europe", "M", seq("x"), 42L, NOON), profileOf(rows.get(1)));
+  }
+
+  /**
+   * No version or a tombstone: every column holds its if_missing. A version's null holds it too in a column
+   * with if_missing, and "" in a text column with one; other values stay as the version has them.
+   */
+  @Test
+  void ifMissingStandsInForNoProfileANullAndABlankTextValue() {
+    JoinSpecs rules = new JoinSpecs(JoinSpecs.DEFAULT.fields, List.of(JoinSpecs.column("tier", "text", "none"),
+        JoinSpecs.column("note", "text"), JoinSpecs.column("score", "bigint", 0),
+        JoinSpecs.column("vip", "boolean", false)));
+    OutputRows output = rules.outputRows();
+    Version blank = new Version(NOON, 1, "c", new Object[] {"", "", null, null});
+    Version none = new Version(NOON + 1, 2, "u", new Object[] {null, null, null, true});
+    Version gone = new Version(NOON + 2, 3, "d", new Object[] {null, null, null, null});
+    List<Click> clicks = List.of(click("blank", NOON), click("null", NOON + 1), click("gone", NOON + 2),
+        click("before", 1));
+    List<Enriched> rows = history().advance(List.of(blank, none, gone), clicks, NOON + 2, RETENTION);
+    Map<String, List<Object>> profiles = new HashMap<>();
+    for (Enriched row : rows) {
+      Row out = output.event("alice", row, true);
+      profiles.put(row.click().eventId(), cells(out, rules.at("profile_tier"), rules.at("valid_from_ms")));
+    }
+    assertEquals(Map.of(
+        "before", Arrays.asList("none", null, 0L, false, null),
+        "blank", Arrays.asList("none", "", 0L, false, NOON),
+        "null", Arrays.asList("none", null, 0L, true, NOON + 1),
+        "gone", Arrays.asList("none", null, 0L, false, null)), profiles);
+    Row before = output.event("alice", rows.get(0), true);
+    assertEquals(Arrays.asList("before", "alice", 1L, "/page/before", "phone", "10.0.0.1", 1, "none", null, 0L,
+        false, null), cells(before, 1, rules.at("valid_from_ms")));
   }
 
   @Test
@@ -143,8 +204,8 @@ class UserHistoryTest {
   void deleteEndsValidityAndReinsertStartsANewVersion() {
     List<Enriched> rows = feed(List.of(SNAPSHOT, MOVE, DELETE, REINSERT, click("live", NOON + 5 * MINUTE),
         click("gone", NOON + 15 * MINUTE), click("back", NOON + 25 * MINUTE)), NOON + DAY);
-    assertEquals(Map.of("live", "europe", "gone", UserHistory.UNKNOWN_REGION, "back", "africa"), regions(rows));
-    assertSame(DELETE, rows.get(1).version());  // the tombstone itself, which outputRow turns into no profile
+    assertEquals(Map.of("live", "europe", "gone", UNKNOWN, "back", "africa"), regions(rows));
+    assertSame(DELETE, rows.get(1).version());  // the tombstone itself, which OutputRows turns into no profile
   }
 
   @Test
@@ -239,10 +300,10 @@ class UserHistoryTest {
     assertEquals(List.of(MOVE), h.versions);
     assertTrue(h.pending.isEmpty());
     assertNull(h.nextExpiryMs(RETENTION));
-    assertEquals(Map.of("c2", UserHistory.UNKNOWN_REGION),
+    assertEquals(Map.of("c2", UNKNOWN),
         regions(h.advanceLatest(List.of(DELETE), List.of(click("c2", NOON + DAY)))));
     assertTrue(h.versions.isEmpty() && h.pending.isEmpty());
-    assertEquals(Map.of("c3", UserHistory.UNKNOWN_REGION), regions(h.advanceLatest(List.of(), List.of(click("c3", NOON)))));
+    assertEquals(Map.of("c3", UNKNOWN), regions(h.advanceLatest(List.of(), List.of(click("c3", NOON)))));
   }
 
   // --- each method's rules --------------------------------------------------------------------------
@@ -273,13 +334,13 @@ class UserHistoryTest {
   @Test
   void addVersionReplacesTheSameValidFromAndLsnWithTheNewerContent() {
     UserHistory h = history(SNAPSHOT, MOVE, REINSERT);
-    Version corrected = new Version(MOVE.validFromMs(), MOVE.lsn(), "u", "oceania", "M", null, 7L);
+    Version corrected = new Version(MOVE.validFromMs(), MOVE.lsn(), "u", profile("oceania", "M", null, 7L));
     h.addVersion(corrected);
     assertEquals(List.of(SNAPSHOT, corrected, REINSERT), h.versions);
     h.addVersion(region(NOON, 21, "between"));  // same valid-from, higher lsn: after MOVE's slot
     h.addVersion(region(NOON, 19, "before"));
     assertEquals(List.of("asia", "before", "oceania", "between", "africa"),
-        h.versions.stream().map(Version::regionid).toList());
+        h.versions.stream().map(UserHistoryTest::regionid).toList());
   }
 
   @Test
@@ -346,7 +407,7 @@ class UserHistoryTest {
 
   @Test
   void advanceLatestTakesTheNewestChangeAndTheLastOfEquals() {
-    Version again = new Version(MOVE.validFromMs(), MOVE.lsn(), "u", "again", null, null, null);
+    Version again = region(MOVE.validFromMs(), MOVE.lsn(), "again");
     UserHistory h = history(SNAPSHOT);
     h.pending.add(click("stale", NOON));
     List<Enriched> rows = h.advanceLatest(List.of(REINSERT, MOVE, again, SNAPSHOT), List.of(click("x", 0)));
@@ -358,7 +419,7 @@ class UserHistoryTest {
     assertEquals(List.of(again), h.versions);
     // No change this step: the state's version joins every click.
     rows = h.advanceLatest(List.of(), List.of(click("y", 0), click("z", 0)));
-    assertEquals(List.of("again", "again"), rows.stream().map(r -> r.version().regionid()).toList());
+    assertEquals(List.of("again", "again"), rows.stream().map(r -> regionid(r.version())).toList());
   }
 
   /**
