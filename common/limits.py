@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-# A key (userid) or a profile column Postgres indexes (regionid) longer than this, in UTF-8, is a dead
-# letter: Postgres indexes them (enriched_clicks (uid, click_time), clicks_per_region) and a B-tree row holds
+# A key or a profile column Postgres indexes (an aggregate's key) longer than this, in UTF-8, is a dead
+# letter: Postgres indexes them (the enriched table's (key, time), an aggregate's key) and a B-tree row holds
 # ~2.7 KB, so a much longer one would fail its batch's COPY at every restart.
 MAX_KEY_BYTES = 1024
 # Device clocks drift a little; an event stamped further ahead of the time its record reached the source

@@ -52,7 +52,9 @@ def fold_type(spec: dict[str, Any]) -> StructType:
     fields = [
         _KIND,
         StructField(spec["key"]["column"], StringType()),
-        *(records.CHANGE[name] for name in ("op", "valid_from_ms", "lsn")),
+        StructField("op", StringType()),  # c | u | d | r
+        StructField("valid_from_ms", LongType()),  # source.ts_ms; BEGINNING_OF_TIME_MS for op=r
+        StructField("lsn", LongType()),
         *columns,
         _PROGRESS,
         records.REJECT["error"],

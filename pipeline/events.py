@@ -28,7 +28,7 @@ MAX_RECORD_BYTES = 64 * 1024
 # Event times before this are not real clicks (2000-01-01T00:00:00Z).
 MIN_EVENT_MS = 946_684_800_000
 MAX_CLICKS = 1_000_000
-# The job's columns for an event's time and count (records.CLICK), whatever the JSON names them.
+# The job's columns for an event's time and count (records.click), whatever the JSON names them.
 TIME_COLUMN = "click_time_ms"
 COUNT_COLUMN = "clicks"
 PARSE_UDF = "streamfold_parse_event"
@@ -37,7 +37,7 @@ _RESERVED = frozenset({"event_id", TIME_COLUMN, COUNT_COLUMN, *records.names(rec
 
 def parse_type(spec: dict[str, Any]) -> StructType:
     """The row EventParse returns, by position: the key, each field, the time, the count (all null on a
-    reject), the error. For the default pipeline file's spec: records.CLICK without event_id, then error."""
+    reject), the error. That is records.click(p) without event_id, then the error."""
     key = spec["key"]["field"]
     fields = [StructField(f["name"], spark_type(f["type"])) for f in spec["fields"]]
     names = [key, *(f.name for f in fields)]

@@ -19,8 +19,8 @@ the complete flag. A record's id, its source position, is `event_id` for events 
 (`dead_letter_id` in streamfold.dead_letters). Inside the join, `ts_ms` is the one time column events and
 changes share.
 
-CLICK and CHANGE are the default pipeline's click(p) and change(p) (tests hold them equal); the parsers
-return the same rows, by position, for any pipeline's specs.
+The parsers return the rows of click(p) (without event_id) and change(p), by position, for any pipeline's
+specs (tests/support/records.py writes the default pipeline's out).
 """
 
 from __future__ import annotations
@@ -49,26 +49,6 @@ def _struct(*fields: tuple[str, DataType]) -> StructType:
     return StructType([StructField(name, kind) for name, kind in fields])
 
 
-CLICK = _struct(
-    # The record's position: kafka:<topic>:<partition>:<offset> or kinesis:<stream>:<shard>:<sequence>.
-    ("event_id", _STR),
-    ("userid", _STR),
-    ("url", _STR),
-    ("device_id", _STR),
-    ("ip", _STR),
-    ("click_time_ms", _LONG),
-    ("clicks", _INT),
-)
-CHANGE = _struct(
-    ("userid", _STR),
-    ("op", _STR),  # c | u | d | r
-    ("valid_from_ms", _LONG),  # source.ts_ms; common.names.BEGINNING_OF_TIME_MS for op=r
-    ("lsn", _LONG),
-    ("regionid", _STR),
-    ("gender", _STR),
-    ("interests", _STRS),
-    ("registertime", _LONG),
-)
 REJECT = _struct(
     ("error", _STR),
     ("source", _STR),

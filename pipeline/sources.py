@@ -41,7 +41,7 @@ def _kafka(spark: SparkSession, bootstrap: str, topics: str, max_records: int) -
 
 
 def _arrival_ms(timestamp: str) -> Column:
-    """now_ms, the time a click's event_time may lead by at most a minute (pipeline/events.py): when the
+    """now_ms, the time an event's time may lead by at most a minute (pipeline/events.py): when the
     record reached its source, so a replay decides the same. Not the batch's time: Spark writes that into
     the generated code as a literal, so the parser's stage would be compiled again every batch. A record
     without one gets 0, so its click is a dead letter."""

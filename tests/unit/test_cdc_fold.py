@@ -15,7 +15,6 @@ from pipeline.cdc_fold import (
     fold_type,
     folded_columns,
 )
-from pipeline.records import CHANGE
 from spec.envelopes import (
     BEGINNING_OF_TIME_MS,
     MAX_COMMIT_MS,
@@ -24,6 +23,7 @@ from spec.envelopes import (
     Progress,
     parse_envelope,
 )
+from tests.support.records import CHANGE
 
 TOPIC = names.CDC_USERS_TOPIC
 ALICE = {"userid": "alice", "regionid": "asia", "gender": "FEMALE", "interests": ["News"], "registertime": 1}
@@ -56,7 +56,7 @@ def profile(regionid=None, gender=None, interests=None, registertime=None) -> di
 
 
 def test_the_default_spec_folds_to_the_changelog_record():
-    """The demo's fold row is records.CHANGE between kind and progress_ms, error: the join reads it."""
+    """The demo's fold row is records.CHANGE (tests/support) between kind and progress_ms, error."""
     want = [("kind", "string"), *((f.name, f.dataType.simpleString()) for f in CHANGE.fields)]
     want += [("progress_ms", "bigint"), ("error", "string")]
     assert [(f.name, f.dataType.simpleString()) for f in fold_type(DEFAULT_PROFILE_SPEC).fields] == want

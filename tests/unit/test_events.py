@@ -11,6 +11,7 @@ from common import pipeline_file as pf
 from pipeline import records
 from pipeline.events import MAX_RECORD_BYTES, parse, parse_type, parsed_columns
 from spec.events import Event, JsonFloat, Rejected, epoch_seconds_ms, parse_event
+from tests.support import records as support_records
 
 # The default pipeline file's event spec (the demo's clicks).
 DEFAULT_EVENT_SPEC = pf.load().event_spec()
@@ -95,11 +96,11 @@ def test_spark_parse_keeps_rejects_with_payload_and_reason(spark):
 
 
 def test_the_default_spec_parses_into_the_click_records():
-    """The default spec's row is today's click row: records.CLICK without event_id, then the error."""
-    want = StructType([*records.CLICK.fields[1:], records.REJECT["error"]])
+    """The default spec's row is today's click row: support_records.CLICK without event_id, then the error."""
+    want = StructType([*support_records.CLICK.fields[1:], records.REJECT["error"]])
     assert parse_type(DEFAULT_EVENT_SPEC) == want
     assert parsed_columns(DEFAULT_EVENT_SPEC) == (
-        *records.names(records.CLICK),
+        *records.names(support_records.CLICK),
         *records.names(records.REJECT),
     )
 

@@ -13,12 +13,13 @@ from common import names
 from common import pipeline_file as pf
 from pipeline import records
 from pipeline.temporal_join import if_missing_value, join_spec, tagged_schema
+from tests.support import records as support_records
 from tests.support.pipelines import DEFAULT
 
 
 def test_the_default_files_records_are_the_parsers():
-    assert records.click(DEFAULT) == records.CLICK
-    assert records.change(DEFAULT) == records.CHANGE
+    assert records.click(DEFAULT) == support_records.CLICK
+    assert records.change(DEFAULT) == support_records.CHANGE
 
 
 def test_the_default_join_spec_carries_the_demo_columns_and_the_unknown_region():

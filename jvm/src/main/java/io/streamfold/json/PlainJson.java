@@ -19,7 +19,7 @@ public final class PlainJson {
   public static final int MAX_NUMBER_CHARS = 100;
 
   /**
-   * A userid or regionid longer than this (UTF-8 bytes) is a dead letter (common/limits.py MAX_KEY_BYTES):
+   * A key or an indexed profile value longer than this (UTF-8 bytes) is a dead letter (common/limits.py MAX_KEY_BYTES):
    * Postgres indexes them, and a B-tree row holds ~2.7 KB. An event spec sets its own (max_key_bytes).
    */
   public static final int MAX_KEY_BYTES = 1024;
@@ -30,7 +30,7 @@ public final class PlainJson {
 
   private PlainJson() {}
 
-  /** Whether a userid or regionid is within MAX_KEY_BYTES. */
+  /** Whether a key or an indexed profile value is within MAX_KEY_BYTES. */
   public static boolean fitsKey(String value) {
     return fitsKey(value, MAX_KEY_BYTES);
   }
@@ -40,7 +40,7 @@ public final class PlainJson {
     return utf8Length(value) <= maxBytes;
   }
 
-  /** Why a userid or regionid (named `where` in the reason) is not within MAX_KEY_BYTES; null if it is. */
+  /** Why a key or an indexed profile value (named `where` in the reason) is not within MAX_KEY_BYTES; null if it is. */
   public static String overKeyLimit(String value, String where) {
     return overLimit(value, where, MAX_KEY_BYTES);
   }
