@@ -87,7 +87,7 @@ def sink_spec(pipeline: Pipeline, output: StructType) -> dict[str, Any]:
     key = ordinal(given.key_column or pipeline.events.key)
     valid_from = ordinal(f"{given.valid_from_column}_ms")
     return {
-        "kind_ordinal": ordinal(KIND) if KIND in output.fieldNames() else None,
+        "kind_ordinal": ordinal(KIND),
         "enriched": {
             "table": pipeline.enriched_table,
             "topic": pipeline.enriched_topic,

@@ -305,7 +305,7 @@ def test_the_default_spec_names_the_contracts_tables_and_topics() -> None:
     ]
     # The enriched topic's records hold the enriched table's columns, by the same names.
     assert tuple(c["name"] for c in spec["enriched"]["columns"]) == USER_CLICKS_FIELDS
-    assert [FIELDS[c["ordinal"]] for c in spec["enriched"]["columns"]] == FIELDS[:13]
+    assert [FIELDS[c["ordinal"]] for c in spec["enriched"]["columns"]] == FIELDS[1:14]  # after kind
     assert [(c["name"], FIELDS[c["ordinal"]], c["type"]) for c in spec["changelog"]["fields"]] == [
         ("userid", "uid", "text"),
         ("regionid", "user_regionid", "text"),
@@ -322,7 +322,7 @@ def test_the_default_spec_names_the_contracts_tables_and_topics() -> None:
     assert url_region["conflict_columns"] == ["url_md5", "region"]
     assert url_region["count_column"] == "click_count"
     assert FIELDS[url_region["count_ordinal"]] == "clicks"
-    assert spec["kind_ordinal"] is None  # told apart by error and change_op
+    assert spec["kind_ordinal"] == 0  # the join says what each row is
 
 
 def test_a_spec_the_output_contradicts_is_refused(spark: SparkSession, dsn: str, bootstrap: str) -> None:

@@ -71,7 +71,7 @@ final class Layout implements Serializable {
   final Field[] enriched;
   final Field[] changelog;
   final Group[] groups;
-  final int kind;  // -1: the output has no kind column; a reject has an error, a change a change_op
+  final int kind;  // the row says what it is: event, reject or change
   final int enrichedKey;
   final int complete;
   final int changelogKey;
@@ -86,7 +86,7 @@ final class Layout implements Serializable {
     this.enriched = fields(spec.enriched().columns(), schema, "enriched column");
     this.changelog = fields(spec.changelog().fields(), schema, "changelog field");
     this.groups = spec.aggregates().stream().map(a -> group(a, schema)).toArray(Group[]::new);
-    this.kind = spec.kindOrdinal() == null ? -1 : ordinal(spec.kindOrdinal(), schema, "kind", "text");
+    this.kind = ordinal(spec.kindOrdinal(), schema, "kind", "text");
     this.enrichedKey = key(spec.enriched().keyOrdinal(), schema);
     this.complete = ordinal(spec.enriched().completeOrdinal(), schema, "complete", "boolean");
     this.changelogKey = key(spec.changelog().keyOrdinal(), schema);

@@ -54,23 +54,15 @@ final class PartitionRows {
 
   /** A row of the join's output; the row object may be reused by the iterator after this returns. */
   void add(InternalRow row) {
-    if (layout.kind >= 0) {
-      UTF8String kind = row.getUTF8String(layout.kind);
-      if (EVENT.equals(kind)) {
-        addEvent(row);
-      } else if (REJECT.equals(kind)) {
-        addReject(row);
-      } else if (CHANGE.equals(kind)) {
-        addChange(row);
-      } else {
-        throw new IllegalStateException("the join's output has a row of kind " + kind);
-      }
-    } else if (!row.isNullAt(layout.error)) {
+    UTF8String kind = row.getUTF8String(layout.kind);
+    if (EVENT.equals(kind)) {
+      addEvent(row);
+    } else if (REJECT.equals(kind)) {
       addReject(row);
-    } else if (!row.isNullAt(layout.op)) {
+    } else if (CHANGE.equals(kind)) {
       addChange(row);
     } else {
-      addEvent(row);
+      throw new IllegalStateException("the join's output has a row of kind " + kind);
     }
   }
 

@@ -14,7 +14,7 @@ import java.util.regex.Pattern;
  * letters and each aggregate. Parsed on the driver, once per batch; every field must be there (null where
  * the spec allows it), and no other.
  */
-record SinkSpec(Integer kindOrdinal, Enriched enriched, Changelog changelog, DeadLetters deadLetters,
+record SinkSpec(int kindOrdinal, Enriched enriched, Changelog changelog, DeadLetters deadLetters,
     List<Aggregate> aggregates) implements Serializable {
 
   /** An output column written to the enriched table and topic, or to the changelog, under `name`. */
