@@ -292,10 +292,7 @@ def generate_profiles(count: Annotated[int, typer.Option(help="number of profile
     _generate_profiles(count)
 
 
-@generate_app.command("users", hidden=True)
-def generate_users(count: Annotated[int, typer.Option(help="number of profiles")] = 1000) -> None:
-    """`generate profiles`, by the default pipeline's name."""
-    _generate_profiles(count)
+generate_app.command("users", hidden=True)(generate_profiles)
 
 
 def _generate_events(
@@ -347,18 +344,8 @@ def generate_events(
     _generate_events(count, keys, sink, rate, seed, bad_every, key_offset)
 
 
-@generate_app.command("clicks", hidden=True)
-def generate_clicks(
-    count: CountOption = 10_000,
-    keys: KeysOption = 1000,
-    sink: SinkOption = Source.kafka,
-    rate: RateOption = None,
-    seed: SeedOption = 11,
-    bad_every: BadOption = 0,
-    key_offset: OffsetOption = 0,
-) -> None:
-    """`generate events`, by the default pipeline's name."""
-    _generate_events(count, keys, sink, rate, seed, bad_every, key_offset)
+# The default pipeline's names for the same commands.
+generate_app.command("clicks", hidden=True)(generate_events)
 
 
 @app.command()

@@ -862,20 +862,7 @@ def reason_outcome(reason: str) -> str:
 
 # --- random event specs: the parser is generic over the spec ------------------------------------------
 
-TYPES = (
-    "text",
-    "integer",
-    "bigint",
-    "double",
-    "numeric",
-    "boolean",
-    "timestamptz",
-    "timestamp",
-    "text[]",
-    "jsonb",
-)
-KEY_TYPES = ("text", "integer", "bigint")
-TIME_FORMATS = ("epoch_ms", "epoch_s", "iso8601")
+TYPES, KEY_TYPES, TIME_FORMATS = pf.TYPES, pf.KEY_TYPES, pf.TIME_FORMATS
 # JSON field names a spec may use; the parsed frame's own columns (events.parse_type) only as the time or
 # the count, whose columns the job names itself.
 SPEC_NAMES = ("userid", "url", "a", "ab", "a b", "a.b", "é", "日本", "n", "x1", "T", "time", "id", "k", "v")
