@@ -25,12 +25,14 @@ import org.apache.spark.sql.types.StructType;
  * (docs/decisions/bucketed-join-state.md).
  *
  * <p>Every body starts with FORMAT; a body of another format (another version's checkpoint) fails with
- * the advice to start on a fresh checkpoint rather than being misread.
+ * the advice to start on a fresh checkpoint rather than being misread. Then comes the number of values
+ * each record holds: the pipeline file may gain profile columns and event fields (appended, never removed
+ * or reordered: `streamfold setup` refuses that), and a record written before holds null for the new ones.
  */
 final class StateCodec implements Serializable {
   private static final long serialVersionUID = 1L;
   /** The body format this codec writes and reads. */
-  static final int FORMAT = 1;
+  static final int FORMAT = 2;
 
   /** MapState "versions": key -> this; body holds the versions (see encodeUser). */
   static final StructType USER = new StructType()
@@ -75,10 +77,11 @@ final class StateCodec implements Serializable {
     this.profileTypes = profileTypes;
   }
 
-  /** FORMAT, versions, then per version: valid_from, lsn, op, each profile value. */
+  /** FORMAT, the profile's column count, versions, then per version: valid_from, lsn, op, each value. */
   Row encodeUser(List<Version> versions) {
     Body.Out out = new Body.Out();
     out.write(FORMAT);
+    out.length(profileTypes.length);
     out.length(versions.size());
     for (Version v : versions) {
       out.int64(v.validFromMs());
@@ -92,24 +95,26 @@ final class StateCodec implements Serializable {
   List<Version> decodeUser(Row row) {
     if (row == null) return Collections.emptyList();
     Body.In in = open((byte[]) row.get(1));
+    int written = writtenCount(in, profileTypes, "profile columns");
     int n = in.length();
     List<Version> versions = new ArrayList<>(n);
     for (int i = 0; i < n; i++) {
-      versions.add(new Version(in.int64(), in.int64(), in.text(), readAll(in, profileTypes)));
+      versions.add(new Version(in.int64(), in.int64(), in.text(), readAll(in, profileTypes, written)));
     }
     in.end();
     return versions;
   }
 
   /**
-   * FORMAT, waiting events, then per event: key, event_id, event time, each field, count; expiries, then
-   * per key: key, expiry.
+   * FORMAT, the events' field count, waiting events, then per event: key, event_id, event time, each
+   * field, count; expiries, then per key: key, expiry.
    */
   Row encodeBucket(Bucket b) {
     Long min = null, max = null;
     int clicks = 0;
     Body.Out out = new Body.Out();
     out.write(FORMAT);
+    out.length(fieldTypes.length);
     for (List<Click> waiting : b.pending.values()) clicks += waiting.size();
     out.length(clicks);
     for (Map.Entry<String, List<Click>> user : b.pending.entrySet()) {
@@ -135,10 +140,11 @@ final class StateCodec implements Serializable {
     Bucket b = new Bucket();
     if (row == null) return b;
     Body.In in = open((byte[]) row.get(5));
+    int written = writtenCount(in, fieldTypes, "event fields");
     for (int i = 0, n = in.length(); i < n; i++) {
       String user = in.text();
       b.pending.computeIfAbsent(user, u -> new ArrayList<>()).add(
-          new Click(in.text(), in.int64(), readAll(in, fieldTypes), in.int32()));
+          new Click(in.text(), in.int64(), readAll(in, fieldTypes, written), in.int32()));
     }
     for (int i = 0, n = in.length(); i < n; i++) b.expiries.put(in.text(), in.int64());
     in.end();
@@ -158,9 +164,19 @@ final class StateCodec implements Serializable {
     for (int i = 0; i < types.length; i++) types[i].write(out, values[i]);
   }
 
-  private static Object[] readAll(Body.In in, ColumnType[] types) {
+  /** How many values each record of this body holds: at most as many as the pipeline file declares now. */
+  private static int writtenCount(Body.In in, ColumnType[] types, String what) {
+    int written = in.length();
+    if (written > types.length) {
+      throw Body.In.corrupt("written with " + written + " " + what + ", the pipeline file declares " + types.length);
+    }
+    return written;
+  }
+
+  /** The first `written` values as stored; the columns added to the file since are null. */
+  private static Object[] readAll(Body.In in, ColumnType[] types, int written) {
     Object[] values = new Object[types.length];
-    for (int i = 0; i < types.length; i++) values[i] = types[i].read(in);
+    for (int i = 0; i < written; i++) values[i] = types[i].read(in);
     return values;
   }
 }
