@@ -9,7 +9,9 @@ differ). Downstream applications import the tables to query them:
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+
+from common import pipeline_file as pf
+from db import pipeline_tables
 
 SCHEMA = "streamfold"
 
@@ -22,22 +24,6 @@ metadata = sa.MetaData(
     }
 )
 
-# The source table Debezium captures. name, email and contactinfo are PII: the publication and the
-# Debezium role's column grants (db/schema.py) leave them out, so they never leave this database.
-users = sa.Table(
-    "users",
-    metadata,
-    sa.Column("userid", sa.Text, primary_key=True),
-    sa.Column("name", sa.Text),
-    sa.Column("email", sa.Text),
-    sa.Column("regionid", sa.Text),
-    sa.Column("gender", sa.Text),
-    sa.Column("interests", ARRAY(sa.Text)),
-    sa.Column("contactinfo", JSONB),
-    sa.Column("registertime", sa.BigInteger),
-    schema="public",
-)
-
 # CDC progress: Debezium's heartbeat.action.query upserts this row every 200 ms; its change events are
 # routed into the users topic, in WAL commit order with the user changes (spec/envelopes.py).
 cdc_heartbeat = sa.Table(
@@ -48,48 +34,12 @@ cdc_heartbeat = sa.Table(
     schema=SCHEMA,
 )
 
-# One row per click, keyed by a deterministic event id derived from the click's source position.
-enriched_clicks = sa.Table(
-    "enriched_clicks",
-    metadata,
-    sa.Column("event_id", sa.Text, primary_key=True),
-    sa.Column("uid", sa.Text, nullable=False),
-    sa.Column("click_time", sa.DateTime(timezone=True), nullable=False),
-    sa.Column("click_url", sa.Text),
-    sa.Column("device_type", sa.Text),
-    sa.Column("click_location", sa.Text),
-    sa.Column("clicks", sa.Integer, nullable=False),
-    sa.Column("user_regionid", sa.Text, nullable=False),
-    sa.Column("user_gender", sa.Text),
-    sa.Column("user_interests", ARRAY(sa.Text)),
-    sa.Column("user_registertime", sa.BigInteger),
-    # '-infinity' for a version read by the initial snapshot; NULL when the user had no valid profile.
-    sa.Column("profile_valid_from", sa.DateTime(timezone=True)),
-    # false: released by join.max_wait before CDC progress covered the click (the profile may be stale).
-    sa.Column("profile_complete", sa.Boolean, nullable=False, server_default=sa.text("true")),
-    sa.Index("enriched_clicks_uid_time", "uid", "click_time"),
-    schema=SCHEMA,
-)
-
-clicks_per_region = sa.Table(
-    "clicks_per_region",
-    metadata,
-    sa.Column("region", sa.Text, primary_key=True),
-    sa.Column("clicks", sa.BigInteger, nullable=False),
-    schema=SCHEMA,
-)
-
-# Keyed by md5(url), not url: a btree key must stay under ~2.7 kB and a URL may be up to 64 KiB.
-url_region_click_count = sa.Table(
-    "url_region_click_count",
-    metadata,
-    sa.Column("url", sa.Text, nullable=False),
-    sa.Column("region", sa.Text, nullable=False),
-    sa.Column("click_count", sa.BigInteger, nullable=False),
-    sa.Column("url_md5", sa.Uuid, sa.Computed("md5(url)::uuid", persisted=True)),
-    sa.PrimaryKeyConstraint("url_md5", "region"),
-    schema=SCHEMA,
-)
+# The default pipeline's sink tables (streamfold.yaml: the enriched table and one table per aggregate),
+# derived from the file as any pipeline's are (db/pipeline_tables.py); the first migrations created them.
+# The demo's source table, public.users, is the demo's own: the first migration creates it, and nothing
+# here owns it.
+pipeline_tables.metadata(pf.load(pf.DEFAULT_PATH), into=metadata)
+enriched_clicks = metadata.tables["streamfold.enriched_clicks"]
 
 # Everything that could not be processed, with the reason and the original bytes.
 dead_letters = sa.Table(
