@@ -478,7 +478,7 @@ def link_charts(md_path: Path, charts: list[Path]) -> None:
 
 
 if __name__ == "__main__":
-    # `python -m bench.report bench/results/<date>.json`: the tables again, as Markdown (for the README).
+    # `python -m bench.report bench/results/<date>.json`: the tables as Markdown (for docs/benchmark.md).
     import sys
 
     print(markdown(json.loads(Path(sys.argv[1]).read_text())), end="")

@@ -44,9 +44,9 @@ DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "2g",
     "spark.ui.showConsoleProgress": "false",
-    # Prometheus text format from the Spark UI (README "Status and metrics"): the driver's metrics, with each
-    # streaming query's rates, latency and state rows, at /metrics/prometheus; executors' at
-    # /metrics/executors/prometheus.
+    # Prometheus text format from the Spark UI (docs/operations.md, "Status and metrics"): the driver's
+    # metrics, with each streaming query's rates, latency and state rows, at /metrics/prometheus;
+    # executors' at /metrics/executors/prometheus.
     "spark.ui.prometheus.enabled": "true",
     "spark.metrics.conf.*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
     "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",

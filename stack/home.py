@@ -66,7 +66,7 @@ class Stack:
         return f"postgresql://{PG_USER}:{password}@127.0.0.1:{self.ports['postgres']}/{PG_DATABASE}"
 
     def env(self) -> dict[str, str]:
-        """The variables `stack env` exports (README, "Using it")."""
+        """The variables `stack env` exports (README, "Run natively")."""
         roles = {name: self.secrets[name] for name in config.SECRET_VARS}
         return {
             "STREAMFOLD_HOME": str(self.home),

@@ -38,7 +38,7 @@ CODE_NAMES = {"Makefile", "Dockerfile", ".env"}
 NOT_CODE = {".git", ".venv", "lib", "node_modules", "target", "build", ".streamfold", ".streamfold-bench"}
 NOT_CODE_ANYWHERE = {"__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "node_modules"}
 
-# README "Layout", README.md, "Benchmark", docs/guarantees.md "Totals", README: "Using it", a bare file,
+# README "Querying", README.md, "Benchmark", docs/guarantees.md "Totals", README: "Run natively", a bare file,
 # docs/decisions/one-streaming-query.md.
 CITATION = re.compile(r"""(?<![\w/.-])(README(?:\.md)?|docs/[\w./-]+\.md)(?:[ ,:]+"([^"\n]+)")?""")
 # A comment wrapped between a file and its section: the next line's comment marker is not part of it.
