@@ -80,8 +80,18 @@ def profile_column(pipeline: Pipeline, column: str) -> str:
     return f"{pipeline.outputs.enriched.profile_prefix}{column}"
 
 
-def sink_spec(pipeline: Pipeline, output: StructType) -> dict[str, Any]:
-    """The spec Landing.land takes (as JSON), for the join output `output`."""
+def aggregate_specs(pipeline: Pipeline, output: StructType) -> list[dict[str, Any]]:
+    """Each aggregate of the file: its keys and sums as columns of the join output `output`, and the table
+    and topic its totals go to (the landing sums them per partition: GroupTotals.java)."""
+    ordinal = _ordinals(output)
+    return [_aggregate(pipeline, i, a, ordinal) for i, a in enumerate(pipeline.aggregates)]
+
+
+def sink_spec(
+    pipeline: Pipeline, output: StructType, aggregates: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The spec Landing.land takes (as JSON), for the join output `output`: with the given aggregates, else
+    the file's."""
     ordinal = _ordinals(output)
     given = pipeline.outputs.enriched
     key = ordinal(given.key_column or pipeline.events.key)
@@ -119,7 +129,7 @@ def sink_spec(pipeline: Pipeline, output: StructType) -> dict[str, Any]:
             "source_ordinal": ordinal(SOURCE),
             "payload_ordinal": ordinal(PAYLOAD),
         },
-        "aggregates": [_aggregate(pipeline, i, a, ordinal) for i, a in enumerate(pipeline.aggregates)],
+        "aggregates": aggregate_specs(pipeline, output) if aggregates is None else aggregates,
     }
 
 

@@ -244,10 +244,11 @@ class Sink:
         bootstrap: str,
         pipeline: Pipeline,
         output: StructType,
+        aggregates: list[dict[str, Any]] | None = None,
         retry_s: float | None = None,
     ) -> None:
         self.query = query
-        self.spec = sink_spec(pipeline, output)
+        self.spec = sink_spec(pipeline, output, aggregates)
         self.spec_json = json.dumps(self.spec)
         self.retry_s = retry_budget_s() if retry_s is None else retry_s
         self.target = JdbcTarget.of(writer_dsn)

@@ -1,16 +1,17 @@
-"""The pipeline, top to bottom: sources -> CDC fold -> temporal join -> aggregates + sinks.
+"""The pipeline, top to bottom: sources -> CDC fold -> temporal join -> aggregates -> sinks.
 
-One streaming query, clicks-<source>, per micro-batch (records: pipeline/records.py):
-  1. sources: clicks from Kafka or Kinesis, Debezium change events and heartbeats from Kafka
-  2. parse the clicks, fold the change events (rejects of either carry their reason)
-  3. temporal join: each click with the profile version valid at its time; rejects and profile changes pass
+One streaming query, <pipeline name>-<source>, per micro-batch (records: pipeline/records.py):
+  1. sources: events from Kafka or Kinesis, Debezium change events and heartbeats from Kafka
+  2. parse the events, fold the change events (rejects of either carry their reason)
+  3. temporal join: each event with the profile version valid at its time; rejects and profile changes pass
      through
-  4. sink, per partition of the join's output (pipeline/sinks.py): one Postgres transaction that claims the
+  4. aggregate: each aggregate of the pipeline file, its count and sums per key, summed from the rows each
+     partition lands (jvm/src/main/java/io/streamfold/sink/GroupTotals.java)
+  5. sink, per partition of the join's output (pipeline/sinks.py): one Postgres transaction that claims the
      partition in the batch ledger, COPYs the enriched events and dead letters, and adds the partition's
-     totals per key of each aggregate, summed from the rows it COPYs
-     (jvm/src/main/java/io/streamfold/sink/GroupTotals.java); then its Kafka records (the enriched
-     events, users_changelog, clicks_dlq); then the driver publishes the current totals of the keys the
-     batch touched (pipeline/aggregates.py reads them back).
+     totals (step 4); then its Kafka records (the enriched events, the changelog, the dead letters); then the
+     driver publishes the current totals of the keys the batch touched (pipeline/aggregates.py reads them
+     back).
 
 Why one query and one path: a second query, or a second branch over the CDC topic, would plan, read and
 parse a source again every batch and compete for the same task slots; so rejects and profile changes pass
@@ -33,6 +34,7 @@ from common import pipeline_file as pf
 from common.config import Settings
 from pipeline import cdc_fold, events, sources
 from pipeline.join_config import JoinConfig
+from pipeline.sink_spec import aggregate_specs
 from pipeline.sinks import Sink
 from pipeline.temporal_join import temporal_join
 
@@ -66,10 +68,11 @@ def flow(spark: SparkSession, settings: Settings, source: str, join: JoinConfig,
     raw_clicks = read_clicks(spark, settings, source, once)
     cdc_raw = sources.cdc(spark, settings.kafka_bootstrap, settings.pipeline)
     joined = enrich(raw_clicks, cdc_raw, join, settings.pipeline)
+    totals = aggregate_specs(settings.pipeline, joined.schema)  # per key, from the rows each partition lands
 
     name = f"{settings.pipeline.name}-{source}"  # the query: its checkpoint folder and batch ledger
-    # Postgres (enriched events, aggregates, dead letters) exactly once, then Kafka.
-    sink = Sink(name, settings.writer_dsn, settings.kafka_bootstrap, settings.pipeline, joined.schema)
+    # Postgres (enriched events, the totals, dead letters) exactly once, then Kafka.
+    sink = Sink(name, settings.writer_dsn, settings.kafka_bootstrap, settings.pipeline, joined.schema, totals)
     return Flow(name, joined, sink)
 
 
