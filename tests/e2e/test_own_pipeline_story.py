@@ -4,12 +4,14 @@ that reads the same file, PII that never leaves the database, and kill -9 while 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 import time
 
 import pytest
 
+from common import pipeline_file as pf
 from common import topics
 from tests.support import own_pipeline as own
 from tests.support import pipeline as sp
@@ -139,3 +141,48 @@ def test_kill_9_while_events_stream_in_loses_and_doubles_nothing(views, streamfo
     inputs = [*views.inputs("kafka", bootstrap), *views.inputs("kinesis", bootstrap)]
     with views.connect() as conn:
         own.assert_matches(conn, own.expected(inputs, versions, cdc_dead, p), p)
+
+
+def test_a_column_added_to_the_file_is_carried_by_the_restarted_job(views, streamfold_setup):
+    """The file gains a carried column and an aggregate; `setup` applies them, and the job resumes its
+    checkpoint: the join's state written before reads null for the new column, later versions carry it."""
+    bootstrap, p = streamfold_setup.kafka_bootstrap, views.pipeline
+    assert p.events.kafka_topic
+    with views.connect() as pg:
+        pg.execute(f"ALTER TABLE {p.profile.table} ADD COLUMN segment text")
+        own.insert_customer(pg, p, 200, "NO", tier="gold")
+    time.sleep(1.5)
+    before_grow = now_ms()
+    produce(bootstrap, p.events.kafka_topic, [("200", own.view(200, before_grow, "/g", 1))])
+    views.streamfold("run", "--source", "kafka", "--once")
+
+    text = views.file.read_text().replace(
+        "    prefs: jsonb\n", "    prefs: jsonb\n    segment: {type: text, if_missing: unsegmented}\n"
+    )
+    segments = f"views_per_segment_{p.name.removeprefix('views_')}"
+    views.file.write_text(text + f"  - name: {segments}\n    group_by: {{segment: segment}}\n")
+    grown = dataclasses.replace(views, pipeline=pf.load(views.file))
+    grown.streamfold("setup")
+    with views.connect() as pg:
+        pg.execute(f"UPDATE {p.profile.table} SET segment = 'pro' WHERE id = 200")
+        own.insert_customer(pg, p, 201, "SE", segment="new")
+    time.sleep(1.5)
+    after_grow = now_ms()
+    produce(bootstrap, p.events.kafka_topic, [
+        ("200", own.view(200, before_grow, "/g", 2)),  # joins the version the state held before the change
+        ("200", own.view(200, after_grow, "/g", 3)),
+        ("201", own.view(201, after_grow, "/g", 4)),
+    ])  # fmt: skip
+    grown.streamfold("run", "--source", "kafka", "--once")
+
+    versions, cdc_dead = own.history(bootstrap, grown.pipeline)
+    inputs = [*grown.inputs("kafka", bootstrap), *grown.inputs("kinesis", bootstrap)]
+    with views.connect() as conn:
+        own.assert_matches(conn, own.expected(inputs, versions, cdc_dead, grown.pipeline), grown.pipeline)
+        landed = dict(
+            conn.execute(f"SELECT ms_on_page, profile_segment FROM {p.enriched_table} WHERE path = '/g'")
+        )
+        totals = dict(conn.execute(f"SELECT segment, count FROM streamfold.{segments}"))
+    # Landed before the change: null. Joined since with a version written before the column: if_missing.
+    assert landed == {1: None, 2: "unsegmented", 3: "pro", 4: "new"}
+    assert totals == {"unsegmented": 1, "pro": 1, "new": 1}  # the events enriched from the change on
