@@ -23,7 +23,7 @@ lint: setup
 test: setup lint
 	$(MAKE) --no-print-directory test-jvm
 	$(VENV)/pytest tests/unit -q
-	$(VENV)/pytest tests/e2e -q
+	$(MAKE) --no-print-directory e2e
 	$(MAKE) --no-print-directory test-cluster
 	$(MAKE) --no-print-directory test-compose
 	$(MAKE) --no-print-directory test-containers
@@ -37,8 +37,10 @@ unit: setup
 test-jvm:
 	mvn --no-transfer-progress -P join test
 
+# Own temp dir, as the suites below: another pytest session makes /tmp/pytest-of-$USER private (0700) when
+# it starts, which would lock the stack's PostgreSQL (another user) out of a data dir below it.
 e2e: setup
-	$(VENV)/pytest tests/e2e -q
+	$(VENV)/pytest tests/e2e -q -p no:cacheprovider --basetemp=/tmp/streamfold-e2e-pytest
 
 # The story and kill -9 of a worker and of the driver on a 2-worker Spark standalone cluster (tests/cluster):
 # a session of its own, since its stack runs the cluster. Own temp dir: it may run beside another session.
