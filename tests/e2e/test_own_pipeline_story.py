@@ -128,9 +128,11 @@ def test_kill_9_while_events_stream_in_loses_and_doubles_nothing(views, streamfo
                 with views.connect() as conn:
                     return landed_batches(conn, p.name) > c
 
-            sp.wait_until(landed, 240, "a committed batch")
-            time.sleep(delay)
-            sp.kill9(job)
+            try:
+                sp.wait_until(landed, 240, "a committed batch")
+                time.sleep(delay)
+            finally:  # a job left running would go on writing into later tests' outputs
+                sp.kill9(job)
     finally:
         stop.set()
         sender.join(timeout=30)
