@@ -33,10 +33,11 @@ class ProfileUpdater:
         self.users = users
         self.rng = random.Random(seed)
         self.updated = 0
+        self.pipeline = pf.load()  # the default pipeline's sample keys (User_<n>)
 
     def update(self, count: int = UPDATE_BATCH) -> list[str]:
         """Commit one transaction updating `count` distinct users; returns their ids."""
-        ids = [str(generate.key(i)) for i in self.rng.sample(range(1, self.users + 1), count)]
+        ids = [str(generate.key(i, self.pipeline)) for i in self.rng.sample(range(1, self.users + 1), count)]
         regions = [self.rng.choice(REGIONS) for _ in ids]
         cur = self.conn.execute(
             "UPDATE public.users u SET regionid = v.region "

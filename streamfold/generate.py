@@ -23,9 +23,8 @@ from common import topics
 BATCH = 10_000
 
 
-def key(i: int, pipeline: pf.Pipeline | None = None) -> Any:
+def key(i: int, pipeline: pf.Pipeline) -> Any:
     """The i-th sample key: the sample's key template for a text key, i itself for an integer key."""
-    pipeline = pipeline or pf.load()
     return pipeline.sample.key.replace("{n}", str(i)) if pipeline.key_type == "text" else i
 
 
