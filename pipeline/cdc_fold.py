@@ -47,7 +47,8 @@ _PROGRESS = StructField("progress_ms", LongType())
 
 def fold_type(spec: dict[str, Any]) -> StructType:
     """The row EnvelopeFold returns, by position: kind, the key (as text), op, valid_from_ms, lsn, each
-    column in spec order (its Spark type), progress_ms, error."""
+    column in spec order (its Spark type), unavailable (the indexes of the columns Debezium did not send),
+    progress_ms, error."""
     columns = [StructField(c["name"], field_types.spark_type(c["type"])) for c in spec["columns"]]
     fields = [
         _KIND,
@@ -56,6 +57,7 @@ def fold_type(spec: dict[str, Any]) -> StructType:
         StructField("valid_from_ms", LongType()),  # source.ts_ms; BEGINNING_OF_TIME_MS for op=r
         StructField("lsn", LongType()),
         *columns,
+        records.UNAVAILABLE,
         _PROGRESS,
         records.REJECT["error"],
     ]

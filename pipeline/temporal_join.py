@@ -92,8 +92,9 @@ _OPERATOR_NAME = "transformWithStateExec"
 
 
 def tagged_schema(pipeline: Pipeline) -> StructType:
-    """kind, bucket, key, ts_ms, lsn, event_id, e_<field>..., count, op, p_<column>..., error, source,
-    payload, progress_ms: each event field and profile column in the file's order, of its Spark type."""
+    """kind, bucket, key, ts_ms, lsn, event_id, e_<field>..., count, op, p_<column>..., unavailable, error,
+    source, payload, progress_ms: each event field and profile column in the file's order, of its Spark type;
+    unavailable: a change's columns Debezium did not send (records.UNAVAILABLE)."""
     return StructType(
         [
             StructField("kind", _STR),
@@ -112,6 +113,7 @@ def tagged_schema(pipeline: Pipeline) -> StructType:
                 StructField(f"{PROFILE_PREFIX}{name}", spark_type(c.type))
                 for name, c in pipeline.profile.columns.items()
             ),
+            records.UNAVAILABLE,
             *records.REJECT.fields,
             StructField("progress_ms", _LONG),  # CDC rows only
         ]
@@ -280,6 +282,7 @@ def _tag_cdc(cdc: DataFrame, pipeline: Pipeline, tagged: StructType, buckets: in
             "ts_ms": F.col("valid_from_ms"),
             "lsn": F.coalesce(F.col("lsn"), F.lit(0)),
             "op": F.col("op"),
+            "unavailable": F.col("unavailable"),
             "progress_ms": F.col("progress_ms"),
             **{f"{PROFILE_PREFIX}{name}": F.col(f"`{name}`") for name in pipeline.profile.columns},
         },

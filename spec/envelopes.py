@@ -43,10 +43,17 @@ or a missing field is NULL:
                an array: its compact JSON text (members in document order, strings quoted as Jackson
                quotes them, integers in decimal, other numbers as written)
 A column with `max_bytes` (Postgres indexes it) is a dead letter past that many UTF-8 bytes (its text,
-numeric or jsonb text). Debezium's placeholder for an unchanged TOASTed value (UNAVAILABLE, a column's value
-or an element of a text[]) is never data: the record is a dead letter. Anything else (a float for a text, an
-object for an integer...) sends the record to the dead letters with a reason naming the column, instead of
-failing the batch.
+numeric or jsonb text). Anything else (a float for a text, an object for an integer...) sends the record to
+the dead letters with a reason naming the column, instead of failing the batch.
+
+Debezium's placeholder for an unchanged TOASTed value is never data. Without REPLICA IDENTITY FULL (the
+publication's column list rules it out) pgoutput does not send a large value an UPDATE left unchanged, and
+Debezium 3.4 writes UNAVAILABLE in its place: the string for a text, numeric (decimal.handling.mode=string)
+or jsonb column, [UNAVAILABLE] for a text[] (UnchangedToastedPlaceholder). Fixed-width types are never
+TOASTed; the rule is the same for every type all the same. Such a column folds to None and its index (in
+spec order) is in Change.unavailable: the join takes its value from the key's previous version
+(spec/temporal_state.py). The placeholder as the key, or inside a longer text[], is no form Debezium writes:
+a dead letter.
 
 `parse_envelope` is the executable reference; pipeline.cdc_fold.fold is the same logic in the JVM
 (jvm/.../cdc/EnvelopeFold.java, its fast path PlainEnvelope.java), held to it by the differential tests in
@@ -96,6 +103,9 @@ class Change:
     progress_ms: int
     # Each spec column by name, in spec order: all None for a delete.
     columns: dict[str, Any]
+    # The indexes (in spec order) of the columns Debezium did not send (an unchanged TOASTed value): None in
+    # `columns`, the previous version's value in the join.
+    unavailable: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -146,11 +156,22 @@ def parse_envelope(
     user_key = _key(spec, profile.get(spec["key"]["column"]), key)
     valid_from = BEGINNING_OF_TIME_MS if op == "r" else ts_ms
     columns = {column["name"]: None for column in spec["columns"]}
+    unavailable: list[int] = []
     if op != "d":
-        for column in spec["columns"]:
+        for index, column in enumerate(spec["columns"]):
             name = column["name"]
-            columns[name] = _column(column, profile.get(name), partial(_literal, value, side, name))
-    return Change(user_key, op, valid_from, lsn or 0, ts_ms, columns)
+            raw = profile.get(name)
+            if is_unavailable(column, raw):
+                unavailable.append(index)
+                continue
+            columns[name] = _column(column, raw, partial(_literal, value, side, name))
+    return Change(user_key, op, valid_from, lsn or 0, ts_ms, columns, tuple(unavailable))
+
+
+def is_unavailable(column: dict[str, Any], value: Any) -> bool:
+    """Whether a column's JSON is Debezium's placeholder for an unchanged TOASTed value: UNAVAILABLE, or
+    [UNAVAILABLE] for a text[]."""
+    return value == UNAVAILABLE or (column["type"] == "text[]" and value == [UNAVAILABLE])
 
 
 def _json(raw: bytes | None, what: str) -> dict[str, Any]:
@@ -221,9 +242,8 @@ def _column(column: dict[str, Any], value: Any, literal: Callable[[], Any]) -> A
     where = f"after.{column['name']}"
     if value is None:
         return None
-    in_array = column["type"] == "text[]" and isinstance(value, list) and UNAVAILABLE in value
-    if value == UNAVAILABLE or in_array:
-        raise BadEnvelope(f"{where} is Debezium's unavailable-value placeholder (an unchanged TOASTed value)")
+    if column["type"] == "text[]" and isinstance(value, list) and UNAVAILABLE in value:
+        raise BadEnvelope(f"{where} holds Debezium's unavailable-value placeholder beside other elements")
     typed = _TYPED[column["type"]](value, literal)
     if typed is None:
         raise BadEnvelope(f"{where} must be {_EXPECTED[column['type']]}, got {value!r}")

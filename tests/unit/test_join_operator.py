@@ -34,6 +34,8 @@ from pipeline import records
 from pipeline.join_config import LATEST, JoinConfig
 from pipeline.temporal_join import join_spec
 from spec.temporal_state import (
+    UNAVAILABLE,
+    UNKNOWN_VALUES,
     Click,
     Enriched,
     IfMissing,
@@ -172,6 +174,11 @@ class Histories:
         }
         if op != "d":
             change |= {name: rng.choice(VALUES[kind]) for name, kind in self.shape.columns}
+            if rng.random() < 0.3:  # values Debezium did not send (unchanged TOASTed values): null here
+                columns = range(len(self.shape.columns))
+                change["unavailable"] = sorted(rng.sample(columns, rng.randint(1, len(columns))))
+                for i in change["unavailable"]:
+                    change[self.shape.columns[i][0]] = None
         self.sent.append(change)
         return change
 
@@ -185,16 +192,32 @@ class Model:
         self.cfg, self.shape = cfg, shape
         self.users: dict[str, UserState] = defaultdict(UserState)
         self.progress_ms = -(2**63)
+        self.changelog: dict[str, list[tuple]] = {}  # the last batch's, per key
+        self.filled = self.unknown = 0  # values taken from a previous version; changes left with unknowns
 
     def batch(self, step: Step, spark_watermark_ms: int) -> list[tuple]:
         self.progress_ms = max([self.progress_ms, *(p["progress_ms"] for p in step.progress)])
-        complete = lambda row: self.cfg.mode == LATEST or row.time_ms <= self.progress_ms  # noqa: E731
+        cdc = lambda row: self.cfg.mode == LATEST or row.time_ms <= self.progress_ms  # noqa: E731
+        self.changelog = defaultdict(list)
         rows = self._rows(step, max(spark_watermark_ms, self.progress_ms))
-        return [(*row.row(), complete(row)) for row in rows]
+        return [(*row.row(), cdc(row) and row.known) for row in rows]
 
     def version(self, change: dict[str, Any]) -> Version:
-        profile = tuple(change.get(name) for name, _ in self.shape.columns)
+        unavailable = change.get("unavailable") or ()
+        profile = tuple(
+            UNAVAILABLE if i in unavailable else change.get(name)
+            for i, (name, _) in enumerate(self.shape.columns)
+        )
         return Version(change["valid_from_ms"], change["lsn"], change["op"], profile)
+
+    def changelog_record(self, version: Version) -> tuple:
+        """A stored version as the operator's change row has it: op, valid_from, profile, complete, error."""
+        names = [
+            name for (name, _), v in zip(self.shape.columns, version.profile, strict=True) if v is UNAVAILABLE
+        ]
+        profile = tuple(None if v is UNAVAILABLE else v for v in version.profile)
+        incomplete = (False, UNKNOWN_VALUES + ", ".join(names)) if names else (None, None)
+        return (version.op, version.valid_from_ms, profile, *incomplete)
 
     def click(self, row: dict[str, Any]) -> Click:
         shape = self.shape
@@ -227,6 +250,12 @@ class Model:
         else:
             result = advance(state, changes, clicks, watermark_ms, self.cfg.version_retention_ms, if_missing)
         self.users[user] = UserState(result.state.versions, result.state.pending, result.wakeup_ms)
+        given = {(c.valid_from_ms, c.lsn): c.profile.count(UNAVAILABLE) for c in changes}
+        for stored in result.changes:
+            self.changelog[user].append(self.changelog_record(stored))
+            left = stored.profile.count(UNAVAILABLE)
+            self.filled += given[(stored.valid_from_ms, stored.lsn)] - left
+            self.unknown += left > 0
         return result.rows
 
 
@@ -259,21 +288,18 @@ class Case:
         return tuple(row)[1 : 1 + len(records.enriched(self.harness.pipeline))]
 
     def changelog(self, rows: list[Row]) -> dict[str, list[tuple]]:
-        """Changes passed through by the operator: each key's (op, valid_from, profile), in output order."""
+        """The versions the operator stored, as change rows: each key's (op, valid_from, profile, complete,
+        error), in output order."""
         columns = len(self.shape.columns)
         start = 5 + len(self.shape.fields)  # kind, event_id, key, time, fields, count
         out: dict[str, list[tuple]] = defaultdict(list)
         for r in rows:
             values = tuple(r)
-            out[values[2]].append((r.change_op, values[start + columns], values[start : start + columns]))
-        return dict(out)
-
-    def changelog_of(self, changes: list[dict[str, Any]]) -> dict[str, list[tuple]]:
-        """What the operator must pass through of a batch's changes: each key's in version order."""
-        out: dict[str, list[tuple]] = defaultdict(list)
-        for c in sorted(changes, key=lambda c: (c["valid_from_ms"], c["lsn"])):
-            version = self.model.version(c)
-            out[c[self.shape.profile_key]].append((c["op"], c["valid_from_ms"], version.profile))
+            profile, (valid_from, complete, error) = (
+                values[start : start + columns],
+                values[start + columns :][:3],
+            )
+            out[values[2]].append((r.change_op, valid_from, profile, complete, error))
         return dict(out)
 
 
@@ -330,9 +356,6 @@ def test_jvm_operator_matches_the_python_model(spark: SparkSession, tmp_path: Pa
 def _check_batch(case: Case, number: int, emitted: list[Row], changes: list[Row]) -> None:
     where = f"seed {case.seed}, {case.name} schema, batch {number}"
     step = case.steps[number]
-    assert case.changelog(changes) == case.changelog_of(step.changes), (
-        f"{where}: changes not passed through once each, in version order per key"
-    )
     assert {r.kind for r in changes} <= {"change"}
     passed = {r.event_id: _as_reject(r) for r in emitted if r.kind == "reject"}
     assert passed == {r["event_id"]: _as_reject(Row(**r)) for r in step.rejects}, (
@@ -340,6 +363,9 @@ def _check_batch(case: Case, number: int, emitted: list[Row], changes: list[Row]
     )
     got = {r.event_id: case.enriched(r) for r in emitted if r.kind == "event"}
     want = {row[0]: row for row in case.model.batch(step, case.harness.watermark_ms())}
+    assert case.changelog(changes) == dict(case.model.changelog), (
+        f"{where}: changes not stored once each as the model fills them, in version order per key"
+    )
     assert got.keys() == want.keys(), (
         f"{where}: emitted by Spark only {sorted(got.keys() - want.keys())[:5]}, "
         f"by the model only {sorted(want.keys() - got.keys())[:5]}"
@@ -357,6 +383,10 @@ def _check_run(case: Case, mode: str) -> None:
     joined = [case.enriched(r) for r in output if r.kind == "event"]
     with_profile = Counter(row[-2] is not None for row in joined)  # valid_from: a profile version or none
     assert with_profile[True] and with_profile[False], f"{where}: the histories really exercise the join"
+    filled, unknown = case.model.filled, case.model.unknown
+    assert filled and unknown, (
+        f"{where}: unavailable values both filled ({filled}) and left unknown ({unknown})"
+    )
     if mode != LATEST:
         released = Counter(row[-1] for row in joined)  # by CDC progress (True), by max_wait (False)
         assert released[True] and released[False], f"{where}: both kinds of release, got {released}"

@@ -21,7 +21,7 @@ import org.apache.spark.sql.api.java.UDF3;
  * <p>Made by pipeline.cdc_fold with the profile spec's JSON and registered as
  * `streamfold_fold_envelope(is_heartbeat_topic, key, value)` with the return type cdc_fold.fold_type(spec):
  * kind (change | progress | skip | error), key, op, valid_from_ms, lsn, each column in spec order,
- * progress_ms, error.
+ * unavailable (the indexes of the columns Debezium did not send), progress_ms, error.
  */
 public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
   private static final long serialVersionUID = 1L;
@@ -125,10 +125,11 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
     long validFrom = "r".equals(op) ? BEGINNING_OF_TIME_MS : ts;
     Object[] row = change(spec, userKey, op, validFrom, lsn, ts);
     if (!delete) {
-      for (int i = 0; i < spec.columns.length; i++) {
-        ProfileSpec.Column column = spec.columns[i];
-        row[ProfileSpec.FIRST_COLUMN + i] = ProfileValues.value(column, profile.get(column.name()));
+      Object[] json = new Object[spec.columns.length];
+      for (int i = 0; i < json.length; i++) {
+        json[i] = profile.get(spec.columns[i].name());
       }
+      ProfileValues.columns(spec, json, row);
     }
     return RowFactory.create(row);
   }

@@ -5,7 +5,6 @@ import io.streamfold.join.UserHistory.Enriched;
 import io.streamfold.join.UserHistory.Version;
 import java.util.ArrayList;
 import java.util.Collections;
-import java.util.Comparator;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
@@ -89,7 +88,6 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
           tagged.key(row), u -> new Input(new ArrayList<>(), new ArrayList<>()));
       tagged.decode(row, in.changes(), in.clicks());
     }
-    input.forEach((user, in) -> out.addAll(changelog(user, in.changes())));
     if (input.isEmpty() && progressMs == null) {
       return CollectionConverters.asScala(out.iterator());  // rejects only: the bucket's timer decides
     }
@@ -144,6 +142,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       List<Version> before = loadVersions(user);
       UserHistory history = new UserHistory(new ArrayList<>(before), pending);
       List<Enriched> joined = history.advance(in.changes(), in.clicks(), watermarkMs, retentionMs);
+      for (Version v : history.stored) out.add(output.change(user, v));
       saveVersions(user, before, history.versions);
       if (!history.pending.isEmpty()) b.pending.put(user, history.pending);
       Long next = history.nextExpiryMs(retentionMs);
@@ -169,24 +168,12 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     input.forEach((user, in) -> {
       List<Version> before = loadVersions(user);
       UserHistory history = new UserHistory(new ArrayList<>(before), new ArrayList<>());
-      for (Enriched e : history.advanceLatest(in.changes(), in.clicks())) out.add(output.event(user, e, true));
+      List<Enriched> joined = history.advanceLatest(in.changes(), in.clicks());
+      for (Version v : history.stored) out.add(output.change(user, v));
+      for (Enriched e : joined) out.add(output.event(user, e, true));
       saveVersions(user, before, history.versions);
     });
     return out;
-  }
-
-  /**
-   * A key's changes of this batch as changelog rows, in the join's version order (valid_from, lsn),
-   * which is commit order, so the topic's last record for a key is the version the join takes as
-   * latest. Stable: the CDC topic's order decides among equals (the shuffle keeps it, this makes it
-   * not matter).
-   */
-  private List<Row> changelog(String user, List<Version> changes) {
-    List<Version> ordered = new ArrayList<>(changes);
-    ordered.sort(Comparator.comparingLong(Version::validFromMs).thenComparingLong(Version::lsn));
-    List<Row> rows = new ArrayList<>(ordered.size());
-    for (Version v : ordered) rows.add(output.change(user, v));
-    return rows;
   }
 
   private static boolean anyReady(List<Click> clicks, long watermarkMs) {

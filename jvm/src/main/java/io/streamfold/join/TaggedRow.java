@@ -13,12 +13,13 @@ import org.apache.spark.sql.types.StructType;
  * and rejected records in one shape, told apart by `kind`:
  *
  * <pre>kind, bucket, key, ts_ms, lsn, event_id, e_(each event field), count, op, p_(each profile column),
- * error, source, payload, progress_ms</pre>
+ * unavailable, error, source, payload, progress_ms</pre>
  *
  * ts_ms is an event's time, a change's valid-from, or the CDC progress; a progress row names its bucket
  * (every bucket gets one, see TemporalJoin.cdcRows), and so does a reject (any bucket: it only passes
  * through, see TemporalJoin); events and changes are bucketed by key. A change also passes through, as a
- * changelog row (OutputRows.change). Every ordinal is looked up once, here.
+ * changelog row (OutputRows.change). A change's unavailable lists the profile columns Debezium did not send
+ * (an unchanged TOASTed value): they become UserHistory.UNAVAILABLE. Every ordinal is looked up once, here.
  */
 final class TaggedRow implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -30,7 +31,7 @@ final class TaggedRow implements Serializable {
   static final String PROFILE_PREFIX = "p_";
 
   private final int width;
-  private final int kind, bucket, key, ts, lsn, eventId, count, op, error, source, payload;
+  private final int kind, bucket, key, ts, lsn, eventId, count, op, unavailable, error, source, payload;
   private final int[] fields, profile;
   final ColumnType[] fieldTypes, profileTypes;
 
@@ -44,6 +45,7 @@ final class TaggedRow implements Serializable {
     eventId = schema.fieldIndex("event_id");
     count = schema.fieldIndex("count");
     op = schema.fieldIndex("op");
+    unavailable = schema.fieldIndex("unavailable");
     error = schema.fieldIndex("error");
     source = schema.fieldIndex("source");
     payload = schema.fieldIndex("payload");
@@ -112,8 +114,11 @@ final class TaggedRow implements Serializable {
       int n = r.isNullAt(count) ? 1 : r.getInt(count);
       events.add(new Click(r.getString(eventId), r.getLong(ts), values(r, fields), n));
     } else {
-      changes.add(new Version(r.getLong(ts), r.isNullAt(lsn) ? 0L : r.getLong(lsn), r.getString(op),
-          values(r, profile)));
+      Object[] values = values(r, profile);
+      if (!r.isNullAt(unavailable)) {
+        for (Object at : r.getList(unavailable)) values[(Integer) at] = UserHistory.UNAVAILABLE;
+      }
+      changes.add(new Version(r.getLong(ts), r.isNullAt(lsn) ? 0L : r.getLong(lsn), r.getString(op), values));
     }
   }
 

@@ -306,6 +306,62 @@ class UserHistoryTest {
     assertEquals(Map.of("c3", UNKNOWN), regions(h.advanceLatest(List.of(), List.of(click("c3", NOON)))));
   }
 
+  // --- unchanged TOASTed values (UNAVAILABLE) -----------------------------------------------------------
+
+  static final Object UNAVAILABLE = UserHistory.UNAVAILABLE;
+  /** Alice moves to europe; Debezium did not send her unchanged, TOASTed interests. */
+  static final Version TOASTED_MOVE = new Version(NOON, 20, "u", profile("europe", "F", UNAVAILABLE, 1_600_000_000_000L));
+  static final Version TOASTED_BACK = new Version(NOON + MINUTE, 21, "u", profile("asia", "F", UNAVAILABLE, 7L));
+
+  static Object interests(Version v) {
+    return v.profile()[2];
+  }
+
+  @Test
+  void anUnavailableValueTakesThePreviousVersionsAndChainsThroughLaterOnes() {
+    UserHistory h = history(SNAPSHOT);
+    h.advance(List.of(TOASTED_MOVE, TOASTED_BACK), List.of(), NOON - DAY, RETENTION);
+    assertEquals(List.of(seq("news"), seq("news"), seq("news")), h.versions.stream().map(UserHistoryTest::interests).toList());
+    assertEquals(List.of("europe", "asia"), h.stored.stream().map(UserHistoryTest::regionid).toList());
+    List<Enriched> rows = h.advance(List.of(), List.of(click("after", NOON + 2 * MINUTE)), NOON + DAY, RETENTION);
+    assertEquals(Arrays.asList("asia", "F", seq("news"), 7L, NOON + MINUTE), profileOf(rows.get(0)));
+    assertTrue(OUTPUT.event("alice", rows.get(0), true).getBoolean(OUTPUT.schema().fieldIndex("complete")));
+  }
+
+  @Test
+  void anUnavailableValueWithoutAPreviousVersionOrAfterATombstoneStaysUnknown() {
+    for (UserHistory h : List.of(history(), history(SNAPSHOT, DELETE))) {
+      Version late = new Version(NOON + DAY, 50, "u", profile("europe", "F", UNAVAILABLE, 1L));
+      assertSame(UNAVAILABLE, interests(h.addVersion(late)));
+      Enriched row = h.advance(List.of(), List.of(click("c", NOON + DAY)), NOON + 2 * DAY, RETENTION).get(0);
+      assertEquals(Arrays.asList("europe", "F", null, 1L, NOON + DAY), profileOf(row));
+      assertEquals(false, OUTPUT.event("alice", row, true).get(OUTPUT.schema().fieldIndex("complete")));
+      // Unknown stays unknown down the chain: the next TOASTed change has nothing to take it from either.
+      assertSame(UNAVAILABLE, interests(h.addVersion(new Version(NOON + 2 * DAY, 51, "u", profile("x", null, UNAVAILABLE, null)))));
+    }
+  }
+
+  @Test
+  void aVersionFilledFromTheVersionBeforeItInVersionOrderNotArrivalOrder() {
+    // A replay of the toasted change fills from the version before it, not from itself or a later one.
+    UserHistory h = history(SNAPSHOT, MOVE, REINSERT);
+    Version replay = new Version(MOVE.validFromMs(), MOVE.lsn(), "u", profile("oceania", "F", UNAVAILABLE, null));
+    assertEquals(seq("news"), interests(h.addVersion(replay)));
+    assertEquals(List.of(SNAPSHOT.validFromMs(), NOON, REINSERT.validFromMs()),
+        h.versions.stream().map(Version::validFromMs).toList());
+  }
+
+  @Test
+  void latestModeFillsEachChangeFromTheOneBeforeIt() {
+    UserHistory h = history(SNAPSHOT);
+    List<Enriched> rows = h.advanceLatest(List.of(TOASTED_BACK, TOASTED_MOVE), List.of(click("c", NOON)));
+    assertEquals(List.of(NOON, NOON + MINUTE), h.stored.stream().map(Version::validFromMs).toList());
+    assertEquals(Arrays.asList("asia", "F", seq("news"), 7L, NOON + MINUTE), profileOf(rows.get(0)));
+    h.advanceLatest(List.of(DELETE), List.of());
+    h.advanceLatest(List.of(TOASTED_MOVE), List.of());
+    assertSame(UNAVAILABLE, interests(h.versions.get(0)));  // after a delete: nothing to take it from
+  }
+
   // --- each method's rules --------------------------------------------------------------------------
 
   static List<Version> expired(List<Version> versions, long horizonMs) {
