@@ -5,6 +5,9 @@ commit order):
     key   {"<key column>": ...}
     value {"before": {...}|null, "after": {...}|null, "op": c|u|d|r, "source": {"ts_ms", "lsn", ...}, ...}
 then a tombstone (null value) after each delete. A snapshot read (op=r) is valid from the beginning of time.
+A TRUNCATE of the table is one event with no key, op=t and no rows (the connector sets skipped.operations
+to none: Debezium skips truncates by default): a Truncate, which ends every key's profile at its commit
+time (spec/temporal_state.py).
 
 The profile spec says which table (the pipeline file's profile section, as a plain dict):
     {"key": {"column": "userid", "type": "text"},
@@ -109,6 +112,15 @@ class Change:
 
 
 @dataclass(frozen=True)
+class Truncate:
+    """The table truncated: every key's profile ends at valid_from_ms (its commit time)."""
+
+    valid_from_ms: int
+    lsn: int
+    progress_ms: int
+
+
+@dataclass(frozen=True)
 class Progress:
     progress_ms: int
 
@@ -119,9 +131,9 @@ class BadEnvelope(ValueError):
 
 def parse_envelope(
     topic: str, key: bytes | None, value: bytes | None, spec: dict[str, Any]
-) -> Change | Progress | None:
-    """One Debezium record of the profile table `spec` describes -> a Change, a Progress report, or None
-    for a tombstone."""
+) -> Change | Truncate | Progress | None:
+    """One Debezium record of the profile table `spec` describes -> a Change, a Truncate, a Progress
+    report, or None for a tombstone."""
     if topic.startswith(f"{names.HEARTBEAT_TOPIC_PREFIX}."):  # Debezium's own heartbeat topic
         beat = _json(value, "heartbeat")
         return Progress(_commit_ms(beat, "ts_ms", "heartbeat") - HEARTBEAT_SAFETY_MS)
@@ -140,12 +152,14 @@ def parse_envelope(
     ):
         return Progress(_commit_ms(source, "ts_ms", "source"))
     op = envelope.get("op")
-    if op not in ("c", "u", "d", "r") or not isinstance(source, dict):
+    if op not in ("c", "u", "d", "r", "t") or not isinstance(source, dict):
         raise BadEnvelope(f"not a Debezium row change (op={op!r})")
     ts_ms = _commit_ms(source, "ts_ms", "source")
     lsn = source.get("lsn")
     if lsn is not None and not is_int(lsn):
         raise BadEnvelope(f"source.lsn must be an integer, got {lsn!r}")
+    if op == "t":
+        return Truncate(ts_ms, lsn or 0, ts_ms)
     side = "before" if op == "d" else "after"
     row = envelope.get(side)
     if op != "d" and not isinstance(row, dict):

@@ -18,6 +18,12 @@ from the key's previous version when it is stored (`filled`): the CDC topic is i
 the version the database had before. Without one (no earlier version, or a tombstone) the value stays
 UNAVAILABLE: unknown. Events joined to such a version carry null there (or its if_missing) and are not
 complete, and its changelog record says which columns are unknown.
+
+A TRUNCATE of the table (spec/envelopes.py Truncate) has no key: it reaches every key that has versions or
+input in its step (the operator fans it out to every bucket), as `truncates`, tombstones at the truncate's
+(valid_from, lsn). Each one is stored where it ends a profile: after a version that is not a tombstone. So
+an event before the truncate joins the version it had, one at or after it joins no profile, as after a
+delete, and the changelog gets a tombstone for every key that had a profile.
 """
 
 from __future__ import annotations
@@ -200,6 +206,11 @@ def enrich(click: Click, version: Version | None, if_missing: IfMissing) -> Enri
     return Enriched(*click, if_missing.fill(version.profile), version.valid_from_ms, known)
 
 
+def ends_a_profile(previous: Version | None) -> bool:
+    """Whether a truncate's tombstone after `previous` ends something: a version that is no tombstone."""
+    return previous is not None and previous.op != DELETE
+
+
 def advance(
     state: UserState,
     changes: Iterable[Version],
@@ -207,8 +218,10 @@ def advance(
     watermark_ms: int,
     retention_ms: int,
     if_missing: IfMissing,
+    truncates: Iterable[Version] = (),
 ) -> Step:
-    """Event-time join for one key: merge changes, emit every event the watermark has passed, expire.
+    """Event-time join for one key: merge changes, then the step's truncates (tombstones), emit every event
+    the watermark has passed, expire.
 
     The watermark is max(CDC progress, wall clock - max_wait), so an event at t <= watermark has seen every
     change committed up to t (or has waited long enough), whatever order the records arrived in.
@@ -217,6 +230,10 @@ def advance(
     for change in changes:  # in arrival order, each filled from the versions stored so far
         stored.append(filled(change, previous_version(versions, change)))
         versions = add_version(versions, stored[-1])
+    for tombstone in truncates:
+        if ends_a_profile(previous_version(versions, tombstone)):
+            stored.append(tombstone)
+            versions = add_version(versions, tombstone)
     waiting = state.pending + list(clicks)
     ready = sorted((c for c in waiting if c.time_ms <= watermark_ms), key=lambda c: c.time_ms)
     pending = [c for c in waiting if c.time_ms > watermark_ms]
@@ -237,14 +254,22 @@ def _wakeup(versions: list[Version], pending: list[Click], retention_ms: int) ->
 
 
 def advance_latest(
-    state: UserState, changes: Iterable[Version], clicks: Iterable[Click], if_missing: IfMissing
+    state: UserState,
+    changes: Iterable[Version],
+    clicks: Iterable[Click],
+    if_missing: IfMissing,
+    truncates: Iterable[Version] = (),
 ) -> Step:
-    """KStream-KTable left join: this batch's changes first (the newest wins, each filled from the one
-    before), then every event joins the latest version; nothing waits. A delete forgets the key."""
+    """KStream-KTable left join: this batch's changes and truncates first, in version order (the newest
+    wins, each change filled from the one before, a truncate's tombstone stored where it ends a profile),
+    then every event joins the latest version; nothing waits. A delete forgets the key."""
     latest = state.versions[-1] if state.versions else None
     stored = []
-    for change in sorted(changes, key=_order):
-        latest = filled(change, latest)
+    ordered = [(c, False) for c in changes] + [(t, True) for t in truncates]
+    for version, truncate in sorted(ordered, key=lambda item: _order(item[0])):
+        if truncate and not ends_a_profile(latest):
+            continue
+        latest = version if truncate else filled(version, latest)
         stored.append(latest)
     versions = [] if latest is None or latest.op == DELETE else [latest]
     rows = [enrich(c, latest, if_missing) for c in clicks]

@@ -22,6 +22,7 @@ from spec.envelopes import (
     BadEnvelope,
     Change,
     Progress,
+    Truncate,
     parse_envelope,
 )
 from tests.support.records import CHANGE
@@ -81,6 +82,14 @@ def test_delete_takes_userid_from_before_and_has_no_profile():
 
 def test_delete_without_before_falls_back_to_the_key():
     assert parse(TOPIC, KEY, envelope("d", ts_ms=9_000)).key == "alice"
+
+
+def test_a_truncate_has_no_key_and_ends_every_profile_at_its_commit_time():
+    """Debezium 3.4's truncate event (skipped.operations=none): no key, no rows, op t."""
+    value = json.dumps({"source": {"ts_ms": 7_000, "lsn": 88, "table": "users"}, "op": "t", "ts_ms": 7_010})
+    assert parse(TOPIC, None, value.encode()) == Truncate(7_000, 88, 7_000)
+    with pytest.raises(BadEnvelope, match="^source.ts_ms must be an integer"):
+        parse(TOPIC, None, json.dumps({"source": {"lsn": 88}, "op": "t"}).encode())
 
 
 def test_tombstone_is_skipped():
@@ -293,6 +302,7 @@ def test_fold_tags_every_record(spark):
         (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": {"x": 1}}), "g"),
         (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": "x" * MAX_CHANGE_BYTES}), "h"),
         (TOPIC, KEY, envelope("u", after={**ALICE, "interests": [UNAVAILABLE]}, ts_ms=9_500), "i"),
+        (TOPIC, None, json.dumps({"source": {"ts_ms": 9_600, "lsn": 50}, "op": "t"}).encode(), "j"),
     ]
     schema = "topic string, key binary, value binary, event_id string, written_ms bigint"
     frame = spark.createDataFrame([(*r, 10_000) for r in rows], schema)
@@ -308,8 +318,9 @@ def test_fold_tags_every_record(spark):
         "error",
         "error",
         "change",
+        "truncate",
     ]
-    assert [r["event_id"] for r in records] == [None, None, None, "d", None, None, "g", "h", None]
+    assert [r["event_id"] for r in records] == [None, None, None, "d", None, None, "g", "h", None, None]
     assert records[3]["payload"] == b"{bad" and "not JSON" in records[3]["error"]
     assert "after.regionid must be a string" in records[6]["error"]
     assert records[7]["error"] == (
@@ -325,10 +336,11 @@ def test_fold_tags_every_record(spark):
     assert changes[0]["interests"] == ["News"] and changes[0]["registertime"] == 1
     assert [c["unavailable"] for c in changes] == [None, None, [2]]  # interests: Debezium did not send it
     assert changes[2]["interests"] is None
-    kinds = ["change", "progress", "error", "progress", "change", "error", "error", "change"]
+    kinds = ["change", "progress", "error", "progress", "change", "error", "error", "change", "truncate"]
     assert [c["kind"] for c in cdc] == kinds
     progress = sorted(c["progress_ms"] for c in cdc if c["kind"] != "error")
-    assert progress == [1_000, 4_000, 8_000, 9_000, 9_500]
+    assert progress == [1_000, 4_000, 8_000, 9_000, 9_500, 9_600]
+    assert (cdc[-1]["valid_from_ms"], cdc[-1]["lsn"], cdc[-1]["userid"]) == (9_600, 50, None)
 
 
 @pytest.mark.spark

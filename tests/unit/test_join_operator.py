@@ -1,18 +1,20 @@
 """Differential test: the Java join operator on a real local Spark against the Python model it ports.
 
 Hundreds of random histories run through one streaming query, one micro-batch per step, and through
-spec.temporal_state driven by the same schedule (each batch's watermark as Spark reports it; input rows
-first, then every key whose timer the watermark has passed). Every output row must be identical and come
-out in the same batch. Each mode runs two schemas side by side, one query each: the default pipeline
-file's and a random one (random event fields and profile columns, some with if_missing, random output
-names; in event-time mode every column type as an event field and as a profile column, in latest mode a
-few of random types), each with random values of its types (null, empty, non-ASCII, extremes).
-The histories mix out-of-order and late events, inserts, updates, deletes and re-inserts, snapshot rows,
-replayed changes, equal timestamps (an event at a version's valid-from, two versions with one valid-from),
-progress that stalls and then jumps, releases by the wall clock (join.max_wait) rather than by CDC
-progress, and versions old enough to expire. Rejected records ride along (the pipeline passes them through
-the operator): each must come out unchanged in its own batch, including from buckets that hold nothing
-else. Set JOIN_DIFF_SEED to try other seeds (and other random schemas); a failure names its seed.
+spec.temporal_state driven by the same schedule (each batch's watermark as Spark reports it; input rows first,
+then every key whose timer the watermark has passed). Every output row must be identical and come out in the
+same batch. Each mode runs two schemas side by side, one query each: the default pipeline file's and a random
+one (random event fields and profile columns, some with if_missing, random output names; in event-time mode
+every column type as an event field and as a profile column, in latest mode a few of random types), each with
+random values of its types (null, empty, non-ASCII, extremes). The histories mix out-of-order and late events,
+inserts, updates, deletes and re-inserts, snapshot rows, replayed changes, equal timestamps (an event at a
+version's valid-from, two versions with one valid-from), progress that stalls and then jumps, releases by the
+wall clock (join.max_wait) rather than by CDC progress, versions old enough to expire, changes lacking values
+(unchanged TOASTed values Debezium did not send: filled from the previous version, or unknown) and truncates
+of the table (no key: every key's profile ends). The operator's changelog rows (the versions as stored) must
+equal the model's too. Rejected records ride along (the pipeline passes them through the operator): each must
+come out unchanged in its own batch, including from buckets that hold nothing else. Set JOIN_DIFF_SEED to try
+other seeds (and other random schemas); a failure names its seed.
 """
 
 from __future__ import annotations
@@ -120,6 +122,10 @@ class Histories:
             for h in range(self.histories):
                 for u in range(rng.randint(1, 2)):
                     self._events(step, f"h{h}u{u}", now)
+            if rng.random() < 0.12:  # a TRUNCATE of the table: no key, every key's profile ends
+                self.lsn += 1
+                valid_from = now + rng.randint(-3 * SECOND, 4 * SECOND)
+                step.changes.append({"kind": "truncate", "valid_from_ms": valid_from, "lsn": self.lsn})
             step.rejects = [self._reject() for _ in range(self.reject_rng.choice([0, 1, 5, 40]))]
             steps.append(step)
         # Flush: progress far ahead releases every waiting event; the next batch runs the timers.
@@ -194,6 +200,7 @@ class Model:
         self.progress_ms = -(2**63)
         self.changelog: dict[str, list[tuple]] = {}  # the last batch's, per key
         self.filled = self.unknown = 0  # values taken from a previous version; changes left with unknowns
+        self.truncated = 0  # tombstones stored for a truncate
 
     def batch(self, step: Step, spark_watermark_ms: int) -> list[tuple]:
         self.progress_ms = max([self.progress_ms, *(p["progress_ms"] for p in step.progress)])
@@ -228,13 +235,20 @@ class Model:
     def _rows(self, step: Step, watermark_ms: int) -> list[Enriched]:
         changes: dict[str, list[Version]] = defaultdict(list)
         clicks: dict[str, list[Click]] = defaultdict(list)
+        truncates = []
+        nothing = (None,) * len(self.shape.columns)
         for change in step.changes:
-            changes[change[self.shape.profile_key]].append(self.version(change))
+            if change.get("kind") == "truncate":
+                truncates.append(Version(change["valid_from_ms"], change["lsn"], "d", nothing))
+            else:
+                changes[change[self.shape.profile_key]].append(self.version(change))
         for row in step.clicks:
             clicks[row[self.shape.key]].append(self.click(row))
+        # A truncate reaches every key with versions, as it reaches every bucket.
+        held = {user for user, state in self.users.items() if state.versions} if truncates else set()
         rows: list[Enriched] = []
-        for user in changes.keys() | clicks.keys():  # input rows first ...
-            rows += self._step(user, changes[user], clicks[user], watermark_ms)
+        for user in changes.keys() | clicks.keys() | held:  # input rows first ...
+            rows += self._step(user, changes[user], clicks[user], watermark_ms, truncates)
         if self.cfg.mode != LATEST:  # ... then the timers the watermark has passed
             for user, state in list(self.users.items()):
                 if user not in changes and user not in clicks and _due(state, watermark_ms):
@@ -242,20 +256,27 @@ class Model:
         return rows
 
     def _step(
-        self, user: str, changes: list[Version], clicks: list[Click], watermark_ms: int
+        self,
+        user: str,
+        changes: list[Version],
+        clicks: list[Click],
+        watermark_ms: int,
+        truncates: list[Version] | None = None,
     ) -> list[Enriched]:
-        state, if_missing = self.users[user], self.shape.if_missing
+        state, if_missing, cut = self.users[user], self.shape.if_missing, truncates or []
         if self.cfg.mode == LATEST:
-            result = advance_latest(state, changes, clicks, if_missing)
+            result = advance_latest(state, changes, clicks, if_missing, cut)
         else:
-            result = advance(state, changes, clicks, watermark_ms, self.cfg.version_retention_ms, if_missing)
+            retention = self.cfg.version_retention_ms
+            result = advance(state, changes, clicks, watermark_ms, retention, if_missing, cut)
         self.users[user] = UserState(result.state.versions, result.state.pending, result.wakeup_ms)
         given = {(c.valid_from_ms, c.lsn): c.profile.count(UNAVAILABLE) for c in changes}
         for stored in result.changes:
             self.changelog[user].append(self.changelog_record(stored))
             left = stored.profile.count(UNAVAILABLE)
-            self.filled += given[(stored.valid_from_ms, stored.lsn)] - left
+            self.filled += given.get((stored.valid_from_ms, stored.lsn), 0) - left
             self.unknown += left > 0
+            self.truncated += (stored.valid_from_ms, stored.lsn) not in given
         return result.rows
 
 

@@ -32,7 +32,7 @@ from common import names
 from common import pipeline_file as pf
 from pipeline import cdc_fold, events, field_types
 from pipeline.events import MAX_RECORD_BYTES
-from spec.envelopes import UNAVAILABLE, BadEnvelope, Change, Progress, parse_envelope
+from spec.envelopes import UNAVAILABLE, BadEnvelope, Change, Progress, Truncate, parse_envelope
 from spec.events import ISO_TIME, MAX_MICROS, MIN_MICROS, Event, Rejected, parse_event
 
 # The default pipeline file's event spec (the demo's clicks).
@@ -392,7 +392,7 @@ def cdc_records(rng: random.Random) -> list[tuple[str, bytes | None, bytes | Non
         ),
     ]
     for _ in range(1500):
-        op = rng.choice(["c", "u", "d", "r", "c", "u", "d", "r", "x", None, 1])
+        op = rng.choice(["c", "u", "d", "r", "c", "u", "d", "r", "t", "x", None, 1])
         source: Any = {
             "connector": "postgresql",
             "schema": "public",
@@ -451,9 +451,9 @@ def cdc_records(rng: random.Random) -> list[tuple[str, bytes | None, bytes | Non
 
 def test_cdc_fold_agrees_with_parse_envelope(spark: SparkSession):
     kinds = check_envelopes(spark, cdc_records(random.Random(SEED))).kinds
-    outcomes = {k if k in ("change", "progress", "skip") else category(k) for k in kinds}
+    outcomes = {k if k in ("change", "truncate", "progress", "skip") else category(k) for k in kinds}
     # The generator reaches every outcome.
-    assert outcomes >= {"change", "progress", "skip", *CDC_CATEGORIES}, kinds
+    assert outcomes >= {"change", "truncate", "progress", "skip", *CDC_CATEGORIES}, kinds
 
 
 def debezium_envelope(i: int) -> tuple[bytes, bytes]:
@@ -546,7 +546,7 @@ def check_envelopes(
     out = Folded()
     for (topic, key, value), row in zip(records, got, strict=True):
         where = (topic, key, value, row)
-        want: Change | Progress | None = None
+        want: Change | Truncate | Progress | None = None
         try:
             want = parse_envelope(topic, key, value, spec)
         except BadEnvelope as exc:
@@ -572,13 +572,15 @@ def check_envelopes(
     return out
 
 
-def expected_row(want: Change | Progress | None, spec: dict[str, Any]) -> tuple[Any, ...]:
+def expected_row(want: Change | Truncate | Progress | None, spec: dict[str, Any]) -> tuple[Any, ...]:
     """The fold's row (kind .. progress_ms) parse_envelope's answer stands for."""
     nothing = (None,) * (len(spec["columns"]) + 1)  # the columns and unavailable
     if want is None:
         return ("skip", None, None, None, None, *nothing, None)
     if isinstance(want, Progress):
         return ("progress", None, None, None, None, *nothing, want.progress_ms)
+    if isinstance(want, Truncate):
+        return ("truncate", None, "t", want.valid_from_ms, want.lsn, *nothing, want.progress_ms)
     assert list(want.columns) == [c["name"] for c in spec["columns"]]
     return (
         "change",
@@ -799,7 +801,7 @@ def spec_records(
         (names.HEARTBEAT_TOPIC, None, b'{"ts_ms": 5}'),
     ]
     for _ in range(n):
-        op = rng.choice("cudr") if rng.random() < 0.97 else rng.choice(["x", None])
+        op = rng.choice("cudr") if rng.random() < 0.95 else rng.choice(["t", "x", None])
         source: Any = {"ts_ms": NOW, "lsn": rng.choice([42, None, 2**40])}
         if rng.random() < 0.05:
             source[rng.choice(["ts_ms", "lsn"])] = rng.choice([-5, "7", 1.5, 0])

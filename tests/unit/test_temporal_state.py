@@ -263,6 +263,40 @@ def test_latest_mode_fills_each_change_from_the_one_before_it() -> None:
     assert advance_latest(gone.state, [TOASTED_MOVE], []).state.versions[0].profile[2] is UNAVAILABLE
 
 
+# --- TRUNCATE: the same cases as UserHistoryTest's -------------------------------------------------------
+
+TRUNCATE = Version(NOON + 5 * MINUTE, 25, "d", (None, None, None, None))
+
+
+def test_a_truncate_ends_the_profile_at_its_commit_time_exactly() -> None:
+    clicks = [click("before", NOON + 5 * MINUTE - 1), click("at", NOON + 5 * MINUTE)]
+    step = advance_with(UserState([SNAPSHOT, MOVE]), [], clicks, NOON + DAY, RETENTION, DEFAULT, [TRUNCATE])
+    assert regions(step.rows) == {"before": "europe", "at": UNKNOWN_REGION}
+    assert step.changes == (TRUNCATE,)
+    assert step.state.versions == [SNAPSHOT, MOVE, TRUNCATE]
+
+
+def test_a_truncate_after_a_tombstone_or_with_nothing_before_it_stores_nothing() -> None:
+    for versions in ([], [SNAPSHOT, version(NOON, 20, "d", None)], [REINSERT]):
+        step = advance_with(UserState(list(versions)), [], [], NOON - DAY, RETENTION, DEFAULT, [TRUNCATE])
+        assert (step.changes, step.state.versions) == ((), versions)
+
+
+def test_a_truncate_takes_the_steps_changes_before_it_whatever_their_arrival_order() -> None:
+    reinsert = Version(NOON + 6 * MINUTE, 26, "c", ("africa", None, None, None))
+    step = advance_with(UserState(), [reinsert, MOVE], [], NOON - DAY, RETENTION, DEFAULT, [TRUNCATE])
+    assert step.state.versions == list(step.changes) == [MOVE, TRUNCATE, reinsert]
+    again = advance_with(step.state, [], [], NOON - DAY, RETENTION, DEFAULT, [TRUNCATE])
+    assert (again.changes, again.state.versions) == ((TRUNCATE,), [MOVE, TRUNCATE, reinsert])
+
+
+def test_latest_mode_applies_a_truncate_in_version_order_and_forgets_the_key() -> None:
+    step = advance_latest_with(UserState([SNAPSHOT]), [MOVE], [click("c", NOON)], DEFAULT, [TRUNCATE])
+    assert regions(step.rows) == {"c": UNKNOWN_REGION}
+    assert (step.changes, step.state.versions) == ((MOVE, TRUNCATE), [])
+    assert advance_latest_with(step.state, [], [], DEFAULT, [TRUNCATE]).changes == ()
+
+
 def test_join_config_from_conf() -> None:
     assert JoinConfig.from_conf({}) == JoinConfig("event_time", 10_000, 7 * DAY)
     conf = {"join.mode": "latest", "join.max_wait": "500ms", "join.version_retention": "2h"}

@@ -95,6 +95,23 @@ final class UserHistory {
     return new Version(version.validFromMs(), version.lsn(), version.op(), values);
   }
 
+  /** The version just before `version` in (valid_from, lsn) order (a replayed one's own excluded). */
+  Version previous(Version version) {
+    int at = 0;
+    while (at < versions.size() && ORDER.compare(versions.get(at), version) < 0) at++;
+    return at == 0 ? null : versions.get(at - 1);
+  }
+
+  /** Whether a truncate's tombstone after `previous` ends something: a version that is no tombstone. */
+  static boolean endsAProfile(Version previous) {
+    return previous != null && !DELETE.equals(previous.op());
+  }
+
+  private static boolean isOneOf(Version v, List<Version> truncates) {
+    for (Version t : truncates) if (t == v) return true;
+    return false;
+  }
+
   /** Whether a version holds every column's value (none UNAVAILABLE). */
   static boolean known(Version version) {
     for (Object value : version.profile()) if (value == UNAVAILABLE) return false;
@@ -135,14 +152,20 @@ final class UserHistory {
   }
 
   /**
-   * Event-time join for one step: merge changes, emit every click the watermark has passed (in event-time
+   * Event-time join for one step: merge changes, then the step's truncates (tombstones stored where they
+   * end a profile), emit every click the watermark has passed (in event-time
    * order), expire old versions. Returns the rows; the user needs the operator again at its earliest pending click
    * or at nextExpiryMs, whichever comes first (both are above the watermark by construction).
    */
-  List<Enriched> advance(List<Version> changes, List<Click> clicks, long watermarkMs, long retentionMs) {
-    if (!changes.isEmpty()) {  // in arrival order, each filled from the versions stored so far
+  List<Enriched> advance(List<Version> changes, List<Click> clicks, List<Version> truncates, long watermarkMs,
+      long retentionMs) {
+    stored = List.of();
+    if (!changes.isEmpty() || !truncates.isEmpty()) {
       stored = new ArrayList<>(changes.size());
-      for (Version change : changes) stored.add(addVersion(change));
+      for (Version change : changes) stored.add(addVersion(change));  // each filled from those stored so far
+      for (Version tombstone : truncates) {
+        if (endsAProfile(previous(tombstone))) stored.add(addVersion(tombstone));
+      }
       stored.sort(ORDER);  // stable: arrival order among equals
     }
     List<Click> ready = new ArrayList<>();
@@ -159,17 +182,23 @@ final class UserHistory {
   }
 
   /**
-   * KStream-KTable left join: this step's newest change wins (each filled from the one before), every
-   * click joins it, nothing waits.
+   * KStream-KTable left join: this step's changes and truncates in version order, the newest wins (each
+   * change filled from the one before, a truncate's tombstone stored where it ends a profile), every click
+   * joins it, nothing waits.
    */
-  List<Enriched> advanceLatest(List<Version> changes, List<Click> clicks) {
+  List<Enriched> advanceLatest(List<Version> changes, List<Click> clicks, List<Version> truncates) {
     Version latest = versions.isEmpty() ? null : versions.get(versions.size() - 1);
-    if (!changes.isEmpty()) {
-      stored = new ArrayList<>(changes);
-      stored.sort(ORDER);  // stable, like Python's sorted
-      for (int i = 0; i < stored.size(); i++) {
-        latest = filled(stored.get(i), latest);
-        stored.set(i, latest);
+    stored = List.of();
+    if (!changes.isEmpty() || !truncates.isEmpty()) {
+      List<Version> ordered = new ArrayList<>(changes);
+      ordered.addAll(truncates);
+      ordered.sort(ORDER);  // stable, like Python's sorted
+      stored = new ArrayList<>(ordered.size());
+      for (Version v : ordered) {
+        boolean truncate = isOneOf(v, truncates);
+        if (truncate && !endsAProfile(latest)) continue;
+        latest = truncate ? v : filled(v, latest);
+        stored.add(latest);
       }
     }
     versions.clear();

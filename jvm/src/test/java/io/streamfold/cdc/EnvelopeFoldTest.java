@@ -74,4 +74,16 @@ class EnvelopeFoldTest {
     assertEquals("id is Debezium's unavailable-value placeholder (an unchanged TOASTed value)",
         key.getString(ProfileSpec.parse(textKey).errorField()));
   }
+
+  @Test
+  void aTruncateHasNoKeyAndEndsEveryProfileAtItsCommitTime() {
+    byte[] truncate = ("{\"source\": {\"ts_ms\": 77, \"lsn\": 46523128, \"schema\": \"public\", \"table\": \"t\"},"
+        + " \"op\": \"t\", \"ts_ms\": 80}").getBytes(StandardCharsets.UTF_8);
+    Row row = new EnvelopeFold(SPEC).call(false, null, truncate);
+    assertEquals(List.of("truncate", "t", 77L, 46523128L, 77L), Arrays.asList(row.get(ProfileSpec.KIND),
+        row.get(ProfileSpec.OP), row.get(ProfileSpec.VALID_FROM), row.get(ProfileSpec.LSN),
+        row.get(PROFILE.progressField())));
+    assertNull(row.get(ProfileSpec.KEY));
+    assertNull(row.get(PROFILE.errorField()));
+  }
 }
