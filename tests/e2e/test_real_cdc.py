@@ -1,7 +1,7 @@
 """CDC as PostgreSQL and Debezium really produce it, end to end on the session's stack, through a user's
 pipeline file: an update that leaves large (TOASTed) values unchanged, which Debezium sends as its
-placeholder `__debezium_unavailable_value`. Events before and after the change are checked row by row in the
-enriched table, and the profile changelog record by record."""
+placeholder `__debezium_unavailable_value`, and a TRUNCATE of the table. Events before and after each are
+checked row by row in the enriched table, and the profile changelog record by record."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from psycopg import sql
 
 from common import pipeline_file as pf
 from common import topics
-from spec.envelopes import UNAVAILABLE
+from spec.envelopes import UNAVAILABLE, Change, Truncate, parse_envelope
 from tests.support import own_pipeline as own
 from tests.support.kafka import Message, read_all, wait_for
 
@@ -157,3 +157,79 @@ def test_an_update_leaving_toasted_values_unchanged_keeps_them(real, streamfold_
     for topic in (p.changelog_topic, p.enriched_topic):
         raw = b"".join(m.raw_value or b"" for m in read_all(bootstrap, topic))
         assert raw and UNAVAILABLE.encode() not in raw, topic
+
+
+def changelog_oracle(bootstrap: str, p: pf.Pipeline) -> dict[str, list[str | None]]:
+    """Each key's changelog as the CDC topic implies it, folded by the reference (spec/envelopes.py): its
+    versions' regions in version order (None for a delete), and a tombstone at every truncate that ends a
+    profile the key had."""
+    spec, versions, truncates = p.profile_spec(), {}, []
+    for m in read_all(bootstrap, p.cdc_topic):
+        folded = parse_envelope(m.topic, m.raw_key, m.raw_value, spec)
+        if isinstance(folded, Change):
+            region = None if folded.op == "d" else folded.columns["region"]
+            versions.setdefault(folded.key, []).append((folded.valid_from_ms, folded.lsn, region))
+        elif isinstance(folded, Truncate):
+            truncates.append((folded.valid_from_ms, folded.lsn))
+    out = {}
+    for key, found in versions.items():
+        for cut in truncates:
+            before = [v for v in sorted(found) if v[:2] < cut]
+            if before and before[-1][2] is not None:
+                found.append((*cut, None))
+        out[key] = [region for _, _, region in sorted(found)]
+    return out
+
+
+def test_a_truncate_ends_every_profile_at_its_commit_time(real, streamfold_setup):
+    bootstrap, p = streamfold_setup.kafka_bootstrap, real.pipeline
+    table = sql.SQL(p.profile.table)
+    with real.connect() as pg:
+        for key, region in [(10, "east"), (11, "west"), (12, "north"), (13, "south")]:
+            pg.execute(sql.SQL("INSERT INTO {} (id, region) VALUES (%s, %s)").format(table), (key, region))
+        pg.execute(sql.SQL("DELETE FROM {} WHERE id = 13").format(table))
+        time.sleep(1.5)
+        before = now_ms()
+        time.sleep(1.5)
+        pg.execute(sql.SQL("TRUNCATE {}").format(table))
+        time.sleep(1.5)
+        after = now_ms()
+        time.sleep(1.5)
+        pg.execute(sql.SQL("INSERT INTO {} (id, region) VALUES (12, 'again')").format(table))
+        time.sleep(1.5)
+        later = now_ms()
+    assert p.events.kafka_topic
+    events = [(k, t, f"/{name}{k}") for k in (10, 11, 12, 13) for t, name in ((before, "b"), (after, "a"))]
+    send(bootstrap, p.events.kafka_topic, [*events, (12, later, "/later12")])
+
+    # Debezium captured the truncate: one event, no key, op t, in commit order with the changes.
+    name = p.profile.table.split(".")[1]
+    cdc = wait_for(bootstrap, p.cdc_topic, lambda ms: len(changes_of(ms, name, 12)) >= 2)
+    (truncate,) = [m for m in cdc if isinstance(m.value, dict) and m.value.get("op") == "t"]
+    assert truncate.raw_key is None and truncate.value["source"]["table"] == name
+    assert changes_of(cdc, name, 12)[-1].offset > truncate.offset
+
+    real.streamfold("run", "--source", "kafka", "--once")
+
+    with real.connect() as conn:
+        rows = {
+            path: row[1] for path, row in enriched(conn, p).items() if path != "/before" and path != "/after"
+        }
+        valid_from = dict(conn.execute(f"SELECT path, profile_valid_from FROM {p.enriched_table}").fetchall())
+        dead = own.dead_letters(conn, p)
+    assert rows == {
+        "/b10": "east", "/b11": "west", "/b12": "north", "/b13": "UNKNOWN",  # before: the old versions
+        "/a10": "UNKNOWN", "/a11": "UNKNOWN", "/a12": "UNKNOWN", "/a13": "UNKNOWN",  # after: no profile
+        "/later12": "again",  # a new insert starts anew
+    }  # fmt: skip
+    assert all(valid_from[f"/a{k}"] is None for k in (10, 11, 12, 13))
+    assert not dead, f"dead letters: {dead}"
+    got: dict[str, list[str | None]] = {}
+    for m in read_all(bootstrap, p.changelog_topic):
+        assert m.raw_key is not None
+        got.setdefault(m.raw_key.decode(), []).append(None if m.value is None else m.value["region"])
+    want = changelog_oracle(bootstrap, p)
+    assert got == want
+    assert {k: got[k] for k in ("10", "11", "12", "13")} == {
+        "10": ["east", None], "11": ["west", None], "12": ["north", None, "again"], "13": ["south", None],
+    }  # fmt: skip
