@@ -41,13 +41,14 @@ HEARTBEAT_SCHEMA, HEARTBEAT_TABLE, MAX_CHANGE_BYTES = (
 MAX_PROGRESS_LEAD_MS = MAX_FUTURE_MS
 # The fold in the JVM (jvm/src/main/java/io/streamfold/cdc/EnvelopeFold.java).
 FOLD_UDF = "streamfold_fold_envelope"
-_KIND = StructField("kind", StringType())  # change | progress | skip | error
+_KIND = StructField("kind", StringType())  # change | truncate | progress | skip | error
 _PROGRESS = StructField("progress_ms", LongType())
 
 
 def fold_type(spec: dict[str, Any]) -> StructType:
     """The row EnvelopeFold returns, by position: kind, the key (as text), op, valid_from_ms, lsn, each
-    column in spec order (its Spark type), progress_ms, error."""
+    column in spec order (its Spark type), unavailable (the indexes of the columns Debezium did not send),
+    progress_ms, error."""
     columns = [StructField(c["name"], field_types.spark_type(c["type"])) for c in spec["columns"]]
     fields = [
         _KIND,
@@ -56,6 +57,7 @@ def fold_type(spec: dict[str, Any]) -> StructType:
         StructField("valid_from_ms", LongType()),  # source.ts_ms; BEGINNING_OF_TIME_MS for op=r
         StructField("lsn", LongType()),
         *columns,
+        records.UNAVAILABLE,
         _PROGRESS,
         records.REJECT["error"],
     ]
@@ -72,10 +74,11 @@ def folded_columns(spec: dict[str, Any]) -> tuple[str, ...]:
 
 def fold(cdc_raw: DataFrame, spec: dict[str, Any]) -> DataFrame:
     """Raw CDC records (topic, key, value, event_id, written_ms) -> the join's CDC input,
-    folded_columns(spec): every change, progress and unfoldable record ("error", a dead letter the join
-    passes through); skipped ones dropped. progress_ms counts at most MAX_PROGRESS_LEAD_MS past written_ms,
-    the record's Kafka timestamp."""
-    folded = fold_records(cdc_raw, spec, "written_ms").where("kind IN ('change', 'progress', 'error')")
+    folded_columns(spec): every change, truncate, progress and unfoldable record ("error", a dead letter the
+    join passes through); skipped ones dropped. progress_ms counts at most MAX_PROGRESS_LEAD_MS past
+    written_ms, the record's Kafka timestamp."""
+    kept = "kind IN ('change', 'truncate', 'progress', 'error')"
+    folded = fold_records(cdc_raw, spec, "written_ms").where(kept)
     limit = F.col("written_ms") + F.lit(MAX_PROGRESS_LEAD_MS)
     progress = F.col("progress_ms")
     capped = F.when(progress > limit, limit).otherwise(progress)  # null stays null

@@ -96,9 +96,14 @@ def click(pipeline: Pipeline) -> StructType:
     )
 
 
+# A change's columns Debezium did not send (an unchanged TOASTed value), by index: spec/envelopes.py.
+UNAVAILABLE = StructField("unavailable", ArrayType(IntegerType()))
+
+
 def change(pipeline: Pipeline) -> StructType:
     """A profile version: the key (named as its column), op (c, u, d or r), valid_from_ms (source.ts_ms;
-    BEGINNING_OF_TIME_MS for op=r), lsn, each carried column."""
+    BEGINNING_OF_TIME_MS for op=r), lsn, each carried column, then `unavailable`: the indexes of the columns
+    Debezium did not send (null when it sent them all)."""
     profile = pipeline.profile
     return _unique(
         _struct(
@@ -107,13 +112,15 @@ def change(pipeline: Pipeline) -> StructType:
             ("valid_from_ms", _LONG),
             ("lsn", _LONG),
             *((name, spark_type(c.type)) for name, c in profile.columns.items()),
+            (UNAVAILABLE.name, UNAVAILABLE.dataType),
         )
     )
 
 
 def enriched(pipeline: Pipeline) -> StructType:
     """An enriched event; the profile columns hold if_missing when it had no profile version, and
-    complete is false when join.max_wait released it before CDC progress reached it (CDC stalled)."""
+    complete is false when join.max_wait released it before CDC progress reached it (CDC stalled), or when
+    the version's value of a column is unknown (an unchanged TOASTed value, spec/temporal_state.py)."""
     events, profile, named = pipeline.events, pipeline.profile, enriched_names(pipeline)
     return _unique(
         _struct(
@@ -137,8 +144,9 @@ def enriched(pipeline: Pipeline) -> StructType:
 
 def join_output(pipeline: Pipeline) -> StructType:
     """What the join emits: kind, the enriched columns, the REJECT columns (a rejected record passed
-    through; null on the other rows), change_op (a profile change passed through: c, u, d or r; such a row
-    has the key, the version's profile columns and valid_from)."""
+    through; null on the other rows), change_op (a profile version as stored: c, u, d or r; such a row has
+    the key, the version's profile columns and valid_from, and when some of its values are unknown, complete
+    false and error saying which)."""
     return _unique(
         StructType(
             [

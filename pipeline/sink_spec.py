@@ -33,6 +33,8 @@ PAYLOAD = "payload"
 CHANGE_OP = "change_op"
 # The changelog record's field holding the version's start.
 VALID_FROM = "valid_from"
+# The changelog record's field saying which values are unknown, and why (only then).
+INCOMPLETE = "incomplete"
 # Types an aggregate cannot group by in the sink: a Postgres key compares them by value, not by their text.
 UNGROUPABLE = ("text[]", "jsonb")
 
@@ -119,6 +121,7 @@ def sink_spec(
                     for name, column in pipeline.profile.columns.items()
                 ),
                 {"name": VALID_FROM, "ordinal": valid_from, "type": "valid_from_ms"},
+                {"name": INCOMPLETE, "ordinal": ordinal(ERROR), "type": "text"},
             ],
         },
         "dead_letters": {

@@ -2,7 +2,8 @@
 
 Semantics (docs/join-semantics.md "In short"):
 - A profile version is valid from its commit time (valid_from_ms = Debezium source.ts_ms); snapshot rows
-  (op=r) from BEGINNING_OF_TIME_MS; a delete ends validity (a tombstone version), a re-insert starts anew.
+  (op=r) from BEGINNING_OF_TIME_MS; a delete ends validity (a tombstone version), a re-insert starts anew;
+  a truncate of the table ends every key's validity.
 - An event at t joins the version with the greatest valid_from <= t (equal valid_from: the higher lsn),
   whatever order events and changes arrive in. No valid version -> each profile column's if_missing (null
   when the file gives none); a text column with if_missing also takes it for a null or empty value.
@@ -92,8 +93,9 @@ _OPERATOR_NAME = "transformWithStateExec"
 
 
 def tagged_schema(pipeline: Pipeline) -> StructType:
-    """kind, bucket, key, ts_ms, lsn, event_id, e_<field>..., count, op, p_<column>..., error, source,
-    payload, progress_ms: each event field and profile column in the file's order, of its Spark type."""
+    """kind, bucket, key, ts_ms, lsn, event_id, e_<field>..., count, op, p_<column>..., unavailable, error,
+    source, payload, progress_ms: each event field and profile column in the file's order, of its Spark type;
+    unavailable: a change's columns Debezium did not send (records.UNAVAILABLE)."""
     return StructType(
         [
             StructField("kind", _STR),
@@ -112,6 +114,7 @@ def tagged_schema(pipeline: Pipeline) -> StructType:
                 StructField(f"{PROFILE_PREFIX}{name}", spark_type(c.type))
                 for name, c in pipeline.profile.columns.items()
             ),
+            records.UNAVAILABLE,
             *records.REJECT.fields,
             StructField("progress_ms", _LONG),  # CDC rows only
         ]
@@ -175,8 +178,10 @@ def _is_decimal(text: str) -> bool:
 def temporal_join(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: Pipeline) -> DataFrame:
     """Streaming events as the event parser returns them (event_id, the key, each field, the time in ms,
     the count, by position: records.click) and CDC rows (pipeline.cdc_fold.fold: kind "change" with the
-    records.change columns, or "progress"; progress_ms on both) -> one records.join_output row per event,
-    and one per change (kind "change", change_op set: the changelog, in the join's version order per key).
+    records.change columns, "truncate" (no key: every key's profile ends, spec/temporal_state.py), or
+    "progress"; progress_ms on all) -> one records.join_output row per event, and one per version stored
+    (kind "change", change_op set: the changelog, in the join's version order per key; a truncate gives a
+    tombstone to every key that had a profile).
     Inputs must carry no watermark of their own and have non-null event times and valid_from_ms (the
     parsers send such records to the dead letters).
 
@@ -280,6 +285,7 @@ def _tag_cdc(cdc: DataFrame, pipeline: Pipeline, tagged: StructType, buckets: in
             "ts_ms": F.col("valid_from_ms"),
             "lsn": F.coalesce(F.col("lsn"), F.lit(0)),
             "op": F.col("op"),
+            "unavailable": F.col("unavailable"),
             "progress_ms": F.col("progress_ms"),
             **{f"{PROFILE_PREFIX}{name}": F.col(f"`{name}`") for name in pipeline.profile.columns},
         },

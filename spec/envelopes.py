@@ -5,6 +5,9 @@ commit order):
     key   {"<key column>": ...}
     value {"before": {...}|null, "after": {...}|null, "op": c|u|d|r, "source": {"ts_ms", "lsn", ...}, ...}
 then a tombstone (null value) after each delete. A snapshot read (op=r) is valid from the beginning of time.
+A TRUNCATE of the table is one event with no key, op=t and no rows (the connector sets skipped.operations
+to none: Debezium skips truncates by default): a Truncate, which ends every key's profile at its commit
+time (spec/temporal_state.py).
 
 The profile spec says which table (the pipeline file's profile section, as a plain dict):
     {"key": {"column": "userid", "type": "text"},
@@ -43,10 +46,17 @@ or a missing field is NULL:
                an array: its compact JSON text (members in document order, strings quoted as Jackson
                quotes them, integers in decimal, other numbers as written)
 A column with `max_bytes` (Postgres indexes it) is a dead letter past that many UTF-8 bytes (its text,
-numeric or jsonb text). Debezium's placeholder for an unchanged TOASTed value (UNAVAILABLE, a column's value
-or an element of a text[]) is never data: the record is a dead letter. Anything else (a float for a text, an
-object for an integer...) sends the record to the dead letters with a reason naming the column, instead of
-failing the batch.
+numeric or jsonb text). Anything else (a float for a text, an object for an integer...) sends the record to
+the dead letters with a reason naming the column, instead of failing the batch.
+
+Debezium's placeholder for an unchanged TOASTed value is never data. Without REPLICA IDENTITY FULL (the
+publication's column list rules it out) pgoutput does not send a large value an UPDATE left unchanged, and
+Debezium 3.4 writes UNAVAILABLE in its place: the string for a text, numeric (decimal.handling.mode=string)
+or jsonb column, [UNAVAILABLE] for a text[] (UnchangedToastedPlaceholder). Fixed-width types are never
+TOASTed; the rule is the same for every type all the same. Such a column folds to None and its index (in
+spec order) is in Change.unavailable: the join takes its value from the key's previous version
+(spec/temporal_state.py). The placeholder as the key, or inside a longer text[], is no form Debezium writes:
+a dead letter.
 
 `parse_envelope` is the executable reference; pipeline.cdc_fold.fold is the same logic in the JVM
 (jvm/.../cdc/EnvelopeFold.java, its fast path PlainEnvelope.java), held to it by the differential tests in
@@ -96,6 +106,18 @@ class Change:
     progress_ms: int
     # Each spec column by name, in spec order: all None for a delete.
     columns: dict[str, Any]
+    # The indexes (in spec order) of the columns Debezium did not send (an unchanged TOASTed value): None in
+    # `columns`, the previous version's value in the join.
+    unavailable: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Truncate:
+    """The table truncated: every key's profile ends at valid_from_ms (its commit time)."""
+
+    valid_from_ms: int
+    lsn: int
+    progress_ms: int
 
 
 @dataclass(frozen=True)
@@ -109,9 +131,9 @@ class BadEnvelope(ValueError):
 
 def parse_envelope(
     topic: str, key: bytes | None, value: bytes | None, spec: dict[str, Any]
-) -> Change | Progress | None:
-    """One Debezium record of the profile table `spec` describes -> a Change, a Progress report, or None
-    for a tombstone."""
+) -> Change | Truncate | Progress | None:
+    """One Debezium record of the profile table `spec` describes -> a Change, a Truncate, a Progress
+    report, or None for a tombstone."""
     if topic.startswith(f"{names.HEARTBEAT_TOPIC_PREFIX}."):  # Debezium's own heartbeat topic
         beat = _json(value, "heartbeat")
         return Progress(_commit_ms(beat, "ts_ms", "heartbeat") - HEARTBEAT_SAFETY_MS)
@@ -130,12 +152,14 @@ def parse_envelope(
     ):
         return Progress(_commit_ms(source, "ts_ms", "source"))
     op = envelope.get("op")
-    if op not in ("c", "u", "d", "r") or not isinstance(source, dict):
+    if op not in ("c", "u", "d", "r", "t") or not isinstance(source, dict):
         raise BadEnvelope(f"not a Debezium row change (op={op!r})")
     ts_ms = _commit_ms(source, "ts_ms", "source")
     lsn = source.get("lsn")
     if lsn is not None and not is_int(lsn):
         raise BadEnvelope(f"source.lsn must be an integer, got {lsn!r}")
+    if op == "t":
+        return Truncate(ts_ms, lsn or 0, ts_ms)
     side = "before" if op == "d" else "after"
     row = envelope.get(side)
     if op != "d" and not isinstance(row, dict):
@@ -146,11 +170,22 @@ def parse_envelope(
     user_key = _key(spec, profile.get(spec["key"]["column"]), key)
     valid_from = BEGINNING_OF_TIME_MS if op == "r" else ts_ms
     columns = {column["name"]: None for column in spec["columns"]}
+    unavailable: list[int] = []
     if op != "d":
-        for column in spec["columns"]:
+        for index, column in enumerate(spec["columns"]):
             name = column["name"]
-            columns[name] = _column(column, profile.get(name), partial(_literal, value, side, name))
-    return Change(user_key, op, valid_from, lsn or 0, ts_ms, columns)
+            raw = profile.get(name)
+            if is_unavailable(column, raw):
+                unavailable.append(index)
+                continue
+            columns[name] = _column(column, raw, partial(_literal, value, side, name))
+    return Change(user_key, op, valid_from, lsn or 0, ts_ms, columns, tuple(unavailable))
+
+
+def is_unavailable(column: dict[str, Any], value: Any) -> bool:
+    """Whether a column's JSON is Debezium's placeholder for an unchanged TOASTed value: UNAVAILABLE, or
+    [UNAVAILABLE] for a text[]."""
+    return value == UNAVAILABLE or (column["type"] == "text[]" and value == [UNAVAILABLE])
 
 
 def _json(raw: bytes | None, what: str) -> dict[str, Any]:
@@ -221,9 +256,8 @@ def _column(column: dict[str, Any], value: Any, literal: Callable[[], Any]) -> A
     where = f"after.{column['name']}"
     if value is None:
         return None
-    in_array = column["type"] == "text[]" and isinstance(value, list) and UNAVAILABLE in value
-    if value == UNAVAILABLE or in_array:
-        raise BadEnvelope(f"{where} is Debezium's unavailable-value placeholder (an unchanged TOASTed value)")
+    if column["type"] == "text[]" and isinstance(value, list) and UNAVAILABLE in value:
+        raise BadEnvelope(f"{where} holds Debezium's unavailable-value placeholder beside other elements")
     typed = _TYPED[column["type"]](value, literal)
     if typed is None:
         raise BadEnvelope(f"{where} must be {_EXPECTED[column['type']]}, got {value!r}")

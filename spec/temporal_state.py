@@ -11,6 +11,19 @@ Nothing here names a column: a version's profile and an event's fields are tuple
 join spec (pipeline/temporal_join.py join_spec), and the spec's profile columns give the if_missing rules
 (IfMissing). Snapshot rows (op=r) are valid from common.names.BEGINNING_OF_TIME_MS; the job's settings
 (join.mode, max_wait, version retention) are pipeline.join_config's.
+
+A change may lack columns: Debezium does not send a large (TOASTed) value an UPDATE left unchanged
+(spec/envelopes.py, Change.unavailable). Such a column holds UNAVAILABLE, and the change takes its value
+from the key's previous version when it is stored (`filled`): the CDC topic is in commit order, so that is
+the version the database had before. Without one (no earlier version, or a tombstone) the value stays
+UNAVAILABLE: unknown. Events joined to such a version carry null there (or its if_missing) and are not
+complete, and its changelog record says which columns are unknown.
+
+A TRUNCATE of the table (spec/envelopes.py Truncate) has no key: it reaches every key that has versions or
+input in its step (the operator fans it out to every bucket), as `truncates`, tombstones at the truncate's
+(valid_from, lsn). Each one is stored where it ends a profile: after a version that is not a tombstone. So
+an event before the truncate joins the version it had, one at or after it joins no profile, as after a
+delete, and the changelog gets a tombstone for every key that had a profile.
 """
 
 from __future__ import annotations
@@ -21,6 +34,21 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 DELETE = "d"
+
+
+class _Unavailable:
+    """The one UNAVAILABLE value."""
+
+    def __repr__(self) -> str:
+        return "UNAVAILABLE"
+
+
+# A profile value Debezium did not send (an unchanged TOASTed value) that no earlier version supplied.
+UNAVAILABLE: Any = _Unavailable()
+# Why a changelog record lacks values, followed by the columns' names (", " between them).
+UNKNOWN_VALUES = (
+    "unchanged TOASTed values Debezium did not send, and no earlier version of the key to take them from: "
+)
 
 
 class Version(NamedTuple):
@@ -45,7 +73,8 @@ class Click(NamedTuple):
 
 class Enriched(NamedTuple):
     """One output row of kind "event": the event, the profile (if_missing applied) and its valid_from
-    (None without a profile version). `row()` is the output's columns after kind, up to valid_from."""
+    (None without a profile version). `row()` is the output's columns after kind, up to valid_from. known:
+    the version holds every column's value (none is UNAVAILABLE); the row is complete only then."""
 
     event_id: str
     key: str | None
@@ -54,6 +83,7 @@ class Enriched(NamedTuple):
     event_count: int
     profile: tuple[Any, ...]
     valid_from_ms: int | None
+    known: bool = True
 
     def row(self) -> tuple[Any, ...]:
         return (
@@ -84,9 +114,11 @@ class IfMissing(NamedTuple):
         return IfMissing(values, blank)
 
     def fill(self, profile: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A version's values as an event row holds them: an UNAVAILABLE one is null."""
+        known = (None if value is UNAVAILABLE else value for value in profile)
         return tuple(
             missing if missing is not None and (value is None or (blank and value == "")) else value
-            for value, missing, blank in zip(profile, self.values, self.blank, strict=True)
+            for value, missing, blank in zip(known, self.values, self.blank, strict=True)
         )
 
 
@@ -104,6 +136,7 @@ class Step(NamedTuple):
     rows: list[Enriched]
     state: UserState
     wakeup_ms: int | None  # when this key needs the operator again (event time), None = only on input
+    changes: tuple[Version, ...] = ()  # the step's changes as stored (filled), in version order
 
 
 def _order(version: Version) -> tuple[int, int]:
@@ -115,6 +148,25 @@ def add_version(versions: list[Version], version: Version) -> list[Version]:
     result = [v for v in versions if _order(v) != _order(version)]
     insort(result, version, key=_order)
     return result
+
+
+def previous_version(versions: list[Version], version: Version) -> Version | None:
+    """The version just before `version` in (valid_from, lsn) order (a replayed one's own excluded)."""
+    index = bisect_left(versions, _order(version), key=_order) - 1
+    return versions[index] if index >= 0 else None
+
+
+def filled(version: Version, previous: Version | None) -> Version:
+    """A change's UNAVAILABLE columns with the previous version's values; they stay UNAVAILABLE without a
+    previous version, after a tombstone, or where the previous version's value is unknown too."""
+    if UNAVAILABLE not in version.profile:
+        return version
+    source = None if previous is None or previous.op == DELETE else previous.profile
+    profile = tuple(
+        (UNAVAILABLE if source is None else source[i]) if value is UNAVAILABLE else value
+        for i, value in enumerate(version.profile)
+    )
+    return version._replace(profile=profile)
 
 
 def version_at(versions: list[Version], time_ms: int) -> Version | None:
@@ -150,7 +202,13 @@ def enrich(click: Click, version: Version | None, if_missing: IfMissing) -> Enri
     with if_missing holds it for a null or empty value too (an aggregate keyed by it needs a value)."""
     if version is None or version.op == DELETE:
         return Enriched(*click, if_missing.values, None)
-    return Enriched(*click, if_missing.fill(version.profile), version.valid_from_ms)
+    known = UNAVAILABLE not in version.profile
+    return Enriched(*click, if_missing.fill(version.profile), version.valid_from_ms, known)
+
+
+def ends_a_profile(previous: Version | None) -> bool:
+    """Whether a truncate's tombstone after `previous` ends something: a version that is no tombstone."""
+    return previous is not None and previous.op != DELETE
 
 
 def advance(
@@ -160,21 +218,30 @@ def advance(
     watermark_ms: int,
     retention_ms: int,
     if_missing: IfMissing,
+    truncates: Iterable[Version] = (),
 ) -> Step:
-    """Event-time join for one key: merge changes, emit every event the watermark has passed, expire.
+    """Event-time join for one key: merge changes, then the step's truncates (tombstones), emit every event
+    the watermark has passed, expire.
 
     The watermark is max(CDC progress, wall clock - max_wait), so an event at t <= watermark has seen every
     change committed up to t (or has waited long enough), whatever order the records arrived in.
     """
-    versions = state.versions
-    for change in changes:
-        versions = add_version(versions, change)
+    versions, stored = state.versions, []
+    for change in changes:  # in arrival order, each filled from the versions stored so far
+        stored.append(filled(change, previous_version(versions, change)))
+        versions = add_version(versions, stored[-1])
+    for tombstone in truncates:
+        if ends_a_profile(previous_version(versions, tombstone)):
+            stored.append(tombstone)
+            versions = add_version(versions, tombstone)
     waiting = state.pending + list(clicks)
     ready = sorted((c for c in waiting if c.time_ms <= watermark_ms), key=lambda c: c.time_ms)
     pending = [c for c in waiting if c.time_ms > watermark_ms]
     rows = [enrich(c, version_at(versions, c.time_ms), if_missing) for c in ready]
     versions = expire_versions(versions, watermark_ms - retention_ms)
-    return Step(rows, UserState(versions, pending, state.wakeup_ms), _wakeup(versions, pending, retention_ms))
+    wakeup = _wakeup(versions, pending, retention_ms)
+    changelog = tuple(sorted(stored, key=_order))
+    return Step(rows, UserState(versions, pending, state.wakeup_ms), wakeup, changelog)
 
 
 def _wakeup(versions: list[Version], pending: list[Click], retention_ms: int) -> int | None:
@@ -187,13 +254,23 @@ def _wakeup(versions: list[Version], pending: list[Click], retention_ms: int) ->
 
 
 def advance_latest(
-    state: UserState, changes: Iterable[Version], clicks: Iterable[Click], if_missing: IfMissing
+    state: UserState,
+    changes: Iterable[Version],
+    clicks: Iterable[Click],
+    if_missing: IfMissing,
+    truncates: Iterable[Version] = (),
 ) -> Step:
-    """KStream-KTable left join: this batch's changes first (the newest wins), then every event joins the
-    latest version; nothing waits. A delete forgets the key."""
+    """KStream-KTable left join: this batch's changes and truncates first, in version order (the newest
+    wins, each change filled from the one before, a truncate's tombstone stored where it ends a profile),
+    then every event joins the latest version; nothing waits. A delete forgets the key."""
     latest = state.versions[-1] if state.versions else None
-    for change in sorted(changes, key=_order):
-        latest = change
+    stored = []
+    ordered = [(c, False) for c in changes] + [(t, True) for t in truncates]
+    for version, truncate in sorted(ordered, key=lambda item: _order(item[0])):
+        if truncate and not ends_a_profile(latest):
+            continue
+        latest = version if truncate else filled(version, latest)
+        stored.append(latest)
     versions = [] if latest is None or latest.op == DELETE else [latest]
     rows = [enrich(c, latest, if_missing) for c in clicks]
-    return Step(rows, UserState(versions, [], None), None)
+    return Step(rows, UserState(versions, [], None), None, tuple(stored))

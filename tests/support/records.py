@@ -47,4 +47,5 @@ CHANGE = _struct(
     ("gender", _STR),
     ("interests", _STRS),
     ("registertime", _LONG),
+    ("unavailable", ArrayType(IntegerType())),  # the columns Debezium did not send (unchanged TOASTed values)
 )

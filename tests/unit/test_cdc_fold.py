@@ -18,9 +18,11 @@ from pipeline.cdc_fold import (
 from spec.envelopes import (
     BEGINNING_OF_TIME_MS,
     MAX_COMMIT_MS,
+    UNAVAILABLE,
     BadEnvelope,
     Change,
     Progress,
+    Truncate,
     parse_envelope,
 )
 from tests.support.records import CHANGE
@@ -80,6 +82,14 @@ def test_delete_takes_userid_from_before_and_has_no_profile():
 
 def test_delete_without_before_falls_back_to_the_key():
     assert parse(TOPIC, KEY, envelope("d", ts_ms=9_000)).key == "alice"
+
+
+def test_a_truncate_has_no_key_and_ends_every_profile_at_its_commit_time():
+    """Debezium 3.4's truncate event (skipped.operations=none): no key, no rows, op t."""
+    value = json.dumps({"source": {"ts_ms": 7_000, "lsn": 88, "table": "users"}, "op": "t", "ts_ms": 7_010})
+    assert parse(TOPIC, None, value.encode()) == Truncate(7_000, 88, 7_000)
+    with pytest.raises(BadEnvelope, match="^source.ts_ms must be an integer"):
+        parse(TOPIC, None, json.dumps({"source": {"lsn": 88}, "op": "t"}).encode())
 
 
 def test_tombstone_is_skipped():
@@ -181,14 +191,23 @@ def test_profile_number_becomes_text_and_unreadable_fields_are_dead_letters():
         parse(TOPIC, KEY, envelope("u", after={**ALICE, "registertime": "1"}))
 
 
-def test_an_unchanged_toasted_value_is_never_data():
-    reason = "^after.{} is Debezium's unavailable-value placeholder \\(an unchanged TOASTed value\\)$"
-    for field, value in [
-        ("gender", "__debezium_unavailable_value"),
-        ("interests", ["a", "__debezium_unavailable_value"]),
-    ]:
-        with pytest.raises(BadEnvelope, match=reason.format(field)):
-            parse(TOPIC, KEY, envelope("u", after={**ALICE, field: value}))
+def test_an_unchanged_toasted_value_is_no_value_but_listed_as_unavailable():
+    """Debezium 3.4's placeholder (UnchangedToastedPlaceholder): the string for a text, numeric or jsonb, a
+    one-element array for a text[]. The join fills it from the key's previous version."""
+    after = {**ALICE, "gender": UNAVAILABLE, "interests": [UNAVAILABLE]}
+    change = parse(TOPIC, KEY, envelope("u", after=after))
+    assert change == Change("alice", "u", 1_000, 42, 1_000, profile("asia", None, None, 1), (1, 2))
+    assert parse(TOPIC, KEY, envelope("u", after=ALICE)).unavailable == ()
+    every = {"id": 7, **{c["name"]: UNAVAILABLE for c in SPEC["columns"]}}
+    assert parse_spec(every).unavailable == tuple(range(len(SPEC["columns"])))  # whatever the type
+
+
+def test_the_placeholder_beside_other_elements_or_as_the_key_is_a_dead_letter():
+    reason = "^after.interests holds Debezium's unavailable-value placeholder beside other elements$"
+    with pytest.raises(BadEnvelope, match=reason):
+        parse(TOPIC, KEY, envelope("u", after={**ALICE, "interests": ["a", UNAVAILABLE]}))
+    with pytest.raises(BadEnvelope, match="^userid is Debezium's unavailable-value placeholder"):
+        parse(TOPIC, None, envelope("u", after={**ALICE, "userid": UNAVAILABLE}))
 
 
 SPEC = {
@@ -282,6 +301,8 @@ def test_fold_tags_every_record(spark):
         (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": 7}, ts_ms=9_000), "f"),
         (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": {"x": 1}}), "g"),
         (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": "x" * MAX_CHANGE_BYTES}), "h"),
+        (TOPIC, KEY, envelope("u", after={**ALICE, "interests": [UNAVAILABLE]}, ts_ms=9_500), "i"),
+        (TOPIC, None, json.dumps({"source": {"ts_ms": 9_600, "lsn": 50}, "op": "t"}).encode(), "j"),
     ]
     schema = "topic string, key binary, value binary, event_id string, written_ms bigint"
     frame = spark.createDataFrame([(*r, 10_000) for r in rows], schema)
@@ -296,8 +317,10 @@ def test_fold_tags_every_record(spark):
         "change",
         "error",
         "error",
+        "change",
+        "truncate",
     ]
-    assert [r["event_id"] for r in records] == [None, None, None, "d", None, None, "g", "h"]
+    assert [r["event_id"] for r in records] == [None, None, None, "d", None, None, "g", "h", None, None]
     assert records[3]["payload"] == b"{bad" and "not JSON" in records[3]["error"]
     assert "after.regionid must be a string" in records[6]["error"]
     assert records[7]["error"] == (
@@ -308,10 +331,16 @@ def test_fold_tags_every_record(spark):
     assert [(c["userid"], c["op"], c["regionid"]) for c in changes] == [
         ("alice", "c", "asia"),
         ("alice", "u", "7"),
+        ("alice", "u", "asia"),
     ]
     assert changes[0]["interests"] == ["News"] and changes[0]["registertime"] == 1
-    assert [c["kind"] for c in cdc] == ["change", "progress", "error", "progress", "change", "error", "error"]
-    assert sorted(c["progress_ms"] for c in cdc if c["kind"] != "error") == [1_000, 4_000, 8_000, 9_000]
+    assert [c["unavailable"] for c in changes] == [None, None, [2]]  # interests: Debezium did not send it
+    assert changes[2]["interests"] is None
+    kinds = ["change", "progress", "error", "progress", "change", "error", "error", "change", "truncate"]
+    assert [c["kind"] for c in cdc] == kinds
+    progress = sorted(c["progress_ms"] for c in cdc if c["kind"] != "error")
+    assert progress == [1_000, 4_000, 8_000, 9_000, 9_500, 9_600]
+    assert (cdc[-1]["valid_from_ms"], cdc[-1]["lsn"], cdc[-1]["userid"]) == (9_600, 50, None)
 
 
 @pytest.mark.spark

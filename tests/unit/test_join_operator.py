@@ -1,18 +1,20 @@
 """Differential test: the Java join operator on a real local Spark against the Python model it ports.
 
 Hundreds of random histories run through one streaming query, one micro-batch per step, and through
-spec.temporal_state driven by the same schedule (each batch's watermark as Spark reports it; input rows
-first, then every key whose timer the watermark has passed). Every output row must be identical and come
-out in the same batch. Each mode runs two schemas side by side, one query each: the default pipeline
-file's and a random one (random event fields and profile columns, some with if_missing, random output
-names; in event-time mode every column type as an event field and as a profile column, in latest mode a
-few of random types), each with random values of its types (null, empty, non-ASCII, extremes).
-The histories mix out-of-order and late events, inserts, updates, deletes and re-inserts, snapshot rows,
-replayed changes, equal timestamps (an event at a version's valid-from, two versions with one valid-from),
-progress that stalls and then jumps, releases by the wall clock (join.max_wait) rather than by CDC
-progress, and versions old enough to expire. Rejected records ride along (the pipeline passes them through
-the operator): each must come out unchanged in its own batch, including from buckets that hold nothing
-else. Set JOIN_DIFF_SEED to try other seeds (and other random schemas); a failure names its seed.
+spec.temporal_state driven by the same schedule (each batch's watermark as Spark reports it; input rows first,
+then every key whose timer the watermark has passed). Every output row must be identical and come out in the
+same batch. Each mode runs two schemas side by side, one query each: the default pipeline file's and a random
+one (random event fields and profile columns, some with if_missing, random output names; in event-time mode
+every column type as an event field and as a profile column, in latest mode a few of random types), each with
+random values of its types (null, empty, non-ASCII, extremes). The histories mix out-of-order and late events,
+inserts, updates, deletes and re-inserts, snapshot rows, replayed changes, equal timestamps (an event at a
+version's valid-from, two versions with one valid-from), progress that stalls and then jumps, releases by the
+wall clock (join.max_wait) rather than by CDC progress, versions old enough to expire, changes lacking values
+(unchanged TOASTed values Debezium did not send: filled from the previous version, or unknown) and truncates
+of the table (no key: every key's profile ends). The operator's changelog rows (the versions as stored) must
+equal the model's too. Rejected records ride along (the pipeline passes them through the operator): each must
+come out unchanged in its own batch, including from buckets that hold nothing else. Set JOIN_DIFF_SEED to try
+other seeds (and other random schemas); a failure names its seed.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from pipeline import records
 from pipeline.join_config import LATEST, JoinConfig
 from pipeline.temporal_join import join_spec
 from spec.temporal_state import (
+    UNAVAILABLE,
+    UNKNOWN_VALUES,
     Click,
     Enriched,
     IfMissing,
@@ -118,6 +122,10 @@ class Histories:
             for h in range(self.histories):
                 for u in range(rng.randint(1, 2)):
                     self._events(step, f"h{h}u{u}", now)
+            if rng.random() < 0.12:  # a TRUNCATE of the table: no key, every key's profile ends
+                self.lsn += 1
+                valid_from = now + rng.randint(-3 * SECOND, 4 * SECOND)
+                step.changes.append({"kind": "truncate", "valid_from_ms": valid_from, "lsn": self.lsn})
             step.rejects = [self._reject() for _ in range(self.reject_rng.choice([0, 1, 5, 40]))]
             steps.append(step)
         # Flush: progress far ahead releases every waiting event; the next batch runs the timers.
@@ -172,6 +180,11 @@ class Histories:
         }
         if op != "d":
             change |= {name: rng.choice(VALUES[kind]) for name, kind in self.shape.columns}
+            if rng.random() < 0.3:  # values Debezium did not send (unchanged TOASTed values): null here
+                columns = range(len(self.shape.columns))
+                change["unavailable"] = sorted(rng.sample(columns, rng.randint(1, len(columns))))
+                for i in change["unavailable"]:
+                    change[self.shape.columns[i][0]] = None
         self.sent.append(change)
         return change
 
@@ -185,16 +198,33 @@ class Model:
         self.cfg, self.shape = cfg, shape
         self.users: dict[str, UserState] = defaultdict(UserState)
         self.progress_ms = -(2**63)
+        self.changelog: dict[str, list[tuple]] = {}  # the last batch's, per key
+        self.filled = self.unknown = 0  # values taken from a previous version; changes left with unknowns
+        self.truncated = 0  # tombstones stored for a truncate
 
     def batch(self, step: Step, spark_watermark_ms: int) -> list[tuple]:
         self.progress_ms = max([self.progress_ms, *(p["progress_ms"] for p in step.progress)])
-        complete = lambda row: self.cfg.mode == LATEST or row.time_ms <= self.progress_ms  # noqa: E731
+        cdc = lambda row: self.cfg.mode == LATEST or row.time_ms <= self.progress_ms  # noqa: E731
+        self.changelog = defaultdict(list)
         rows = self._rows(step, max(spark_watermark_ms, self.progress_ms))
-        return [(*row.row(), complete(row)) for row in rows]
+        return [(*row.row(), cdc(row) and row.known) for row in rows]
 
     def version(self, change: dict[str, Any]) -> Version:
-        profile = tuple(change.get(name) for name, _ in self.shape.columns)
+        unavailable = change.get("unavailable") or ()
+        profile = tuple(
+            UNAVAILABLE if i in unavailable else change.get(name)
+            for i, (name, _) in enumerate(self.shape.columns)
+        )
         return Version(change["valid_from_ms"], change["lsn"], change["op"], profile)
+
+    def changelog_record(self, version: Version) -> tuple:
+        """A stored version as the operator's change row has it: op, valid_from, profile, complete, error."""
+        names = [
+            name for (name, _), v in zip(self.shape.columns, version.profile, strict=True) if v is UNAVAILABLE
+        ]
+        profile = tuple(None if v is UNAVAILABLE else v for v in version.profile)
+        incomplete = (False, UNKNOWN_VALUES + ", ".join(names)) if names else (None, None)
+        return (version.op, version.valid_from_ms, profile, *incomplete)
 
     def click(self, row: dict[str, Any]) -> Click:
         shape = self.shape
@@ -205,13 +235,20 @@ class Model:
     def _rows(self, step: Step, watermark_ms: int) -> list[Enriched]:
         changes: dict[str, list[Version]] = defaultdict(list)
         clicks: dict[str, list[Click]] = defaultdict(list)
+        truncates = []
+        nothing = (None,) * len(self.shape.columns)
         for change in step.changes:
-            changes[change[self.shape.profile_key]].append(self.version(change))
+            if change.get("kind") == "truncate":
+                truncates.append(Version(change["valid_from_ms"], change["lsn"], "d", nothing))
+            else:
+                changes[change[self.shape.profile_key]].append(self.version(change))
         for row in step.clicks:
             clicks[row[self.shape.key]].append(self.click(row))
+        # A truncate reaches every key with versions, as it reaches every bucket.
+        held = {user for user, state in self.users.items() if state.versions} if truncates else set()
         rows: list[Enriched] = []
-        for user in changes.keys() | clicks.keys():  # input rows first ...
-            rows += self._step(user, changes[user], clicks[user], watermark_ms)
+        for user in changes.keys() | clicks.keys() | held:  # input rows first ...
+            rows += self._step(user, changes[user], clicks[user], watermark_ms, truncates)
         if self.cfg.mode != LATEST:  # ... then the timers the watermark has passed
             for user, state in list(self.users.items()):
                 if user not in changes and user not in clicks and _due(state, watermark_ms):
@@ -219,14 +256,27 @@ class Model:
         return rows
 
     def _step(
-        self, user: str, changes: list[Version], clicks: list[Click], watermark_ms: int
+        self,
+        user: str,
+        changes: list[Version],
+        clicks: list[Click],
+        watermark_ms: int,
+        truncates: list[Version] | None = None,
     ) -> list[Enriched]:
-        state, if_missing = self.users[user], self.shape.if_missing
+        state, if_missing, cut = self.users[user], self.shape.if_missing, truncates or []
         if self.cfg.mode == LATEST:
-            result = advance_latest(state, changes, clicks, if_missing)
+            result = advance_latest(state, changes, clicks, if_missing, cut)
         else:
-            result = advance(state, changes, clicks, watermark_ms, self.cfg.version_retention_ms, if_missing)
+            retention = self.cfg.version_retention_ms
+            result = advance(state, changes, clicks, watermark_ms, retention, if_missing, cut)
         self.users[user] = UserState(result.state.versions, result.state.pending, result.wakeup_ms)
+        given = {(c.valid_from_ms, c.lsn): c.profile.count(UNAVAILABLE) for c in changes}
+        for stored in result.changes:
+            self.changelog[user].append(self.changelog_record(stored))
+            left = stored.profile.count(UNAVAILABLE)
+            self.filled += given.get((stored.valid_from_ms, stored.lsn), 0) - left
+            self.unknown += left > 0
+            self.truncated += (stored.valid_from_ms, stored.lsn) not in given
         return result.rows
 
 
@@ -259,21 +309,18 @@ class Case:
         return tuple(row)[1 : 1 + len(records.enriched(self.harness.pipeline))]
 
     def changelog(self, rows: list[Row]) -> dict[str, list[tuple]]:
-        """Changes passed through by the operator: each key's (op, valid_from, profile), in output order."""
+        """The versions the operator stored, as change rows: each key's (op, valid_from, profile, complete,
+        error), in output order."""
         columns = len(self.shape.columns)
         start = 5 + len(self.shape.fields)  # kind, event_id, key, time, fields, count
         out: dict[str, list[tuple]] = defaultdict(list)
         for r in rows:
             values = tuple(r)
-            out[values[2]].append((r.change_op, values[start + columns], values[start : start + columns]))
-        return dict(out)
-
-    def changelog_of(self, changes: list[dict[str, Any]]) -> dict[str, list[tuple]]:
-        """What the operator must pass through of a batch's changes: each key's in version order."""
-        out: dict[str, list[tuple]] = defaultdict(list)
-        for c in sorted(changes, key=lambda c: (c["valid_from_ms"], c["lsn"])):
-            version = self.model.version(c)
-            out[c[self.shape.profile_key]].append((c["op"], c["valid_from_ms"], version.profile))
+            profile, (valid_from, complete, error) = (
+                values[start : start + columns],
+                values[start + columns :][:3],
+            )
+            out[values[2]].append((r.change_op, valid_from, profile, complete, error))
         return dict(out)
 
 
@@ -330,9 +377,6 @@ def test_jvm_operator_matches_the_python_model(spark: SparkSession, tmp_path: Pa
 def _check_batch(case: Case, number: int, emitted: list[Row], changes: list[Row]) -> None:
     where = f"seed {case.seed}, {case.name} schema, batch {number}"
     step = case.steps[number]
-    assert case.changelog(changes) == case.changelog_of(step.changes), (
-        f"{where}: changes not passed through once each, in version order per key"
-    )
     assert {r.kind for r in changes} <= {"change"}
     passed = {r.event_id: _as_reject(r) for r in emitted if r.kind == "reject"}
     assert passed == {r["event_id"]: _as_reject(Row(**r)) for r in step.rejects}, (
@@ -340,6 +384,9 @@ def _check_batch(case: Case, number: int, emitted: list[Row], changes: list[Row]
     )
     got = {r.event_id: case.enriched(r) for r in emitted if r.kind == "event"}
     want = {row[0]: row for row in case.model.batch(step, case.harness.watermark_ms())}
+    assert case.changelog(changes) == dict(case.model.changelog), (
+        f"{where}: changes not stored once each as the model fills them, in version order per key"
+    )
     assert got.keys() == want.keys(), (
         f"{where}: emitted by Spark only {sorted(got.keys() - want.keys())[:5]}, "
         f"by the model only {sorted(want.keys() - got.keys())[:5]}"
@@ -357,6 +404,10 @@ def _check_run(case: Case, mode: str) -> None:
     joined = [case.enriched(r) for r in output if r.kind == "event"]
     with_profile = Counter(row[-2] is not None for row in joined)  # valid_from: a profile version or none
     assert with_profile[True] and with_profile[False], f"{where}: the histories really exercise the join"
+    filled, unknown = case.model.filled, case.model.unknown
+    assert filled and unknown, (
+        f"{where}: unavailable values both filled ({filled}) and left unknown ({unknown})"
+    )
     if mode != LATEST:
         released = Counter(row[-1] for row in joined)  # by CDC progress (True), by max_wait (False)
         assert released[True] and released[False], f"{where}: both kinds of release, got {released}"

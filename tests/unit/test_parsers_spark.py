@@ -32,7 +32,7 @@ from common import names
 from common import pipeline_file as pf
 from pipeline import cdc_fold, events, field_types
 from pipeline.events import MAX_RECORD_BYTES
-from spec.envelopes import UNAVAILABLE, BadEnvelope, Change, Progress, parse_envelope
+from spec.envelopes import UNAVAILABLE, BadEnvelope, Change, Progress, Truncate, parse_envelope
 from spec.events import ISO_TIME, MAX_MICROS, MIN_MICROS, Event, Rejected, parse_event
 
 # The default pipeline file's event spec (the demo's clicks).
@@ -80,7 +80,7 @@ CDC_CATEGORIES = (
     "after.gender must be",
     "after.interests must be",
     "after.registertime must be",
-    "is Debezium's unavailable-value placeholder",
+    "Debezium's unavailable-value placeholder",
 )
 CATEGORIES = (*CDC_CATEGORIES, *CLICK_CATEGORIES)
 
@@ -358,7 +358,9 @@ def profile_row(rng: random.Random) -> Any:
         "userid": rng.choice(["alice", "bob", "é日本", "alice", "bob", rng.choice(LONG_KEYS)]),
         "regionid": rng.choice(["asia", "europe", None, "asia", "europe", rng.choice(LONG_KEYS)]),
         "gender": rng.choice(["FEMALE", "MALE", None, "FEMALE", "MALE", UNAVAILABLE]),
-        "interests": rng.choice([["News"], [], None, ["a", None], ["News"], [], None, ["a", UNAVAILABLE]]),
+        "interests": rng.choice(
+            [["News"], [], None, ["a", None], ["News"], [], None, ["a", UNAVAILABLE], [UNAVAILABLE]]
+        ),
         "registertime": rng.choice([1, 1_700_000_000_000, None]),
     }
     for _ in range(rng.choice([0, 0, 0, 1, 2])):
@@ -390,7 +392,7 @@ def cdc_records(rng: random.Random) -> list[tuple[str, bytes | None, bytes | Non
         ),
     ]
     for _ in range(1500):
-        op = rng.choice(["c", "u", "d", "r", "c", "u", "d", "r", "x", None, 1])
+        op = rng.choice(["c", "u", "d", "r", "c", "u", "d", "r", "t", "x", None, 1])
         source: Any = {
             "connector": "postgresql",
             "schema": "public",
@@ -449,9 +451,9 @@ def cdc_records(rng: random.Random) -> list[tuple[str, bytes | None, bytes | Non
 
 def test_cdc_fold_agrees_with_parse_envelope(spark: SparkSession):
     kinds = check_envelopes(spark, cdc_records(random.Random(SEED))).kinds
-    outcomes = {k if k in ("change", "progress", "skip") else category(k) for k in kinds}
+    outcomes = {k if k in ("change", "truncate", "progress", "skip") else category(k) for k in kinds}
     # The generator reaches every outcome.
-    assert outcomes >= {"change", "progress", "skip", *CDC_CATEGORIES}, kinds
+    assert outcomes >= {"change", "truncate", "progress", "skip", *CDC_CATEGORIES}, kinds
 
 
 def debezium_envelope(i: int) -> tuple[bytes, bytes]:
@@ -544,7 +546,7 @@ def check_envelopes(
     out = Folded()
     for (topic, key, value), row in zip(records, got, strict=True):
         where = (topic, key, value, row)
-        want: Change | Progress | None = None
+        want: Change | Truncate | Progress | None = None
         try:
             want = parse_envelope(topic, key, value, spec)
         except BadEnvelope as exc:
@@ -570,13 +572,15 @@ def check_envelopes(
     return out
 
 
-def expected_row(want: Change | Progress | None, spec: dict[str, Any]) -> tuple[Any, ...]:
+def expected_row(want: Change | Truncate | Progress | None, spec: dict[str, Any]) -> tuple[Any, ...]:
     """The fold's row (kind .. progress_ms) parse_envelope's answer stands for."""
-    nothing = (None,) * len(spec["columns"])
+    nothing = (None,) * (len(spec["columns"]) + 1)  # the columns and unavailable
     if want is None:
         return ("skip", None, None, None, None, *nothing, None)
     if isinstance(want, Progress):
         return ("progress", None, None, None, None, *nothing, want.progress_ms)
+    if isinstance(want, Truncate):
+        return ("truncate", None, "t", want.valid_from_ms, want.lsn, *nothing, want.progress_ms)
     assert list(want.columns) == [c["name"] for c in spec["columns"]]
     return (
         "change",
@@ -585,6 +589,7 @@ def expected_row(want: Change | Progress | None, spec: dict[str, Any]) -> tuple[
         want.valid_from_ms,
         want.lsn,
         *want.columns.values(),
+        list(want.unavailable) or None,
         want.progress_ms,
     )
 
@@ -611,7 +616,7 @@ def reason_shape(reason: str) -> str:
 COLUMN_TYPES = tuple(field_types.SPARK_TYPES)
 NAME_START = "abcdefghijklmnopqrstuvwxyzé日"
 NAME_CHARS = NAME_START + "_0123456789"
-FOLD_FIELDS = ("kind", "op", "valid_from_ms", "lsn", "progress_ms", "error")
+FOLD_FIELDS = ("kind", "op", "valid_from_ms", "lsn", "unavailable", "progress_ms", "error")
 
 
 def raw_number(text: str) -> str:
@@ -773,8 +778,9 @@ def spec_row(rng: random.Random, spec: dict[str, Any]) -> Any:
     for column in spec["columns"]:
         pick = rng.random()
         if column is bad:
-            choices = (junk_value(rng), *REFUSED[column["type"]])
-            row[column["name"]] = UNAVAILABLE if pick < 0.25 else rng.choice(choices)
+            row[column["name"]] = rng.choice((junk_value(rng), *REFUSED[column["type"]]))
+        elif pick < 0.08:  # Debezium's placeholder for an unchanged TOASTed value, in the type's form
+            row[column["name"]] = [UNAVAILABLE] if column["type"] == "text[]" and pick < 0.04 else UNAVAILABLE
         elif pick < 0.85:
             row[column["name"]] = rng.choice(TAKEN[column["type"]])
         elif pick < 0.93:
@@ -795,7 +801,7 @@ def spec_records(
         (names.HEARTBEAT_TOPIC, None, b'{"ts_ms": 5}'),
     ]
     for _ in range(n):
-        op = rng.choice("cudr") if rng.random() < 0.97 else rng.choice(["x", None])
+        op = rng.choice("cudr") if rng.random() < 0.95 else rng.choice(["t", "x", None])
         source: Any = {"ts_ms": NOW, "lsn": rng.choice([42, None, 2**40])}
         if rng.random() < 0.05:
             source[rng.choice(["ts_ms", "lsn"])] = rng.choice([-5, "7", 1.5, 0])
@@ -827,6 +833,7 @@ def test_the_fold_agrees_with_parse_envelope_for_any_profile_spec(spark: SparkSe
     for each: the fold (its fast path too) and parse_envelope agree row for row. One Spark job per spec."""
     rng = random.Random(SEED + 2)
     accepted: dict[str, int] = {}
+    unavailable: dict[str, int] = {}
     rejected: dict[str, int] = {}
     fast = valid = 0
     for _ in range(6):
@@ -837,6 +844,9 @@ def test_the_fold_agrees_with_parse_envelope_for_any_profile_spec(spark: SparkSe
             for column in spec["columns"]:
                 if change.op != "d" and change.columns[column["name"]] is not None:
                     accepted[column["type"]] = accepted.get(column["type"], 0) + 1
+            for index in change.unavailable:
+                kind = spec["columns"][index]["type"]
+                unavailable[kind] = unavailable.get(kind, 0) + 1
         for reason, count in folded.kinds.items():
             where = reason.split(" ")[0]
             subject = types.get(where, "key" if where == spec["key"]["column"] else None)
@@ -845,11 +855,14 @@ def test_the_fold_agrees_with_parse_envelope_for_any_profile_spec(spark: SparkSe
                 rejected[outcome] = rejected.get(outcome, 0) + count
         fast += sum(folded.fast)
         valid += folded.valid
-    # Every type folds values and refuses others; placeholders and byte limits are dead letters.
-    assert set(accepted) == set(COLUMN_TYPES), accepted
+    # Every type folds values, refuses others and takes the placeholder as a column Debezium did not send;
+    # byte limits, the placeholder as the key or beside other elements of a text[] are dead letters.
+    assert set(accepted) == set(unavailable) == set(COLUMN_TYPES), (accepted, unavailable)
     for kind in COLUMN_TYPES:
-        assert {f"{kind}: must be", f"{kind}: placeholder"} <= rejected.keys(), (kind, rejected)
-    assert {"text: over", "numeric: over", "jsonb: over", "key: over", "key: placeholder"} <= rejected.keys()
+        assert f"{kind}: must be" in rejected, (kind, rejected)
+    dead = {"text: over", "numeric: over", "jsonb: over", "key: over"}
+    dead |= {"key: placeholder", "text[]: placeholder"}
+    assert dead <= rejected.keys(), rejected
     assert fast > valid // 3, (fast, valid)
 
 

@@ -96,6 +96,7 @@ def test_a_users_own_table_is_captured_with_its_columns_only(settings: config.Se
     assert cfg["transforms.heartbeatToProfiles.regex"] == r"shop\.streamfold\.cdc_heartbeat"
     assert (cfg["slot.name"], cfg["publication.name"]) == ("streamfold_customers", "streamfold_customers")
     assert cfg["decimal.handling.mode"] == "string"  # numeric columns arrive as their decimal text
+    assert cfg["skipped.operations"] == "none"  # truncates too (Debezium skips them by default)
 
 
 def test_every_placeholder_is_filled(settings: config.Settings) -> None:

@@ -313,6 +313,7 @@ def test_the_default_spec_names_the_contracts_tables_and_topics() -> None:
         ("interests", "user_interests", "text[]"),
         ("registertime", "user_registertime", "bigint"),
         ("valid_from", "profile_valid_from_ms", "valid_from_ms"),
+        ("incomplete", "error", "text"),
     ]
     url_region = spec["aggregates"][1]
     assert [(k["column"], FIELDS[k["ordinal"]], k["md5"]) for k in url_region["keys"]] == [
@@ -404,28 +405,35 @@ def test_profile_changes_go_to_users_changelog_in_order_and_nowhere_else(
 ) -> None:
     """CDC changes ride in the batch (the join passes them through): each becomes one users_changelog
     record, the profile as JSON (no valid_from for a snapshot row), a delete its tombstone, a user's
-    records in their order; Postgres gets only clicks and dead letters."""
+    records in their order; Postgres gets only clicks and dead letters. A version whose values are unknown
+    (unchanged TOASTed values with no earlier version) says so in `incomplete`."""
     fresh_topics(bootstrap)
     items = [("User_1", "c", "a", 5), ("User_2", "r", "b", -(2**62)), ("User_1", "d", None, 9)]
+    unknown = {**changes([("User_3", "u", "c", 7)])[0], "profile_complete": False, "error": "why: interests"}
     batch = spark.createDataFrame(
-        [tuple(row.get(name) for name in FIELDS) for row in clicks(20) + changes(items) + rejects(2)],
+        [
+            tuple(row.get(name) for name in FIELDS)
+            for row in clicks(20) + changes(items) + [unknown] + rejects(2)
+        ],
         OUTPUT,
     ).coalesce(1)
     reports = sinks.land(batch, SPEC, sinks.JdbcTarget.of(dsn), bootstrap, "q:1", 0, 30)
-    assert [(r.events, r.changes, r.dead) for r in reports] == [(20, 3, 2)]
+    assert [(r.events, r.changes, r.dead) for r in reports] == [(20, 4, 2)]
     assert assert_totals_exact(dsn)[0] == 20
     assert topic_counts(bootstrap) == {
         names.USER_CLICKS_TOPIC: 20,
-        names.USERS_CHANGELOG_TOPIC: 3,
+        names.USERS_CHANGELOG_TOPIC: 4,
         names.DLQ_TOPIC: 2,
     }
     got = [
         (k.decode(), None if v is None else v.decode())
-        for k, v in topic_records(bootstrap, names.USERS_CHANGELOG_TOPIC, 3)
+        for k, v in topic_records(bootstrap, names.USERS_CHANGELOG_TOPIC, 4)
         if k is not None
     ]
     assert [v for k, v in got if k == "User_1"] == ['{"userid":"User_1","regionid":"a","valid_from":5}', None]
     assert [v for k, v in got if k == "User_2"] == ['{"userid":"User_2","regionid":"b"}']
+    want = '{"userid":"User_3","regionid":"c","valid_from":7,"incomplete":"why: interests"}'
+    assert [v for k, v in got if k == "User_3"] == [want]
 
 
 def last_values(bootstrap: str, topic: str, expect: int) -> dict[str, str]:

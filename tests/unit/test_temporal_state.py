@@ -10,6 +10,7 @@ import pytest
 from common.names import BEGINNING_OF_TIME_MS, UNKNOWN_REGION
 from pipeline.join_config import JoinConfig, parse_duration_ms
 from spec.temporal_state import (
+    UNAVAILABLE,
     Click,
     Enriched,
     IfMissing,
@@ -216,6 +217,84 @@ def test_latest_mode_applies_a_batchs_changes_before_its_clicks_and_never_waits(
     assert step.state.is_empty()
     step = advance_latest(step.state, [], [click("c3", NOON)])
     assert regions(step.rows) == {"c3": UNKNOWN_REGION}
+
+
+# --- unchanged TOASTed values (UNAVAILABLE): the same cases as UserHistoryTest's ------------------------
+
+TOASTED_MOVE = Version(NOON, 20, "u", ("europe", "F", UNAVAILABLE, 1_600_000_000_000))
+TOASTED_BACK = Version(NOON + MINUTE, 21, "u", ("asia", "F", UNAVAILABLE, 7))
+
+
+def test_an_unavailable_value_takes_the_previous_versions_and_chains_through_later_ones() -> None:
+    step = advance(UserState([SNAPSHOT]), [TOASTED_MOVE, TOASTED_BACK], [], NOON - DAY, RETENTION)
+    assert [v.profile[2] for v in step.state.versions] == [["news"]] * 3
+    assert [v.profile[0] for v in step.changes] == ["europe", "asia"]
+    (row,) = advance(step.state, [], [click("after", NOON + 2 * MINUTE)], NOON + DAY, RETENTION).rows
+    assert (row.profile, row.valid_from_ms, row.known) == (("asia", "F", ["news"], 7), NOON + MINUTE, True)
+
+
+def test_an_unavailable_value_without_a_previous_version_or_after_a_tombstone_stays_unknown() -> None:
+    for versions in ([], [SNAPSHOT, DELETE]):
+        late = Version(NOON + DAY, 50, "u", ("europe", "F", UNAVAILABLE, 1))
+        step = advance(UserState(list(versions)), [late], [], NOON, RETENTION)
+        assert step.changes[0].profile[2] is UNAVAILABLE
+        (row,) = advance(step.state, [], [click("c", NOON + DAY)], NOON + 2 * DAY, RETENTION).rows
+        assert (row.profile, row.known) == (("europe", "F", None, 1), False)
+        again = Version(NOON + 2 * DAY, 51, "u", ("x", None, UNAVAILABLE, None))
+        assert advance(step.state, [again], [], NOON, RETENTION).changes[0].profile[2] is UNAVAILABLE
+
+
+def test_a_version_filled_from_the_version_before_it_in_version_order_not_arrival_order() -> None:
+    replay = Version(MOVE.valid_from_ms, MOVE.lsn, "u", ("oceania", "F", UNAVAILABLE, None))
+    step = advance(UserState([SNAPSHOT, MOVE, REINSERT]), [replay], [], NOON - DAY, RETENTION)
+    assert step.changes[0].profile[2] == ["news"]
+    assert [v.valid_from_ms for v in step.state.versions] == [
+        SNAPSHOT.valid_from_ms,
+        NOON,
+        REINSERT.valid_from_ms,
+    ]
+
+
+def test_latest_mode_fills_each_change_from_the_one_before_it() -> None:
+    step = advance_latest(UserState([SNAPSHOT]), [TOASTED_BACK, TOASTED_MOVE], [click("c", NOON)])
+    assert [v.valid_from_ms for v in step.changes] == [NOON, NOON + MINUTE]
+    assert step.rows[0].profile == ("asia", "F", ["news"], 7)
+    gone = advance_latest(step.state, [DELETE], [])
+    assert advance_latest(gone.state, [TOASTED_MOVE], []).state.versions[0].profile[2] is UNAVAILABLE
+
+
+# --- TRUNCATE: the same cases as UserHistoryTest's -------------------------------------------------------
+
+TRUNCATE = Version(NOON + 5 * MINUTE, 25, "d", (None, None, None, None))
+
+
+def test_a_truncate_ends_the_profile_at_its_commit_time_exactly() -> None:
+    clicks = [click("before", NOON + 5 * MINUTE - 1), click("at", NOON + 5 * MINUTE)]
+    step = advance_with(UserState([SNAPSHOT, MOVE]), [], clicks, NOON + DAY, RETENTION, DEFAULT, [TRUNCATE])
+    assert regions(step.rows) == {"before": "europe", "at": UNKNOWN_REGION}
+    assert step.changes == (TRUNCATE,)
+    assert step.state.versions == [SNAPSHOT, MOVE, TRUNCATE]
+
+
+def test_a_truncate_after_a_tombstone_or_with_nothing_before_it_stores_nothing() -> None:
+    for versions in ([], [SNAPSHOT, version(NOON, 20, "d", None)], [REINSERT]):
+        step = advance_with(UserState(list(versions)), [], [], NOON - DAY, RETENTION, DEFAULT, [TRUNCATE])
+        assert (step.changes, step.state.versions) == ((), versions)
+
+
+def test_a_truncate_takes_the_steps_changes_before_it_whatever_their_arrival_order() -> None:
+    reinsert = Version(NOON + 6 * MINUTE, 26, "c", ("africa", None, None, None))
+    step = advance_with(UserState(), [reinsert, MOVE], [], NOON - DAY, RETENTION, DEFAULT, [TRUNCATE])
+    assert step.state.versions == list(step.changes) == [MOVE, TRUNCATE, reinsert]
+    again = advance_with(step.state, [], [], NOON - DAY, RETENTION, DEFAULT, [TRUNCATE])
+    assert (again.changes, again.state.versions) == ((TRUNCATE,), [MOVE, TRUNCATE, reinsert])
+
+
+def test_latest_mode_applies_a_truncate_in_version_order_and_forgets_the_key() -> None:
+    step = advance_latest_with(UserState([SNAPSHOT]), [MOVE], [click("c", NOON)], DEFAULT, [TRUNCATE])
+    assert regions(step.rows) == {"c": UNKNOWN_REGION}
+    assert (step.changes, step.state.versions) == ((MOVE, TRUNCATE), [])
+    assert advance_latest_with(step.state, [], [], DEFAULT, [TRUNCATE]).changes == ()
 
 
 def test_join_config_from_conf() -> None:

@@ -20,8 +20,8 @@ import org.apache.spark.sql.api.java.UDF3;
  *
  * <p>Made by pipeline.cdc_fold with the profile spec's JSON and registered as
  * `streamfold_fold_envelope(is_heartbeat_topic, key, value)` with the return type cdc_fold.fold_type(spec):
- * kind (change | progress | skip | error), key, op, valid_from_ms, lsn, each column in spec order,
- * progress_ms, error.
+ * kind (change | truncate | progress | skip | error), key, op, valid_from_ms, lsn, each column in spec order,
+ * unavailable (the indexes of the columns Debezium did not send), progress_ms, error.
  */
 public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
   private static final long serialVersionUID = 1L;
@@ -60,6 +60,17 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
     Object[] row = new Object[spec.width()];
     row[ProfileSpec.KIND] = "progress";
     row[spec.progressField()] = progressMs;
+    return RowFactory.create(row);
+  }
+
+  /** The row of a TRUNCATE of the table: no key; every key's profile ends at its commit time. */
+  static Row truncate(ProfileSpec spec, long ts, long lsn) {
+    Object[] row = new Object[spec.width()];
+    row[ProfileSpec.KIND] = "truncate";
+    row[ProfileSpec.OP] = "t";
+    row[ProfileSpec.VALID_FROM] = ts;
+    row[ProfileSpec.LSN] = lsn;
+    row[spec.progressField()] = ts;
     return RowFactory.create(row);
   }
 
@@ -102,7 +113,7 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
       return progress(spec, commitMs(source, "ts_ms", "source"));
     }
     Object opValue = envelope.get("op");
-    if (!(opValue instanceof String op) || !List.of("c", "u", "d", "r").contains(op) || source == null) {
+    if (!(opValue instanceof String op) || !List.of("c", "u", "d", "r", "t").contains(op) || source == null) {
       throw new Rejected("not a Debezium row change (op=" + StrictJson.shown(opValue) + ")");
     }
     long ts = commitMs(source, "ts_ms", "source");
@@ -111,6 +122,9 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
       throw new Rejected("source.lsn must be an integer, got " + StrictJson.shown(lsnValue));
     }
     long lsn = lsnValue instanceof Long l ? l : 0L;
+    if ("t".equals(op)) {
+      return truncate(spec, ts, lsn);
+    }
     boolean delete = "d".equals(op);
     Object rowValue = envelope.get(delete ? "before" : "after");
     if (!delete && !(rowValue instanceof Map)) {
@@ -125,10 +139,11 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
     long validFrom = "r".equals(op) ? BEGINNING_OF_TIME_MS : ts;
     Object[] row = change(spec, userKey, op, validFrom, lsn, ts);
     if (!delete) {
-      for (int i = 0; i < spec.columns.length; i++) {
-        ProfileSpec.Column column = spec.columns[i];
-        row[ProfileSpec.FIRST_COLUMN + i] = ProfileValues.value(column, profile.get(column.name()));
+      Object[] json = new Object[spec.columns.length];
+      for (int i = 0; i < json.length; i++) {
+        json[i] = profile.get(spec.columns[i].name());
       }
+      ProfileValues.columns(spec, json, row);
     }
     return RowFactory.create(row);
   }

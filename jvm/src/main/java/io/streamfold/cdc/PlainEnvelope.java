@@ -98,9 +98,7 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
     long validFrom = "r".equals(op) ? EnvelopeFold.BEGINNING_OF_TIME_MS : ts;
     Object[] row = EnvelopeFold.change(spec, userKey, op, validFrom, lsn, ts);
     if (!delete) {
-      for (int i = 0; i < spec.columns.length; i++) {
-        row[ProfileSpec.FIRST_COLUMN + i] = ProfileValues.value(spec.columns[i], values[i]);
-      }
+      ProfileValues.columns(spec, values, row);
     }
     return RowFactory.create(row);
   }

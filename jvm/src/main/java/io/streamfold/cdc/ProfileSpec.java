@@ -14,7 +14,7 @@ import java.util.Map;
  * UDF is made on the driver; executors get it inside the serialised UDF.
  *
  * <p>The fold's row, by position: kind, key, op, valid_from_ms, lsn, each column in spec order,
- * progress_ms, error.
+ * unavailable, progress_ms, error.
  */
 public final class ProfileSpec implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -45,7 +45,8 @@ public final class ProfileSpec implements Serializable {
   public record Column(String name, Type type, int maxBytes, String where) implements Serializable {}
 
   /** The row's fixed fields; no column may take their names. */
-  private static final List<String> FIXED = List.of("kind", "op", "valid_from_ms", "lsn", "progress_ms", "error");
+  private static final List<String> FIXED =
+      List.of("kind", "op", "valid_from_ms", "lsn", "unavailable", "progress_ms", "error");
 
   public static final int KIND = 0;
   public static final int KEY = 1;
@@ -104,15 +105,20 @@ public final class ProfileSpec implements Serializable {
 
   /** The row's width: the fixed fields and one per column. */
   int width() {
-    return FIRST_COLUMN + columns.length + 2;
+    return FIRST_COLUMN + columns.length + 3;
   }
 
-  int progressField() {
+  /** The indexes of the columns Debezium did not send (an unchanged TOASTed value), or null. */
+  int unavailableField() {
     return FIRST_COLUMN + columns.length;
   }
 
-  int errorField() {
+  int progressField() {
     return FIRST_COLUMN + columns.length + 1;
+  }
+
+  int errorField() {
+    return FIRST_COLUMN + columns.length + 2;
   }
 
   private static void unique(Map<String, Integer> byName, String name, int slot) {

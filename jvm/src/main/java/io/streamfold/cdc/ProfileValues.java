@@ -3,6 +3,7 @@ package io.streamfold.cdc;
 import io.streamfold.json.PlainJson;
 import io.streamfold.json.StrictJson;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.regex.Pattern;
@@ -22,14 +23,43 @@ final class ProfileValues {
 
   private ProfileValues() {}
 
+  /**
+   * Each column's value into the fold's row (`json`: the columns' JSON in spec order, more entries ignored).
+   * A column Debezium did not send (isUnavailable) stays null and its index goes into the row's unavailable
+   * field, a list (null when there is none): the join takes its value from the key's previous version.
+   */
+  static void columns(ProfileSpec spec, Object[] json, Object[] row) throws Rejected {
+    List<Integer> unavailable = null;
+    for (int i = 0; i < spec.columns.length; i++) {
+      ProfileSpec.Column column = spec.columns[i];
+      if (isUnavailable(column, json[i])) {
+        if (unavailable == null) {
+          unavailable = new ArrayList<>();
+        }
+        unavailable.add(i);
+      } else {
+        row[ProfileSpec.FIRST_COLUMN + i] = value(column, json[i]);
+      }
+    }
+    row[spec.unavailableField()] = unavailable;
+  }
+
+  /**
+   * Debezium's placeholder for an unchanged TOASTed value (spec/envelopes.py is_unavailable): the string, or
+   * a text[] holding only it.
+   */
+  static boolean isUnavailable(ProfileSpec.Column column, Object json) {
+    return UNAVAILABLE.equals(json) || (column.type() == ProfileSpec.Type.TEXT_ARRAY && json instanceof List<?> l
+        && l.size() == 1 && UNAVAILABLE.equals(l.get(0)));
+  }
+
   /** A column's value as the fold's row carries it (its Spark type), null when missing or null. */
   static Object value(ProfileSpec.Column column, Object json) throws Rejected {
     if (json == null || json == NULL) {
       return null;
     }
-    if (UNAVAILABLE.equals(json)
-        || (column.type() == ProfileSpec.Type.TEXT_ARRAY && json instanceof List<?> l && l.contains(UNAVAILABLE))) {
-      throw new Rejected(column.where() + " is Debezium's unavailable-value placeholder (an unchanged TOASTed value)");
+    if (column.type() == ProfileSpec.Type.TEXT_ARRAY && json instanceof List<?> l && l.contains(UNAVAILABLE)) {
+      throw new Rejected(column.where() + " holds Debezium's unavailable-value placeholder beside other elements");
     }
     Object value = typed(column, json);
     if (column.maxBytes() > 0 && value instanceof String s) {

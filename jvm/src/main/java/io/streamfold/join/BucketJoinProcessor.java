@@ -5,7 +5,6 @@ import io.streamfold.join.UserHistory.Enriched;
 import io.streamfold.join.UserHistory.Version;
 import java.util.ArrayList;
 import java.util.Collections;
-import java.util.Comparator;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
@@ -35,6 +34,9 @@ import scala.jdk.javaapi.CollectionConverters;
  *
  * <p>State: MapState "versions" (key -> its versions) and ValueState "bucket" (waiting events, the
  * keys' next version expiries, the registered timer); see StateCodec.
+ *
+ * <p>A TRUNCATE of the profile table has no key: it reaches every bucket (TemporalJoin.cdcRows), where every
+ * key with versions (the MapState's keys) is advanced with it, as the per-key model advances every key.
  */
 final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   static final String VERSIONS = "versions";
@@ -74,6 +76,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       Integer key, scala.collection.Iterator<Row> rows, TimerValues timerValues) {
     Map<String, Input> input = new LinkedHashMap<>();
     List<Row> out = new ArrayList<>();
+    List<Version> truncates = new ArrayList<>(0);
     Long progressMs = null;
     while (rows.hasNext()) {
       Row row = rows.next();
@@ -85,25 +88,35 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
         progressMs = progressMs == null ? tagged.tsMs(row) : Math.max(progressMs, tagged.tsMs(row));
         continue;
       }
-      Input in = input.computeIfAbsent(
-          tagged.key(row), u -> new Input(new ArrayList<>(), new ArrayList<>()));
+      if (tagged.isTruncate(row)) {
+        truncates.add(tagged.tombstone(row));
+        continue;
+      }
+      Input in = input.computeIfAbsent(tagged.key(row), u -> newInput());
       tagged.decode(row, in.changes(), in.clicks());
     }
-    input.forEach((user, in) -> out.addAll(changelog(user, in.changes())));
+    if (!truncates.isEmpty()) {  // every user of the bucket with versions takes them
+      scala.collection.Iterator<String> users = versions.keys();
+      while (users.hasNext()) input.computeIfAbsent(users.next(), u -> newInput());
+    }
     if (input.isEmpty() && progressMs == null) {
       return CollectionConverters.asScala(out.iterator());  // rejects only: the bucket's timer decides
     }
     out.addAll(latestMode
-        ? joinLatest(input)
-        : join(input, progressMs, timerValues.getCurrentWatermarkInMs()));
+        ? joinLatest(input, truncates)
+        : join(input, truncates, progressMs, timerValues.getCurrentWatermarkInMs()));
     return CollectionConverters.asScala(out.iterator());
+  }
+
+  private static Input newInput() {
+    return new Input(new ArrayList<>(), new ArrayList<>());
   }
 
   @Override
   public scala.collection.Iterator<Row> handleExpiredTimer(
       Integer key, TimerValues timerValues, ExpiredTimerInfo expiredTimerInfo) {
     firedMs = expiredTimerInfo.getExpiryTimeInMs();
-    List<Row> out = join(Collections.emptyMap(), null, timerValues.getCurrentWatermarkInMs());
+    List<Row> out = join(Collections.emptyMap(), List.of(), null, timerValues.getCurrentWatermarkInMs());
     return CollectionConverters.asScala(out.iterator());
   }
 
@@ -113,7 +126,8 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
    * max(CDC progress, wall clock - max_wait) of the batches before, so the CDC progress of this batch
    * releases clicks one batch sooner, and a row released beyond the CDC progress (by max_wait) says so.
    */
-  private List<Row> join(Map<String, Input> input, Long batchProgressMs, long sparkWatermarkMs) {
+  private List<Row> join(
+      Map<String, Input> input, List<Version> truncates, Long batchProgressMs, long sparkWatermarkMs) {
     Row stored = bucket.get();
     StateCodec.Bucket b = codec.decodeBucket(stored);
     if (batchProgressMs != null && (b.progressMs == null || batchProgressMs > b.progressMs)) {
@@ -133,7 +147,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       Input in = input.getOrDefault(user, Input.NONE);
       List<Click> waiting = b.pending.remove(user);
       Long expiry = b.expiries.get(user);
-      boolean quiet = in.changes().isEmpty() && (expiry == null || expiry > watermarkMs)
+      boolean quiet = in.changes().isEmpty() && truncates.isEmpty() && (expiry == null || expiry > watermarkMs)
           && !anyReady(in.clicks(), watermarkMs) && (waiting == null || !anyReady(waiting, watermarkMs));
       List<Click> pending = waiting == null ? new ArrayList<>() : waiting;
       if (quiet) {  // the model would only park the new clicks: no need to read the user's versions
@@ -143,7 +157,8 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       }
       List<Version> before = loadVersions(user);
       UserHistory history = new UserHistory(new ArrayList<>(before), pending);
-      List<Enriched> joined = history.advance(in.changes(), in.clicks(), watermarkMs, retentionMs);
+      List<Enriched> joined = history.advance(in.changes(), in.clicks(), truncates, watermarkMs, retentionMs);
+      for (Version v : history.stored) out.add(output.change(user, v));
       saveVersions(user, before, history.versions);
       if (!history.pending.isEmpty()) b.pending.put(user, history.pending);
       Long next = history.nextExpiryMs(retentionMs);
@@ -164,29 +179,17 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   }
 
   /** Kafka Streams' KStream-KTable join: the latest version, nothing waits, no timers. */
-  private List<Row> joinLatest(Map<String, Input> input) {
+  private List<Row> joinLatest(Map<String, Input> input, List<Version> truncates) {
     List<Row> out = new ArrayList<>();
     input.forEach((user, in) -> {
       List<Version> before = loadVersions(user);
       UserHistory history = new UserHistory(new ArrayList<>(before), new ArrayList<>());
-      for (Enriched e : history.advanceLatest(in.changes(), in.clicks())) out.add(output.event(user, e, true));
+      List<Enriched> joined = history.advanceLatest(in.changes(), in.clicks(), truncates);
+      for (Version v : history.stored) out.add(output.change(user, v));
+      for (Enriched e : joined) out.add(output.event(user, e, true));
       saveVersions(user, before, history.versions);
     });
     return out;
-  }
-
-  /**
-   * A key's changes of this batch as changelog rows, in the join's version order (valid_from, lsn),
-   * which is commit order, so the topic's last record for a key is the version the join takes as
-   * latest. Stable: the CDC topic's order decides among equals (the shuffle keeps it, this makes it
-   * not matter).
-   */
-  private List<Row> changelog(String user, List<Version> changes) {
-    List<Version> ordered = new ArrayList<>(changes);
-    ordered.sort(Comparator.comparingLong(Version::validFromMs).thenComparingLong(Version::lsn));
-    List<Row> rows = new ArrayList<>(ordered.size());
-    for (Version v : ordered) rows.add(output.change(user, v));
-    return rows;
   }
 
   private static boolean anyReady(List<Click> clicks, long watermarkMs) {

@@ -10,8 +10,9 @@ import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * The Spark types an event field or a profile column is carried as (pipeline/field_types.py), and how the
- * join state stores a value of each (StateCodec): a tag byte, 0 for null, else the type's own, then the
- * value. The tag makes a state written for other columns fail loudly instead of being misread.
+ * join state stores a value of each (StateCodec): a tag byte, 0 for null, 8 for UserHistory.UNAVAILABLE (a
+ * profile value unknown), else the type's own, then the value. The tag makes a state written for other
+ * columns fail loudly instead of being misread.
  */
 enum ColumnType {
   STRING(DataTypes.StringType, 1),
@@ -23,6 +24,7 @@ enum ColumnType {
 
   private static final int NULL = 0;
   private static final int TRUE = 6;
+  private static final int UNAVAILABLE = 8;
 
   final DataType sparkType;
   private final int tag;
@@ -45,6 +47,10 @@ enum ColumnType {
   void write(Body.Out out, Object value) {
     if (value == null) {
       out.write(NULL);
+      return;
+    }
+    if (value == UserHistory.UNAVAILABLE) {
+      out.write(UNAVAILABLE);
       return;
     }
     if (this == BOOLEAN) {
@@ -70,6 +76,7 @@ enum ColumnType {
   Object read(Body.In in) {
     int found = in.read();
     if (found == NULL) return null;
+    if (found == UNAVAILABLE) return UserHistory.UNAVAILABLE;
     if (this == BOOLEAN && (found == tag || found == TRUE)) return found == TRUE;
     if (found != tag) throw Body.In.corrupt("a " + name().toLowerCase() + " value tagged " + found);
     return switch (this) {

@@ -21,13 +21,20 @@ import org.apache.spark.sql.types.StructType;
  * complete, error, source, payload, change_op</pre>
  *
  * kind "event": an event with the profile version valid at its time (if_missing applied, see JoinSpec)
- * and whether CDC progress had reached it; "change": a profile change passed through (the key, the
- * version's values as they are, valid_from and change_op); "reject": a rejected record passed through
- * (event_id, error, source, payload).
+ * and whether it is complete (CDC progress had reached it and the version holds every value); "change": a
+ * profile version as stored (the key, its values, valid_from and change_op; complete false and error
+ * naming the columns when some are unknown, UserHistory.UNAVAILABLE); "reject": a rejected record passed
+ * through (event_id, error, source, payload). UNAVAILABLE is null in every row.
  */
 final class OutputRows implements Serializable {
   private static final long serialVersionUID = 1L;
   private static final int KIND = 0, EVENT_ID = 1, KEY = 2, TIME = 3, FIELDS = 4;
+  /**
+   * A changelog record's reason when some of its values are unknown, followed by the columns' names
+   * (spec/temporal_state.py UNKNOWN_VALUES).
+   */
+  static final String UNKNOWN_VALUES = "unchanged TOASTed values Debezium did not send, and no earlier version of "
+      + "the key to take them from: ";
 
   private final StructType schema;
   private final int fieldCount, profileCount;
@@ -37,6 +44,7 @@ final class OutputRows implements Serializable {
   /** Per profile column: a text column whose if_missing also stands in for "" (it stands in for null in
    * every column that has one: the enriched column is then never null, as an aggregate key must not be). */
   private final boolean[] emptyIsMissing;
+  private final String[] names;
 
   OutputRows(JoinSpec spec, TaggedRow tagged) {
     schema = spec.output;
@@ -53,8 +61,10 @@ final class OutputRows implements Serializable {
     width = changeOp + 1;
     ifMissing = new Object[profileCount];
     emptyIsMissing = new boolean[profileCount];
+    names = new String[profileCount];
     for (int i = 0; i < profileCount; i++) {
       JoinSpec.ProfileColumn column = spec.profileColumns.get(i);
+      names[i] = column.name();
       ifMissing[i] = tagged.profileTypes[i].fromJson(column.ifMissingJson(), column.name());
       emptyIsMissing[i] = ifMissing[i] != null && "text".equals(column.type());
     }
@@ -92,7 +102,10 @@ final class OutputRows implements Serializable {
     }
   }
 
-  /** An event and its profile version; cdcReached: CDC progress had reached the event's time. */
+  /**
+   * An event and its profile version; cdcReached: CDC progress had reached the event's time. Complete when
+   * it had and the version holds every value.
+   */
   Row event(String key, Enriched e, boolean cdcReached) {
     Click c = e.click();
     Version v = e.version();
@@ -103,10 +116,15 @@ final class OutputRows implements Serializable {
     values[TIME] = c.eventTimeMs();
     System.arraycopy(c.fields(), 0, values, FIELDS, fieldCount);
     values[count] = c.count();
+    boolean known = true;
     if (v != null && !UserHistory.DELETE.equals(v.op())) {
       Object[] held = v.profile();
       for (int i = 0; i < profileCount; i++) {
         Object value = held[i];
+        if (value == UserHistory.UNAVAILABLE) {
+          known = false;
+          value = null;
+        }
         boolean missing = value == null || (emptyIsMissing[i] && "".equals(value));
         values[profile + i] = missing && ifMissing[i] != null ? ifMissing[i] : value;
       }
@@ -114,16 +132,30 @@ final class OutputRows implements Serializable {
     } else {
       System.arraycopy(ifMissing, 0, values, profile, profileCount);
     }
-    values[complete] = cdcReached;
+    values[complete] = cdcReached && known;
     return RowFactory.create(values);
   }
 
-  /** A profile change (the changelog): the key, the version's values as they are, valid_from, change_op. */
+  /**
+   * A profile version as stored (the changelog): the key, its values, valid_from, change_op; when some values
+   * are unknown (UNAVAILABLE: null here), complete false and error saying which.
+   */
   Row change(String key, Version v) {
     Object[] values = new Object[width];
     values[KIND] = TaggedRow.CHANGE;
     values[KEY] = key;
     System.arraycopy(v.profile(), 0, values, profile, profileCount);
+    StringBuilder unknown = null;
+    for (int i = 0; i < profileCount; i++) {
+      if (values[profile + i] != UserHistory.UNAVAILABLE) continue;
+      values[profile + i] = null;
+      unknown = unknown == null ? new StringBuilder() : unknown.append(", ");
+      unknown.append(names[i]);
+    }
+    if (unknown != null) {
+      values[complete] = false;
+      values[error] = UNKNOWN_VALUES + unknown;
+    }
     values[validFrom] = v.validFromMs();
     values[changeOp] = v.op();
     return RowFactory.create(values);

@@ -13,24 +13,26 @@ import org.apache.spark.sql.types.StructType;
  * and rejected records in one shape, told apart by `kind`:
  *
  * <pre>kind, bucket, key, ts_ms, lsn, event_id, e_(each event field), count, op, p_(each profile column),
- * error, source, payload, progress_ms</pre>
+ * unavailable, error, source, payload, progress_ms</pre>
  *
- * ts_ms is an event's time, a change's valid-from, or the CDC progress; a progress row names its bucket
- * (every bucket gets one, see TemporalJoin.cdcRows), and so does a reject (any bucket: it only passes
+ * ts_ms is an event's time, a change's or truncate's valid-from, or the CDC progress; a progress row and a
+ * truncate (no key) name their bucket (every bucket gets one, see TemporalJoin.cdcRows), and so does a reject (any bucket: it only passes
  * through, see TemporalJoin); events and changes are bucketed by key. A change also passes through, as a
- * changelog row (OutputRows.change). Every ordinal is looked up once, here.
+ * changelog row (OutputRows.change). A change's unavailable lists the profile columns Debezium did not send
+ * (an unchanged TOASTed value): they become UserHistory.UNAVAILABLE. Every ordinal is looked up once, here.
  */
 final class TaggedRow implements Serializable {
   private static final long serialVersionUID = 1L;
   static final String EVENT = "event";
   static final String CHANGE = "change";
   static final String PROGRESS = "progress";
+  static final String TRUNCATE = "truncate";
   static final String REJECT = "reject";
   static final String EVENT_PREFIX = "e_";
   static final String PROFILE_PREFIX = "p_";
 
   private final int width;
-  private final int kind, bucket, key, ts, lsn, eventId, count, op, error, source, payload;
+  private final int kind, bucket, key, ts, lsn, eventId, count, op, unavailable, error, source, payload;
   private final int[] fields, profile;
   final ColumnType[] fieldTypes, profileTypes;
 
@@ -44,6 +46,7 @@ final class TaggedRow implements Serializable {
     eventId = schema.fieldIndex("event_id");
     count = schema.fieldIndex("count");
     op = schema.fieldIndex("op");
+    unavailable = schema.fieldIndex("unavailable");
     error = schema.fieldIndex("error");
     source = schema.fieldIndex("source");
     payload = schema.fieldIndex("payload");
@@ -85,6 +88,24 @@ final class TaggedRow implements Serializable {
     return PROGRESS.equals(r.getString(kind));
   }
 
+  boolean isTruncate(Row r) {
+    return TRUNCATE.equals(r.getString(kind));
+  }
+
+  /** A truncate's tombstone (op d, every value null) at its valid_from and lsn. */
+  Version tombstone(Row r) {
+    return new Version(r.getLong(ts), r.isNullAt(lsn) ? 0L : r.getLong(lsn), UserHistory.DELETE,
+        new Object[profile.length]);
+  }
+
+  /** A row (a truncate) for one bucket: the same values, bucket set. */
+  Row forBucket(Row r, int forBucket) {
+    Object[] values = new Object[width];
+    for (int i = 0; i < width; i++) values[i] = r.get(i);
+    values[bucket] = forBucket;
+    return RowFactory.create(values);
+  }
+
   boolean isReject(Row r) {
     return REJECT.equals(r.getString(kind));
   }
@@ -112,8 +133,11 @@ final class TaggedRow implements Serializable {
       int n = r.isNullAt(count) ? 1 : r.getInt(count);
       events.add(new Click(r.getString(eventId), r.getLong(ts), values(r, fields), n));
     } else {
-      changes.add(new Version(r.getLong(ts), r.isNullAt(lsn) ? 0L : r.getLong(lsn), r.getString(op),
-          values(r, profile)));
+      Object[] values = values(r, profile);
+      if (!r.isNullAt(unavailable)) {
+        for (Object at : r.getList(unavailable)) values[(Integer) at] = UserHistory.UNAVAILABLE;
+      }
+      changes.add(new Version(r.getLong(ts), r.isNullAt(lsn) ? 0L : r.getLong(lsn), r.getString(op), values));
     }
   }
 

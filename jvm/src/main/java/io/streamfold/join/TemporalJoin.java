@@ -39,8 +39,9 @@ public final class TemporalJoin {
   private TemporalJoin() {}
 
   /**
-   * The CDC rows (kind "change", "reject", "progress" or "tick", with progress_ms) as operator input:
-   * every change and reject as it is, and each input partition's largest CDC progress as one row for every bucket. Then every
+   * The CDC rows (kind "change", "truncate", "reject", "progress" or "tick", with progress_ms) as operator
+   * input: every change and reject as it is, every truncate (it has no key) once for every bucket, in both
+   * modes, and each input partition's largest CDC progress as one row for every bucket. Then every
    * bucket knows how far CDC has been read, in the same batch: an event whose time that passes is released
    * at once (every change committed up to it has been read, the CDC topic being one partition in commit
    * order), and an event released by join.max_wait instead is marked incomplete. Wall-clock
@@ -54,17 +55,27 @@ public final class TemporalJoin {
       private long max = Long.MIN_VALUE;
       private Row next;
       private int bucket = fanOutProgress ? 0 : BUCKETS;
+      private Row truncate;  // being fanned out, to truncateBucket and up
+      private int truncateBucket = BUCKETS;
 
       @Override
       public boolean hasNext() {
+        if (next == null && truncateBucket < BUCKETS) next = rows.forBucket(truncate, truncateBucket++);
         while (next == null && it.hasNext()) {  // changes stream through; progress is only remembered
           Row r = it.next();
           String k = r.getString(kind);
           boolean change = TaggedRow.CHANGE.equals(k);
-          if ((change || TaggedRow.PROGRESS.equals(k)) && !r.isNullAt(progress)) {
+          boolean truncates = TaggedRow.TRUNCATE.equals(k);
+          if ((change || truncates || TaggedRow.PROGRESS.equals(k)) && !r.isNullAt(progress)) {
             max = Math.max(max, r.getLong(progress));
           }
-          if (change || TaggedRow.REJECT.equals(k)) next = r;
+          if (truncates) {
+            truncate = r;
+            truncateBucket = 1;
+            next = rows.forBucket(r, 0);
+          } else if (change || TaggedRow.REJECT.equals(k)) {
+            next = r;
+          }
         }
         if (next == null && max != Long.MIN_VALUE && bucket < BUCKETS) next = rows.progress(bucket++, max);
         return next != null;

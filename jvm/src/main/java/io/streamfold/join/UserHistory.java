@@ -15,6 +15,17 @@ final class UserHistory {
   static final String DELETE = "d";
 
   /**
+   * A profile value Debezium did not send (an unchanged TOASTed value, spec/envelopes.py) that no earlier
+   * version supplied (see filled): unknown. Stored as such (ColumnType), null in every output row.
+   */
+  static final Object UNAVAILABLE = new Object() {
+    @Override
+    public String toString() {
+      return "UNAVAILABLE";
+    }
+  };
+
+  /**
    * A profile version: the profile columns' values in the join spec's order; a delete is a tombstone
    * (op = d, every value null). Equal when their values are, so a replayed change is no state write.
    */
@@ -42,18 +53,69 @@ final class UserHistory {
 
   final List<Version> versions;  // sorted by (validFromMs, lsn)
   final List<Click> pending;     // clicks newer than the watermark, in arrival order
+  /**
+   * The last step's changes as stored (filled), in version order (valid_from, lsn): the changelog rows.
+   * That is commit order, so the changelog topic's last record for a key is the version the join takes as
+   * latest; stable, so the CDC topic's order decides among equals.
+   */
+  List<Version> stored = List.of();
 
   UserHistory(List<Version> versions, List<Click> pending) {
     this.versions = versions;
     this.pending = pending;
   }
 
-  /** Inserts in (valid_from, lsn) order; the same (valid_from, lsn) again replaces it (replays). */
-  void addVersion(Version version) {
+  /**
+   * Inserts in (valid_from, lsn) order, filled from the version before it; the same (valid_from, lsn) again
+   * replaces it (replays). Returns the version as stored.
+   */
+  Version addVersion(Version version) {
     versions.removeIf(v -> v.validFromMs() == version.validFromMs() && v.lsn() == version.lsn());
     int at = 0;
     while (at < versions.size() && ORDER.compare(versions.get(at), version) <= 0) at++;
-    versions.add(at, version);
+    Version stored = filled(version, at == 0 ? null : versions.get(at - 1));
+    versions.add(at, stored);
+    return stored;
+  }
+
+  /**
+   * A change's UNAVAILABLE columns with the previous version's values; they stay UNAVAILABLE without a
+   * previous version, after a tombstone, or where the previous version's value is unknown too.
+   */
+  static Version filled(Version version, Version previous) {
+    Object[] profile = version.profile();
+    int first = 0;
+    while (first < profile.length && profile[first] != UNAVAILABLE) first++;
+    if (first == profile.length) return version;
+    Object[] source = previous == null || DELETE.equals(previous.op()) ? null : previous.profile();
+    Object[] values = profile.clone();
+    for (int i = first; i < values.length; i++) {
+      if (values[i] == UNAVAILABLE) values[i] = source == null ? UNAVAILABLE : source[i];
+    }
+    return new Version(version.validFromMs(), version.lsn(), version.op(), values);
+  }
+
+  /** The version just before `version` in (valid_from, lsn) order (a replayed one's own excluded). */
+  Version previous(Version version) {
+    int at = 0;
+    while (at < versions.size() && ORDER.compare(versions.get(at), version) < 0) at++;
+    return at == 0 ? null : versions.get(at - 1);
+  }
+
+  /** Whether a truncate's tombstone after `previous` ends something: a version that is no tombstone. */
+  static boolean endsAProfile(Version previous) {
+    return previous != null && !DELETE.equals(previous.op());
+  }
+
+  private static boolean isOneOf(Version v, List<Version> truncates) {
+    for (Version t : truncates) if (t == v) return true;
+    return false;
+  }
+
+  /** Whether a version holds every column's value (none UNAVAILABLE). */
+  static boolean known(Version version) {
+    for (Object value : version.profile()) if (value == UNAVAILABLE) return false;
+    return true;
   }
 
   /** The version with the greatest valid_from <= t (the highest lsn among equal valid_from). */
@@ -90,12 +152,22 @@ final class UserHistory {
   }
 
   /**
-   * Event-time join for one step: merge changes, emit every click the watermark has passed (in event-time
+   * Event-time join for one step: merge changes, then the step's truncates (tombstones stored where they
+   * end a profile), emit every click the watermark has passed (in event-time
    * order), expire old versions. Returns the rows; the user needs the operator again at its earliest pending click
    * or at nextExpiryMs, whichever comes first (both are above the watermark by construction).
    */
-  List<Enriched> advance(List<Version> changes, List<Click> clicks, long watermarkMs, long retentionMs) {
-    for (Version change : changes) addVersion(change);
+  List<Enriched> advance(List<Version> changes, List<Click> clicks, List<Version> truncates, long watermarkMs,
+      long retentionMs) {
+    stored = List.of();
+    if (!changes.isEmpty() || !truncates.isEmpty()) {
+      stored = new ArrayList<>(changes.size());
+      for (Version change : changes) stored.add(addVersion(change));  // each filled from those stored so far
+      for (Version tombstone : truncates) {
+        if (endsAProfile(previous(tombstone))) stored.add(addVersion(tombstone));
+      }
+      stored.sort(ORDER);  // stable: arrival order among equals
+    }
     List<Click> ready = new ArrayList<>();
     List<Click> waiting = new ArrayList<>(pending.size() + clicks.size());
     waiting.addAll(pending);
@@ -109,22 +181,31 @@ final class UserHistory {
     return rows;
   }
 
-  /** KStream-KTable left join: this step's newest change wins, every click joins it, nothing waits. */
-  List<Enriched> advanceLatest(List<Version> changes, List<Click> clicks) {
+  /**
+   * KStream-KTable left join: this step's changes and truncates in version order, the newest wins (each
+   * change filled from the one before, a truncate's tombstone stored where it ends a profile), every click
+   * joins it, nothing waits.
+   */
+  List<Enriched> advanceLatest(List<Version> changes, List<Click> clicks, List<Version> truncates) {
     Version latest = versions.isEmpty() ? null : versions.get(versions.size() - 1);
-    if (!changes.isEmpty()) latest = newest(changes);
+    stored = List.of();
+    if (!changes.isEmpty() || !truncates.isEmpty()) {
+      List<Version> ordered = new ArrayList<>(changes);
+      ordered.addAll(truncates);
+      ordered.sort(ORDER);  // stable, like Python's sorted
+      stored = new ArrayList<>(ordered.size());
+      for (Version v : ordered) {
+        boolean truncate = isOneOf(v, truncates);
+        if (truncate && !endsAProfile(latest)) continue;
+        latest = truncate ? v : filled(v, latest);
+        stored.add(latest);
+      }
+    }
     versions.clear();
     pending.clear();
     if (latest != null && !DELETE.equals(latest.op())) versions.add(latest);
     List<Enriched> rows = new ArrayList<>(clicks.size());
     for (Click c : clicks) rows.add(new Enriched(c, latest));
     return rows;
-  }
-
-  /** The greatest change by (valid_from, lsn), the last one among equals (as Python's stable sort). */
-  private static Version newest(List<Version> changes) {
-    Version best = changes.get(0);
-    for (Version c : changes) if (ORDER.compare(c, best) >= 0) best = c;
-    return best;
   }
 }

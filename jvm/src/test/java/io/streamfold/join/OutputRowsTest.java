@@ -4,7 +4,9 @@ import static io.streamfold.join.JoinSpecs.column;
 import static io.streamfold.join.UserHistoryTest.cells;
 import static io.streamfold.join.UserHistoryTest.seq;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.streamfold.join.UserHistory.Click;
 import io.streamfold.join.UserHistory.Enriched;
@@ -83,6 +85,22 @@ class OutputRowsTest {
     Row delete = OUTPUT.change("k", new Version(600, 2, "d", new Object[6]));
     assertEquals(Arrays.asList(null, null, null, null, null, null, 600L), cells(delete, TIER, COMPLETE - 1));
     assertEquals("d", delete.getString(RULES.at("change_op")));
+  }
+
+  @Test
+  void anUnknownValueIsNullTheEventIncompleteAndTheChangeSaysWhich() {
+    Object unknown = UserHistory.UNAVAILABLE;
+    Version partly = new Version(500, 1, "u", new Object[] {unknown, "SE", "12.50", null, unknown, seq("a")});
+    Row event = OUTPUT.event("k", new Enriched(CLICK, partly), true);
+    assertEquals(Arrays.asList("none", "SE", "12.50", 0L, false, seq("a"), 500L, false),
+        cells(event, TIER, COMPLETE));
+    Row change = OUTPUT.change("k", partly);
+    assertEquals(Arrays.asList(null, "SE", "12.50", null, null, seq("a"), 500L, false), cells(change, TIER, COMPLETE));
+    assertEquals(OutputRows.UNKNOWN_VALUES + "tier, vip", change.getString(COMPLETE + 1));
+    Version known = new Version(500, 1, "u", new Object[] {"gold", "SE", "12.50", null, true, seq("a")});
+    assertTrue(OUTPUT.event("k", new Enriched(CLICK, known), true).getBoolean(COMPLETE));
+    assertNull(OUTPUT.change("k", known).get(COMPLETE));
+    assertNull(OUTPUT.change("k", known).get(COMPLETE + 1));
   }
 
   @Test

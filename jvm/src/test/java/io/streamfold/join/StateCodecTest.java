@@ -55,6 +55,13 @@ class StateCodecTest {
     return new Object[] {t, i, b, d, f, a};
   }
 
+  /** A profile of n values Debezium did not send and no earlier version supplied. */
+  static Object[] unavailable(int n) {
+    Object[] values = new Object[n];
+    Arrays.fill(values, UserHistory.UNAVAILABLE);
+    return values;
+  }
+
   static Object[] defaultFields(String url, String deviceId, String ip) {
     return new Object[] {url, deviceId, ip};
   }
@@ -163,8 +170,12 @@ class StateCodecTest {
         new Version(7, 8, "u", typed(HUGE, 0, 0L, Double.POSITIVE_INFINITY, null, seq(HUGE, "\ud83d\ude00"))),
         new Version(9, 9, "u", typed("a", -1, -1L, Double.NEGATIVE_INFINITY, false, null)),
         new Version(9, 10, "u", typed(null, 1, null, Double.MIN_VALUE, null, seq("\u0000"))),
-        new Version(9, 11, "u", typed(null, null, 1L, 0.0, true, null)));
+        new Version(9, 11, "u", typed(null, null, 1L, 0.0, true, null)),
+        new Version(9, 12, "u", unavailable(6)));
     assertRoundTrips(ALL, versions);
+    for (Object unknown : ALL.decodeUser(ALL.encodeUser(versions)).get(9).profile()) {
+      assertTrue(unknown == UserHistory.UNAVAILABLE, "an unknown value reads back as UNAVAILABLE");
+    }
     Object[] back = ALL.decodeUser(ALL.encodeUser(versions)).get(4).profile();
     assertInstanceOf(String.class, back[0]);
     assertInstanceOf(Integer.class, back[1]);

@@ -101,6 +101,17 @@ class UserHistoryTest {
     return rows.stream().map(r -> r.click().eventId()).toList();
   }
 
+  /** An event-time step without truncates. */
+  static List<Enriched> advance(UserHistory h, List<Version> changes, List<Click> clicks, long watermarkMs,
+      long retentionMs) {
+    return h.advance(changes, clicks, List.of(), watermarkMs, retentionMs);
+  }
+
+  /** A latest-mode step without truncates. */
+  static List<Enriched> advanceLatest(UserHistory h, List<Version> changes, List<Click> clicks) {
+    return h.advanceLatest(changes, clicks, List.of());
+  }
+
   /** When the user needs the operator again (spec/temporal_state._wakeup): null = only on input. */
   static Long wakeup(UserHistory h, long retentionMs) {
     Long at = h.nextExpiryMs(retentionMs);
@@ -114,9 +125,9 @@ class UserHistoryTest {
     for (Object record : arrivals) {
       List<Version> changes = record instanceof Version v ? List.of(v) : List.of();
       List<Click> clicks = record instanceof Click c ? List.of(c) : List.of();
-      rows.addAll(h.advance(changes, clicks, NOON - DAY, RETENTION));
+      rows.addAll(advance(h, changes, clicks, NOON - DAY, RETENTION));
     }
-    rows.addAll(h.advance(List.of(), List.of(), watermarkMs, RETENTION));
+    rows.addAll(advance(h, List.of(), List.of(), watermarkMs, RETENTION));
     return rows;
   }
 
@@ -177,7 +188,7 @@ class UserHistoryTest {
     Version gone = new Version(NOON + 2, 3, "d", new Object[] {null, null, null, null});
     List<Click> clicks = List.of(click("blank", NOON), click("null", NOON + 1), click("gone", NOON + 2),
         click("before", 1));
-    List<Enriched> rows = history().advance(List.of(blank, none, gone), clicks, NOON + 2, RETENTION);
+    List<Enriched> rows = advance(history(), List.of(blank, none, gone), clicks, NOON + 2, RETENTION);
     Map<String, List<Object>> profiles = new HashMap<>();
     for (Enriched row : rows) {
       Row out = output.event("alice", row, true);
@@ -233,10 +244,10 @@ class UserHistoryTest {
   @Test
   void clicksWaitUntilCdcProgressReachesThem() {
     UserHistory h = history(SNAPSHOT);
-    assertEquals(List.of(), h.advance(List.of(), List.of(click("c1", NOON + MINUTE)), NOON - MINUTE, RETENTION));
+    assertEquals(List.of(), advance(h, List.of(), List.of(click("c1", NOON + MINUTE)), NOON - MINUTE, RETENTION));
     assertEquals(NOON + MINUTE, wakeup(h, RETENTION));  // the event-time timer
-    assertEquals(List.of(), h.advance(List.of(MOVE), List.of(), NOON, RETENTION));  // heartbeat at noon
-    List<Enriched> rows = h.advance(List.of(), List.of(), NOON + MINUTE, RETENTION);
+    assertEquals(List.of(), advance(h, List.of(MOVE), List.of(), NOON, RETENTION));  // heartbeat at noon
+    List<Enriched> rows = advance(h, List.of(), List.of(), NOON + MINUTE, RETENTION);
     assertEquals(Map.of("c1", "europe"), regions(rows));
     assertEquals(List.of(), h.pending);
   }
@@ -244,7 +255,7 @@ class UserHistoryTest {
   @Test
   void aClickTheWatermarkHasPassedIsEmittedAtOnce() {
     UserHistory h = history(SNAPSHOT, MOVE);
-    List<Enriched> rows = h.advance(List.of(), List.of(click("late", NOON - MINUTE)), NOON + DAY, RETENTION);
+    List<Enriched> rows = advance(h, List.of(), List.of(click("late", NOON - MINUTE)), NOON + DAY, RETENTION);
     assertEquals(Map.of("late", "asia"), regions(rows));
     assertEquals(NOON + RETENTION + 1, wakeup(h, RETENTION));  // only the expiry of the snapshot version is left
   }
@@ -253,7 +264,7 @@ class UserHistoryTest {
   void pendingClicksAreEmittedInEventTimeOrderAndTheRestKeepsWaiting() {
     UserHistory h = history(SNAPSHOT);
     List<Click> waiting = List.of(click("c3", NOON + 3), click("c1", NOON + 1), click("c2", NOON + 2));
-    assertEquals(List.of("c1", "c2"), eventIds(h.advance(List.of(), waiting, NOON + 2, RETENTION)));
+    assertEquals(List.of("c1", "c2"), eventIds(advance(h, List.of(), waiting, NOON + 2, RETENTION)));
     assertEquals(List.of("c3"), h.pending.stream().map(Click::eventId).toList());
     assertEquals(NOON + 3, wakeup(h, RETENTION));
   }
@@ -273,7 +284,7 @@ class UserHistoryTest {
     assertEquals(List.of(MOVE, DELETE), expired(List.of(MOVE, DELETE), DELETE.validFromMs()));
     assertEquals(List.of(), expired(List.of(MOVE, DELETE), DELETE.validFromMs() + 1));
     UserHistory h = history(MOVE, DELETE);
-    h.advance(List.of(), List.of(), DELETE.validFromMs() + RETENTION + 1, RETENTION);
+    advance(h, List.of(), List.of(), DELETE.validFromMs() + RETENTION + 1, RETENTION);
     assertTrue(h.versions.isEmpty() && h.pending.isEmpty());
     assertNull(wakeup(h, RETENTION));
   }
@@ -283,12 +294,12 @@ class UserHistoryTest {
     List<Version> days = new ArrayList<>();
     for (int i = 0; i < 30; i++) days.add(region(NOON + i * DAY, i, "r" + i));
     UserHistory h = history();
-    h.advance(days, List.of(), NOON + 29 * DAY, RETENTION);
+    advance(h, days, List.of(), NOON + 29 * DAY, RETENTION);
     // The newest version valid before watermark - retention (day 22) and everything after it.
     assertEquals(days.subList(21, 30), h.versions);
     long timer = wakeup(h, RETENTION);
     assertEquals(NOON + 22 * DAY + RETENTION + 1, timer);
-    h.advance(List.of(), List.of(), timer, RETENTION);
+    advance(h, List.of(), List.of(), timer, RETENTION);
     assertEquals(days.subList(22, 30), h.versions);
   }
 
@@ -296,14 +307,118 @@ class UserHistoryTest {
   void latestModeAppliesABatchsChangesBeforeItsClicksAndNeverWaits() {
     UserHistory h = history();
     // processing time: the latest version, not the one at t
-    assertEquals(Map.of("c1", "europe"), regions(h.advanceLatest(List.of(MOVE, SNAPSHOT), List.of(click("c1", NOON - DAY)))));
+    assertEquals(Map.of("c1", "europe"), regions(advanceLatest(h, List.of(MOVE, SNAPSHOT), List.of(click("c1", NOON - DAY)))));
     assertEquals(List.of(MOVE), h.versions);
     assertTrue(h.pending.isEmpty());
     assertNull(h.nextExpiryMs(RETENTION));
     assertEquals(Map.of("c2", UNKNOWN),
-        regions(h.advanceLatest(List.of(DELETE), List.of(click("c2", NOON + DAY)))));
+        regions(advanceLatest(h, List.of(DELETE), List.of(click("c2", NOON + DAY)))));
     assertTrue(h.versions.isEmpty() && h.pending.isEmpty());
-    assertEquals(Map.of("c3", UNKNOWN), regions(h.advanceLatest(List.of(), List.of(click("c3", NOON)))));
+    assertEquals(Map.of("c3", UNKNOWN), regions(advanceLatest(h, List.of(), List.of(click("c3", NOON)))));
+  }
+
+  // --- unchanged TOASTed values (UNAVAILABLE) -----------------------------------------------------------
+
+  static final Object UNAVAILABLE = UserHistory.UNAVAILABLE;
+  /** Alice moves to europe; Debezium did not send her unchanged, TOASTed interests. */
+  static final Version TOASTED_MOVE = new Version(NOON, 20, "u", profile("europe", "F", UNAVAILABLE, 1_600_000_000_000L));
+  static final Version TOASTED_BACK = new Version(NOON + MINUTE, 21, "u", profile("asia", "F", UNAVAILABLE, 7L));
+
+  static Object interests(Version v) {
+    return v.profile()[2];
+  }
+
+  @Test
+  void anUnavailableValueTakesThePreviousVersionsAndChainsThroughLaterOnes() {
+    UserHistory h = history(SNAPSHOT);
+    advance(h, List.of(TOASTED_MOVE, TOASTED_BACK), List.of(), NOON - DAY, RETENTION);
+    assertEquals(List.of(seq("news"), seq("news"), seq("news")), h.versions.stream().map(UserHistoryTest::interests).toList());
+    assertEquals(List.of("europe", "asia"), h.stored.stream().map(UserHistoryTest::regionid).toList());
+    List<Enriched> rows = advance(h, List.of(), List.of(click("after", NOON + 2 * MINUTE)), NOON + DAY, RETENTION);
+    assertEquals(Arrays.asList("asia", "F", seq("news"), 7L, NOON + MINUTE), profileOf(rows.get(0)));
+    assertTrue(OUTPUT.event("alice", rows.get(0), true).getBoolean(OUTPUT.schema().fieldIndex("complete")));
+  }
+
+  @Test
+  void anUnavailableValueWithoutAPreviousVersionOrAfterATombstoneStaysUnknown() {
+    for (UserHistory h : List.of(history(), history(SNAPSHOT, DELETE))) {
+      Version late = new Version(NOON + DAY, 50, "u", profile("europe", "F", UNAVAILABLE, 1L));
+      assertSame(UNAVAILABLE, interests(h.addVersion(late)));
+      Enriched row = advance(h, List.of(), List.of(click("c", NOON + DAY)), NOON + 2 * DAY, RETENTION).get(0);
+      assertEquals(Arrays.asList("europe", "F", null, 1L, NOON + DAY), profileOf(row));
+      assertEquals(false, OUTPUT.event("alice", row, true).get(OUTPUT.schema().fieldIndex("complete")));
+      // Unknown stays unknown down the chain: the next TOASTed change has nothing to take it from either.
+      assertSame(UNAVAILABLE, interests(h.addVersion(new Version(NOON + 2 * DAY, 51, "u", profile("x", null, UNAVAILABLE, null)))));
+    }
+  }
+
+  @Test
+  void aVersionFilledFromTheVersionBeforeItInVersionOrderNotArrivalOrder() {
+    // A replay of the toasted change fills from the version before it, not from itself or a later one.
+    UserHistory h = history(SNAPSHOT, MOVE, REINSERT);
+    Version replay = new Version(MOVE.validFromMs(), MOVE.lsn(), "u", profile("oceania", "F", UNAVAILABLE, null));
+    assertEquals(seq("news"), interests(h.addVersion(replay)));
+    assertEquals(List.of(SNAPSHOT.validFromMs(), NOON, REINSERT.validFromMs()),
+        h.versions.stream().map(Version::validFromMs).toList());
+  }
+
+  @Test
+  void latestModeFillsEachChangeFromTheOneBeforeIt() {
+    UserHistory h = history(SNAPSHOT);
+    List<Enriched> rows = advanceLatest(h, List.of(TOASTED_BACK, TOASTED_MOVE), List.of(click("c", NOON)));
+    assertEquals(List.of(NOON, NOON + MINUTE), h.stored.stream().map(Version::validFromMs).toList());
+    assertEquals(Arrays.asList("asia", "F", seq("news"), 7L, NOON + MINUTE), profileOf(rows.get(0)));
+    advanceLatest(h, List.of(DELETE), List.of());
+    advanceLatest(h, List.of(TOASTED_MOVE), List.of());
+    assertSame(UNAVAILABLE, interests(h.versions.get(0)));  // after a delete: nothing to take it from
+  }
+
+  // --- TRUNCATE: a tombstone for every key, stored where it ends a profile ---------------------------------
+
+  static final Version TRUNCATE = delete(NOON + 5 * MINUTE, 25);
+
+  @Test
+  void aTruncateEndsTheProfileAtItsCommitTimeExactly() {
+    UserHistory h = history(SNAPSHOT, MOVE);
+    List<Click> clicks = List.of(click("before", NOON + 5 * MINUTE - 1), click("at", NOON + 5 * MINUTE));
+    List<Enriched> rows = h.advance(List.of(), clicks, List.of(TRUNCATE), NOON + DAY, RETENTION);
+    assertEquals(Map.of("before", "europe", "at", UNKNOWN), regions(rows));
+    assertEquals(List.of(TRUNCATE), h.stored);
+    assertEquals(List.of(SNAPSHOT, MOVE, TRUNCATE), h.versions);
+  }
+
+  @Test
+  void aTruncateAfterATombstoneOrWithNothingBeforeItStoresNothing() {
+    for (UserHistory h : List.of(history(), history(SNAPSHOT, delete(NOON, 20)), history(REINSERT))) {
+      List<Version> before = List.copyOf(h.versions);
+      h.advance(List.of(), List.of(), List.of(TRUNCATE), NOON - DAY, RETENTION);
+      assertEquals(List.of(), h.stored);
+      assertEquals(before, h.versions);
+    }
+  }
+
+  @Test
+  void aTruncateTakesTheStepsChangesBeforeItWhateverTheirArrivalOrder() {
+    UserHistory h = history();
+    Version reinsert = new Version(NOON + 6 * MINUTE, 26, "c", profile("africa", null, null, null));
+    h.advance(List.of(reinsert, MOVE), List.of(), List.of(TRUNCATE), NOON - DAY, RETENTION);
+    assertEquals(List.of(MOVE, TRUNCATE, reinsert), h.versions);
+    assertEquals(List.of(MOVE, TRUNCATE, reinsert), h.stored);
+    // A replayed truncate is stored again in the same place (the changelog repeats its tombstone).
+    h.advance(List.of(), List.of(), List.of(TRUNCATE), NOON - DAY, RETENTION);
+    assertEquals(List.of(TRUNCATE), h.stored);
+    assertEquals(List.of(MOVE, TRUNCATE, reinsert), h.versions);
+  }
+
+  @Test
+  void latestModeAppliesATruncateInVersionOrderAndForgetsTheKey() {
+    UserHistory h = history(SNAPSHOT);
+    List<Enriched> rows = h.advanceLatest(List.of(MOVE), List.of(click("c", NOON)), List.of(TRUNCATE));
+    assertEquals(Map.of("c", UNKNOWN), regions(rows));
+    assertEquals(List.of(MOVE, TRUNCATE), h.stored);
+    assertTrue(h.versions.isEmpty());
+    h.advanceLatest(List.of(), List.of(), List.of(TRUNCATE));
+    assertEquals(List.of(), h.stored);  // nothing left to end
   }
 
   // --- each method's rules --------------------------------------------------------------------------
@@ -386,11 +501,11 @@ class UserHistoryTest {
   @Test
   void advanceReleasesClicksAtOrBelowTheWatermarkStablyInEventTimeOrder() {
     UserHistory h = history(SNAPSHOT);
-    h.advance(List.of(), List.of(click("p2", NOON + 2), click("p1", NOON + 1), click("p5", NOON + 5)), NOON, RETENTION);
+    advance(h, List.of(), List.of(click("p2", NOON + 2), click("p1", NOON + 1), click("p5", NOON + 5)), NOON, RETENTION);
     assertEquals(List.of("p2", "p1", "p5"), h.pending.stream().map(Click::eventId).toList());
     // Equal event times keep arrival order: the waiting ones first, then this step's.
     List<Click> now = List.of(click("n2", NOON + 2), click("n1", NOON + 1), click("n9", NOON + 9));
-    List<Enriched> rows = h.advance(List.of(), now, NOON + 2, RETENTION);
+    List<Enriched> rows = advance(h, List.of(), now, NOON + 2, RETENTION);
     assertEquals(List.of("p1", "n1", "p2", "n2"), eventIds(rows));
     assertEquals(List.of("p5", "n9"), h.pending.stream().map(Click::eventId).toList());
   }
@@ -398,7 +513,7 @@ class UserHistoryTest {
   @Test
   void advanceMergesItsChangesBeforeJoiningItsClicks() {
     UserHistory h = history();
-    List<Enriched> rows = h.advance(List.of(MOVE, SNAPSHOT), List.of(click("a", NOON), click("b", NOON - 1)),
+    List<Enriched> rows = advance(h, List.of(MOVE, SNAPSHOT), List.of(click("a", NOON), click("b", NOON - 1)),
         NOON, RETENTION);
     assertEquals(List.of("b", "a"), eventIds(rows));
     assertSame(SNAPSHOT, rows.get(0).version());
@@ -410,15 +525,15 @@ class UserHistoryTest {
     Version again = region(MOVE.validFromMs(), MOVE.lsn(), "again");
     UserHistory h = history(SNAPSHOT);
     h.pending.add(click("stale", NOON));
-    List<Enriched> rows = h.advanceLatest(List.of(REINSERT, MOVE, again, SNAPSHOT), List.of(click("x", 0)));
+    List<Enriched> rows = advanceLatest(h, List.of(REINSERT, MOVE, again, SNAPSHOT), List.of(click("x", 0)));
     assertSame(REINSERT, rows.get(0).version());
     assertEquals(List.of(REINSERT), h.versions);
     assertTrue(h.pending.isEmpty());
     h = history();
-    h.advanceLatest(List.of(MOVE, again), List.of());
+    advanceLatest(h, List.of(MOVE, again), List.of());
     assertEquals(List.of(again), h.versions);
     // No change this step: the state's version joins every click.
-    rows = h.advanceLatest(List.of(), List.of(click("y", 0), click("z", 0)));
+    rows = advanceLatest(h, List.of(), List.of(click("y", 0), click("z", 0)));
     assertEquals(List.of("again", "again"), rows.stream().map(r -> regionid(r.version())).toList());
   }
 
@@ -448,7 +563,7 @@ class UserHistoryTest {
         sent.addAll(clicks);
         watermark += random.nextInt(8);
         for (Version v : changes) all.addVersion(v);
-        List<Enriched> rows = h.advance(changes, clicks, watermark, DAY);
+        List<Enriched> rows = advance(h, changes, clicks, watermark, DAY);
         for (int i = 1; i < rows.size(); i++) {
           assertTrue(rows.get(i - 1).click().eventTimeMs() <= rows.get(i).click().eventTimeMs());
         }
