@@ -103,7 +103,8 @@ class Postgres(Service):
         if user is not None:
             self._check_reachable(user)
         run_dir = self.stack.path("run")
-        self.log.touch()
+        self.log.touch(mode=0o600)
+        self.log.chmod(0o600)  # it records failing statements, with their rows
         self._give_to_postgres(run_dir, self.log)
         if not (self.data / "PG_VERSION").exists():
             self._initdb()
@@ -136,6 +137,8 @@ class Postgres(Service):
                 "listen_addresses = '127.0.0.1'",
                 f"port = {self.stack.ports['postgres']}",
                 f"unix_socket_directories = '{self.stack.path('run')}'",
+                "unix_socket_permissions = 0700",
+                "log_file_mode = 0600",
                 "wal_level = logical",
                 "max_replication_slots = 10",
                 "max_wal_senders = 10",
