@@ -32,6 +32,11 @@ host    all            all                  127.0.0.1/32  scram-sha-256
 """
 
 
+# The WAL a replication slot may hold back (docs/guarantees.md, "Replication slots"); the compose stack's
+# compose/postgres-entrypoint.sh sets the same.
+MAX_SLOT_WAL_KEEP_SIZE = "4GB"
+
+
 class Postgres(Service):
     name = "postgres"
     port_names = ("postgres",)
@@ -142,6 +147,9 @@ class Postgres(Service):
                 "wal_level = logical",
                 "max_replication_slots = 10",
                 "max_wal_senders = 10",
+                # A slot no consumer reads keeps its WAL; past this much the slot is invalidated instead of
+                # filling the disk (docs/guarantees.md, "Replication slots").
+                f"max_slot_wal_keep_size = {MAX_SLOT_WAL_KEEP_SIZE}",
                 "",
             ]
         )

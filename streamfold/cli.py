@@ -355,7 +355,8 @@ generate_app.command("clicks", hidden=True)(generate_events)
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
 ) -> None:
-    """How far behind the job is: source lag, CDC progress age, clicks waiting, batches, dead letters."""
+    """How far behind the job is: source lag, CDC progress age, clicks waiting, batches, dead letters, and
+    the replication slot."""
     import json
 
     from streamfold import status as job_status
