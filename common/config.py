@@ -44,6 +44,11 @@ class ConfigError(RuntimeError):
     """A required setting is missing; the message names it."""
 
 
+# What streamfold writes under the home is its owner's only: folders 0700, files 0600 (docs/contracts.md,
+# "Files under STREAMFOLD_HOME").
+PRIVATE_UMASK = 0o077
+
+
 def home() -> Path:
     return Path(os.environ.get("STREAMFOLD_HOME", ".streamfold")).resolve()
 

@@ -41,5 +41,7 @@ local   all       all                           trust
 host    all       all                  all      scram-sha-256
 HBA
 
+# max_slot_wal_keep_size: as stack/postgres.py, a slot no consumer reads is invalidated past 4GB of WAL
+# instead of filling the volume (docs/guarantees.md, "Replication slots").
 exec postgres -D "$PGDATA" -c listen_addresses='*' -c wal_level=logical \
-  -c max_wal_senders=10 -c max_replication_slots=10 "$@"
+  -c max_wal_senders=10 -c max_replication_slots=10 -c max_slot_wal_keep_size=4GB "$@"

@@ -43,10 +43,23 @@ def exclusive(lock_file: Path) -> Iterator[None]:
         yield
 
 
+class JobLogFormatter(logging.Formatter):
+    """The time and the message; a warning or an error names its level too, so it stands out among the
+    batch lines (and can be searched for)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(message)s", "%H:%M:%S")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        level = f"{record.levelname} " if record.levelno >= logging.WARNING else ""
+        return f"{record.asctime} {level}{record.message}"
+
+
 def _log_sink_batches() -> None:
-    """The sinks say per batch what they wrote to Postgres, and when a replay found it already there."""
+    """The sinks say per batch what they wrote to Postgres, and when a replay found it already there; the
+    sink says when CDC progress stalls (pipeline/cdc_stall.py)."""
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    handler.setFormatter(JobLogFormatter())
     logger = logging.getLogger("pipeline")
     logger.setLevel(logging.INFO)
     if not logger.handlers:

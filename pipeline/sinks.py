@@ -48,13 +48,17 @@ import psycopg
 from confluent_kafka import KafkaException
 from psycopg.conninfo import conninfo_to_dict
 from pyspark.sql import DataFrame
+from pyspark.sql.streaming import StreamingQueryManager
 from pyspark.sql.types import StructType
 
 from common import names, topics
 from common.pipeline_file import Pipeline
 from pipeline import aggregates
+from pipeline.cdc_stall import CdcStall
 from pipeline.retry import one_line, retry_budget_s, retrying
 from pipeline.sink_spec import sink_spec
+from pipeline.status_files import now_ms
+from pipeline.temporal_join import CDC_PROGRESS_METRIC
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +186,22 @@ class Stopwatch:
 
 
 @dataclass(frozen=True)
+class StallWatch:
+    """What the sink needs to say when CDC progress stalls: the watch, and the session's streaming queries,
+    whose last progress holds the CDC progress measured (the batch's own session is a clone of the session,
+    whose query manager does not know the query)."""
+
+    watch: CdcStall
+    queries: StreamingQueryManager
+
+    def observed_progress(self, query_id: str) -> int | None:
+        """The CDC progress the query measured in its batch before this one: None before the first, or when
+        that batch read no CDC row."""
+        query = self.queries.get(query_id)
+        return None if query is None else last_cdc_progress(query._jsq)
+
+
+@dataclass(frozen=True)
 class Report:
     """What one partition of a batch did (Landing.java's report): whether it landed (False: empty, or a
     replay the ledger already had), how (COPY, deduplicated, replay, empty), its counts, and per aggregate
@@ -246,8 +266,10 @@ class Sink:
         output: StructType,
         aggregates: list[dict[str, Any]] | None = None,
         retry_s: float | None = None,
+        stall: StallWatch | None = None,
     ) -> None:
         self.query = query
+        self.stall = stall  # event_time mode: says when CDC progress stalls (pipeline/cdc_stall.py)
         self.spec = sink_spec(pipeline, output, aggregates)
         self.spec_json = json.dumps(self.spec)
         self.retry_s = retry_budget_s() if retry_s is None else retry_s
@@ -288,17 +310,23 @@ class Sink:
             self.retry_s,
         )
         clock.lap("totals")
+        released = sum(r.released for r in reports)
         log.info(
             "batch %s: %s events (%s released by join.max_wait), %s profile changes, %s dead letters "
             "(%s); %s",
             batch_id,
             sum(r.events for r in reports),
-            sum(r.released for r in reports),
+            released,
             sum(r.changes for r in reports),
             sum(r.dead for r in reports),
             landed_paths(reports),
             clock,
         )
+        if self.stall is not None:
+            progress_ms = self.stall.observed_progress(query_id(batch))
+            notice = self.stall.watch.batch(now_ms(), progress_ms, released)
+            if notice is not None:
+                log.log(notice.level, "%s", notice.text)
 
     def publish_totals(self, keys: dict[str, list[tuple[str, ...]]]) -> None:
         """Send the current totals of the keys a batch touched, per aggregate (by name), to the aggregates'
@@ -326,6 +354,13 @@ def landed_paths(reports: list[Report]) -> str:
     """e.g. 'COPY x3, replay x1': how each partition of the batch was written."""
     paths = sorted(r.path for r in reports if r.path != "empty")
     return ", ".join(f"{p} x{paths.count(p)}" for p in dict.fromkeys(paths)) or "nothing to write"
+
+
+def last_cdc_progress(jvm_query: Any) -> int | None:
+    """A (JVM) streaming query's observed CDC progress in its last progress (pipeline/temporal_join.py)."""
+    progress = None if jvm_query is None else jvm_query.lastProgress()
+    metric = None if progress is None else progress.observedMetrics().get(CDC_PROGRESS_METRIC)
+    return None if metric is None or metric.isNullAt(0) else int(metric.getLong(0))
 
 
 def query_id(batch: DataFrame) -> str:

@@ -41,6 +41,9 @@ DEFAULTS = {
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     # State is partitioned by this at the first run of a checkpoint; small machines want few partitions.
     "spark.sql.shuffle.partitions": "4",
+    # Checkpoints hold the join's state (profiles) and offsets: Hadoop creates their files 0644 and folders
+    # 0755 by its own umask setting (022), whatever the process's; these are the owner's only.
+    "spark.hadoop.fs.permissions.umask-mode": "077",
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "2g",
     "spark.ui.showConsoleProgress": "false",

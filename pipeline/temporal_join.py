@@ -71,6 +71,7 @@ from pipeline.field_types import spark_type
 from pipeline.join_config import LATEST, JoinConfig
 
 __all__ = [
+    "CDC_PROGRESS_METRIC",
     "Pending",
     "committed_batches",
     "join_spec",
@@ -90,6 +91,9 @@ EVENT_PREFIX, PROFILE_PREFIX = "e_", "p_"  # an event field and a profile column
 _ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _STATE_NAME = "bucket"  # io.streamfold.join.BucketJoinProcessor.BUCKET
 _OPERATOR_NAME = "transformWithStateExec"
+# The observed metric (StreamingQueryProgress.observedMetrics) with the largest progress_ms of a batch's CDC
+# rows, null for a batch without any: event_time mode only.
+CDC_PROGRESS_METRIC = "cdc_progress"
 
 
 def tagged_schema(pipeline: Pipeline) -> StructType:
@@ -200,6 +204,9 @@ def temporal_join(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: 
     tagged = tagged_schema(pipeline)
     tagged_cdc = _tag_cdc(cdc, pipeline, tagged, buckets)
     if cfg.mode != LATEST:
+        # The batch's CDC progress, for the job's stall line (pipeline/cdc_stall.py): a metric Spark gathers
+        # as the batch runs and reports in its progress, with no second pass over the rows.
+        tagged_cdc = tagged_cdc.observe(CDC_PROGRESS_METRIC, F.max("progress_ms").alias("progress_ms"))
         tagged_cdc = _watermarked(spark, tagged_cdc, tagged, cfg.max_wait_ms)
     joined = jvm.io.streamfold.join.TemporalJoin.apply(
         _tag_events(events, pipeline, tagged, buckets)._jdf,

@@ -33,9 +33,11 @@ from pyspark.sql.streaming import StreamingQuery
 from common import pipeline_file as pf
 from common.config import Settings
 from pipeline import cdc_fold, events, sources
-from pipeline.join_config import JoinConfig
+from pipeline.cdc_stall import CdcStall
+from pipeline.join_config import LATEST, JoinConfig
 from pipeline.sink_spec import aggregate_specs
-from pipeline.sinks import Sink
+from pipeline.sinks import Sink, StallWatch
+from pipeline.status_files import now_ms
 from pipeline.temporal_join import temporal_join
 
 
@@ -72,7 +74,17 @@ def flow(spark: SparkSession, settings: Settings, source: str, join: JoinConfig,
 
     name = f"{settings.pipeline.name}-{source}"  # the query: its checkpoint folder and batch ledger
     # Postgres (enriched events, the totals, dead letters) exactly once, then Kafka.
-    sink = Sink(name, settings.writer_dsn, settings.kafka_bootstrap, settings.pipeline, joined.schema, totals)
+    watch = CdcStall(settings.pipeline.cdc_topic, join.max_wait_ms, now_ms())
+    stall = None if join.mode == LATEST else StallWatch(watch, spark.streams)
+    sink = Sink(
+        name,
+        settings.writer_dsn,
+        settings.kafka_bootstrap,
+        settings.pipeline,
+        joined.schema,
+        totals,
+        stall=stall,
+    )
     return Flow(name, joined, sink)
 
 

@@ -2,6 +2,11 @@
 
 Data dirs, configs, logs, pid files, ports and secrets live under the home, so stacks with different
 homes are independent and a stack keeps its ports and passwords across restarts.
+
+Everything under the home is its owner's only (folders 0700, files 0600): logs record failing rows,
+data dirs and checkpoints hold the data, stack.env and secrets.json the passwords. One exception: as
+root, PostgreSQL runs as the `postgres` OS user, which must pass through the home, data/ and logs/ to
+reach its data dir and log; those three folders are then 0711 (others may enter, not list or read).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import os
 import re
 import secrets
 import socket
+import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,7 +135,7 @@ def allocate_ports(home: Path) -> dict[str, int]:
         base = low + (first + step) % blocks * PORT_BLOCK
         ports = {name: base + offset for name, offset in PORT_OFFSETS.items()}
         if all(port_free(port) for port in ports.values()):
-            write_private(path, json.dumps(ports, indent=2) + "\n", mode=0o644)
+            write_private(path, json.dumps(ports, indent=2) + "\n")
             return ports
     raise StackError(f"no free block of {PORT_BLOCK} ports in {low}-{high}")
 
@@ -139,7 +146,7 @@ def _with_new_services(path: Path, ports: dict[str, int]) -> dict[str, int]:
     missing = {name: base + offset for name, offset in PORT_OFFSETS.items() if name not in ports}
     if missing:
         ports = {**ports, **missing}
-        write_private(path, json.dumps(ports, indent=2) + "\n", mode=0o644)
+        write_private(path, json.dumps(ports, indent=2) + "\n")
     return ports
 
 
@@ -163,11 +170,61 @@ def write_private(path: Path, text: str, mode: int = 0o600) -> None:
     tmp.replace(path)
 
 
+# The folders the postgres OS user passes through, relative to the home (see the module's docstring).
+POSTGRES_PASSES = (".", "data", "logs")
+
+
+def postgres_runs_apart() -> bool:
+    """As root, PostgreSQL runs as the `postgres` OS user (it refuses to run as root): stack/postgres.py."""
+    return os.geteuid() == 0
+
+
+def folder_mode(home: Path, folder: Path) -> int:
+    """0700, or 0711 for a folder the postgres OS user passes through when it runs apart."""
+    passes = {home / name for name in POSTGRES_PASSES}
+    return 0o711 if postgres_runs_apart() and folder in passes else 0o700
+
+
+@contextlib.contextmanager
+def private_files() -> Iterator[None]:
+    """Files and folders created meanwhile (configs, pid files, logs, and by the services spawned) are
+    their owner's only."""
+    previous = os.umask(config.PRIVATE_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def paths_under(home: Path) -> list[Path]:
+    """The home, and every folder, file, socket and link under it (links not followed)."""
+    paths = [home]
+    for folder, dirs, files in os.walk(home):
+        paths += [Path(folder, name) for name in [*dirs, *files]]
+    return paths
+
+
+def make_private(home: Path) -> list[Path]:
+    """Takes the group and other bits off everything under the home (a home from a version that left
+    logs, configs and ports.json readable by all); returns what it changed."""
+    home = resolve_home(home)
+    changed = []
+    for path in paths_under(home):
+        mode = path.lstat().st_mode
+        if stat.S_ISLNK(mode):
+            continue  # chmod would follow it
+        others = folder_mode(home, path) & 0o077 if stat.S_ISDIR(mode) else 0
+        wanted = stat.S_IMODE(mode) & 0o700 | others
+        if wanted != stat.S_IMODE(mode):
+            path.chmod(wanted)
+            changed.append(path)
+    return changed
+
+
 def _make_home(home: Path) -> Path:
     home = resolve_home(home)
-    if not home.exists():
-        # Traversable by the postgres OS user, but not listable.
-        home.mkdir(parents=True, mode=0o711)
+    home.mkdir(parents=True, exist_ok=True)
+    home.chmod(folder_mode(home, home))
     return home
 
 
@@ -176,6 +233,7 @@ def open_stack(home: Path) -> Stack:
     home = _make_home(home)
     for sub in ("conf", "data", "logs", "pids", "run"):
         (home / sub).mkdir(exist_ok=True)
+        (home / sub).chmod(folder_mode(home, home / sub))
     return Stack(home, allocate_ports(home), _load_secrets(home))
 
 

@@ -18,7 +18,17 @@ from pathlib import Path
 from rich.console import Console
 
 from stack.connect import Connect
-from stack.home import Stack, StackError, existing_stack, open_stack, port_free, resolve_home, write_private
+from stack.home import (
+    Stack,
+    StackError,
+    existing_stack,
+    make_private,
+    open_stack,
+    port_free,
+    private_files,
+    resolve_home,
+    write_private,
+)
 from stack.kafka import Kafka
 from stack.kinesis import Kinesis
 from stack.postgres import Postgres
@@ -166,13 +176,16 @@ def up(home: Path, spark_workers: int | None = None) -> dict[str, str]:
     spark_workers: run a Spark cluster of that many workers (0: none); None keeps the stack's choice."""
     if spark_workers is not None:
         check_worker_count(spark_workers)
-    stack = open_stack(home)
-    if spark_workers is not None:
-        configure_workers(stack, spark_workers)
-        _stop_unconfigured(stack)
-    _start(stack, _waves(stack))
-    env = {**stack.env(), **spark_environment(stack)}
-    write_private(stack.path("stack.env"), "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()))
+    with private_files():
+        stack = open_stack(home)
+        make_private(stack.home)
+        if spark_workers is not None:
+            configure_workers(stack, spark_workers)
+            _stop_unconfigured(stack)
+        _start(stack, _waves(stack))
+        env = {**stack.env(), **spark_environment(stack)}
+        lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+        write_private(stack.path("stack.env"), lines)
     return env
 
 
@@ -206,12 +219,13 @@ def _stop_unconfigured(stack: Stack) -> None:
 def start_service(home: Path, name: str) -> None:
     """Start one service (its dependencies must be up) and wait until it is healthy."""
     check_name(name)
-    stack = open_stack(home)
-    service(stack, name)  # a worker the stack does not have is an error before its master is asked for
-    for needed in depends_on(name):
-        if service(stack, needed).pid() is None:
-            raise StackError(f"{name} needs {needed}, which is not running: start it first")
-    _start(stack, [[service(stack, name).name]])
+    with private_files():
+        stack = open_stack(home)
+        service(stack, name)  # a worker the stack does not have is an error before its master is asked for
+        for needed in depends_on(name):
+            if service(stack, needed).pid() is None:
+                raise StackError(f"{name} needs {needed}, which is not running: start it first")
+        _start(stack, [[service(stack, name).name]])
 
 
 def stop_service(home: Path, name: str) -> None:

@@ -32,6 +32,11 @@ host    all            all                  127.0.0.1/32  scram-sha-256
 """
 
 
+# The WAL a replication slot may hold back (docs/guarantees.md, "Replication slots"); the compose stack's
+# compose/postgres-entrypoint.sh sets the same.
+MAX_SLOT_WAL_KEEP_SIZE = "4GB"
+
+
 class Postgres(Service):
     name = "postgres"
     port_names = ("postgres",)
@@ -103,7 +108,8 @@ class Postgres(Service):
         if user is not None:
             self._check_reachable(user)
         run_dir = self.stack.path("run")
-        self.log.touch()
+        self.log.touch(mode=0o600)
+        self.log.chmod(0o600)  # it records failing statements, with their rows
         self._give_to_postgres(run_dir, self.log)
         if not (self.data / "PG_VERSION").exists():
             self._initdb()
@@ -136,9 +142,14 @@ class Postgres(Service):
                 "listen_addresses = '127.0.0.1'",
                 f"port = {self.stack.ports['postgres']}",
                 f"unix_socket_directories = '{self.stack.path('run')}'",
+                "unix_socket_permissions = 0700",
+                "log_file_mode = 0600",
                 "wal_level = logical",
                 "max_replication_slots = 10",
                 "max_wal_senders = 10",
+                # A slot no consumer reads keeps its WAL; past this much the slot is invalidated instead of
+                # filling the disk (docs/guarantees.md, "Replication slots").
+                f"max_slot_wal_keep_size = {MAX_SLOT_WAL_KEEP_SIZE}",
                 "",
             ]
         )

@@ -87,6 +87,9 @@ def main(
 ) -> None:
     """Reads and validates the pipeline file first: a bad one is one error with its line, exit 2, before any
     service is touched. The file's path goes to every process the command starts."""
+    # What any command writes under STREAMFOLD_HOME (checkpoints, status files, logs, stack files) is its
+    # owner's only, and so is what the processes it starts write (the job's JVM among them).
+    os.umask(config.PRIVATE_UMASK)
     if pipeline is not None:
         os.environ[pf.PIPELINE_VAR] = str(pipeline.resolve())
     if ctx.invoked_subcommand in _WITHOUT_PIPELINE or "--help" in sys.argv:
@@ -352,7 +355,8 @@ generate_app.command("clicks", hidden=True)(generate_events)
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
 ) -> None:
-    """How far behind the job is: source lag, CDC progress age, clicks waiting, batches, dead letters."""
+    """How far behind the job is: source lag, CDC progress age, clicks waiting, batches, dead letters, and
+    the replication slot."""
     import json
 
     from streamfold import status as job_status

@@ -5,7 +5,9 @@
 - CDC progress age: the newest Debezium timestamp among the CDC records the clicks query has processed;
 - batches and clicks waiting in the join: the files the running job writes (pipeline/status_files.py); the
   waiting count is taken when asked, so status asks the running job and waits up to COUNT_WAIT_S for it;
-- dead letters of the last hour (Postgres), and the Debezium connector's state (Kafka Connect REST).
+- dead letters of the last hour (Postgres), and the Debezium connector's state (Kafka Connect REST);
+- the pipeline's replication slot (pg_replication_slots): whether Debezium reads it, the WAL it holds back,
+  and a warning past STREAMFOLD_SLOT_WAL_WARN_MB or when PostgreSQL is about to invalidate it, or has.
 
 Each section is gathered on its own: a service that is down turns its section into an error, not the screen.
 """
@@ -33,6 +35,12 @@ KINESIS_COUNT_CAP = 100_000
 KINESIS_CONFIG = Config(retries={"max_attempts": 2}, connect_timeout=TIMEOUT_S, read_timeout=TIMEOUT_S)
 # A count of the clicks waiting in the join takes the running job a few seconds (pipeline/status_files.py).
 COUNT_WAIT_S = 15.0
+# The WAL a replication slot may hold back before `status` warns (STREAMFOLD_SLOT_WAL_WARN_MB overrides it):
+# a quarter of the stacks' max_slot_wal_keep_size (4GB, stack/postgres.py), time to act before PostgreSQL
+# invalidates the slot.
+SLOT_WAL_WARN_VAR = "STREAMFOLD_SLOT_WAL_WARN_MB"
+SLOT_WAL_WARN_MB = 1024
+MIB = 1024 * 1024
 
 
 def collect(settings: config.Settings) -> dict[str, Any]:
@@ -51,6 +59,7 @@ def collect(settings: config.Settings) -> dict[str, Any]:
         "join_waiting": section(lambda: join_waiting(home)),
         "dead_letters_last_hour": section(lambda: dead_letters_last_hour(settings.reader_dsn)),
         "connector": section(lambda: connector(settings.connect_url, settings.pipeline.connector)),
+        "replication_slot": section(lambda: replication_slot(settings.reader_dsn, settings.pipeline.slot)),
     }
 
 
@@ -321,3 +330,81 @@ def connector(connect_url: str, name: str) -> dict[str, Any]:
     body = response.json()
     tasks = [task["state"] for task in body.get("tasks", [])]
     return {"name": name, "state": body["connector"]["state"], "tasks": tasks}
+
+
+# --- the replication slot ----------------------------------------------------------------------------------
+
+SLOT_QUERY = """
+SELECT active,
+       wal_status,
+       safe_wal_size,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint,
+       pg_size_bytes(current_setting('max_slot_wal_keep_size'))
+FROM pg_replication_slots WHERE slot_name = %s
+"""
+
+
+def slot_wal_warn_bytes() -> int:
+    value = config.lookup(SLOT_WAL_WARN_VAR, str(SLOT_WAL_WARN_MB))
+    if not value.isdigit() or int(value) == 0:
+        raise ValueError(f"{SLOT_WAL_WARN_VAR}={value}: expected a whole number of MiB, at least 1")
+    return int(value) * MIB
+
+
+def replication_slot(reader_dsn: str, name: str) -> dict[str, Any]:
+    """The slot Debezium reads (pg_replication_slots, readable by any role): whether a consumer holds it,
+    the WAL it keeps (current LSN - restart_lsn), wal_status, safe_wal_size, and what to worry about."""
+    warn_bytes = slot_wal_warn_bytes()
+    with psycopg.connect(reader_dsn, connect_timeout=int(TIMEOUT_S)) as conn:
+        row = conn.execute(SLOT_QUERY, (name,)).fetchone()
+    if row is None:
+        return {
+            "name": name,
+            "exists": False,
+            "warn_bytes": warn_bytes,
+            "warnings": [f"no replication slot {name}: the connector creates it (`streamfold setup`)"],
+        }
+    active, wal_status, safe_wal_size, retained, keep = row
+    figures = {
+        "name": name,
+        "exists": True,
+        "active": active,
+        "retained_wal_bytes": retained,
+        "wal_status": wal_status,
+        "safe_wal_size_bytes": safe_wal_size,
+        "max_slot_wal_keep_size_bytes": keep if keep >= 0 else None,
+        "warn_bytes": warn_bytes,
+    }
+    return {**figures, "warnings": slot_warnings(figures)}
+
+
+def slot_warnings(slot: dict[str, Any]) -> list[str]:
+    """What an operator must act on: WAL piling up, a slot PostgreSQL is about to invalidate, or has."""
+    warnings = []
+    retained, keep = slot["retained_wal_bytes"], slot["max_slot_wal_keep_size_bytes"]
+    if slot["wal_status"] == "lost":
+        warnings.append(
+            f"slot {slot['name']} is invalidated (wal_status lost): Debezium cannot resume from it; drop the "
+            'slot and take a new snapshot (docs/guarantees.md, "Replication slots")'
+        )
+    elif slot["wal_status"] == "unreserved":
+        warnings.append(
+            f"slot {slot['name']} holds more WAL than max_slot_wal_keep_size: PostgreSQL invalidates it at "
+            "its next checkpoint unless Debezium catches up first"
+        )
+    if retained is not None and retained > slot["warn_bytes"]:
+        limit = (
+            f"invalidated past {size(keep)}"
+            if keep
+            else "no max_slot_wal_keep_size: it grows until the disk is full"
+        )
+        warnings.append(
+            f"slot {slot['name']} holds {size(retained)} of WAL (over {size(slot['warn_bytes'])}; "
+            f"{limit}): is the Debezium connector running?"
+        )
+    return warnings
+
+
+def size(count: int) -> str:
+    """Bytes as MiB or GiB, for a line a person reads."""
+    return f"{count / MIB / 1024:.1f} GiB" if count >= 1024 * MIB else f"{count / MIB:.1f} MiB"

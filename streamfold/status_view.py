@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from streamfold.status import size
+
 
 def render(figures: dict[str, Any], console: Console) -> None:
     console.print(job_line(figures["job"]))
@@ -29,6 +31,9 @@ def render(figures: dict[str, Any], console: Console) -> None:
     console.print(f"clicks waiting in the join: {waiting_line(figures['join_waiting'])}")
     console.print(f"dead letters, last hour: {dead_letters_line(figures['dead_letters_last_hour'])}")
     console.print(f"connector: {connector_line(figures['connector'])}")
+    console.print(f"replication slot: {slot_line(figures['replication_slot'])}")
+    for warning in slot_warnings(figures["replication_slot"]):
+        console.print(f"[bold yellow]warning:[/] {warning}")
 
 
 def error(value: Any) -> str | None:
@@ -106,3 +111,21 @@ def connector_line(connector: Any) -> str:
     color = "green" if connector["state"] == "RUNNING" else "red"
     tasks = ", ".join(connector["tasks"]) or "no tasks"
     return f"{connector['name']} [{color}]{connector['state']}[/] (tasks: {tasks})"
+
+
+def slot_line(slot: Any) -> str:
+    if message := error(slot):
+        return message
+    if not slot["exists"]:
+        return f"{slot['name']} [red]missing[/]"
+    state = "[green]active[/]" if slot["active"] else "[yellow]inactive (no consumer)[/]"
+    retained = "-" if slot["retained_wal_bytes"] is None else size(slot["retained_wal_bytes"])
+    safe = slot["safe_wal_size_bytes"]
+    until = (
+        "no limit (max_slot_wal_keep_size -1)" if safe is None else f"{size(max(safe, 0))} until invalidated"
+    )
+    return f"{slot['name']} {state}, {retained} of WAL retained, wal_status {slot['wal_status']}, {until}"
+
+
+def slot_warnings(slot: Any) -> list[str]:
+    return [] if error(slot) else list(slot.get("warnings", []))

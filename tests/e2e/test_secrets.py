@@ -3,6 +3,7 @@ process's environment can and cannot read."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -12,10 +13,12 @@ import psycopg
 import pytest
 import requests
 
-from common import config, names
+from common import config, names, topics
 from stack import lifecycle
-from stack.home import PG_DATABASE, open_stack
+from stack.home import PG_DATABASE, folder_mode, open_stack, paths_under
 from stack.prerequisites import pg_bindir
+from streamfold.generate import ClickSpec, clicks
+from tests.support import pipeline as sp
 
 pytestmark = pytest.mark.e2e
 
@@ -80,3 +83,39 @@ def test_the_debezium_role_reaches_its_own_database_only(streamfold_setup):
     for other in ("postgres", "template1"):
         with pytest.raises(psycopg.OperationalError, match="pg_hba.conf rejects connection"):
             psycopg.connect(**login, dbname=other)
+
+
+def open_to_others(home: Path) -> list[str]:
+    """Every path under `home` (itself included) with a group or other bit, beyond the traverse-only
+    folders PostgreSQL passes through when it runs as its own OS user (stack/home.py, folder_mode)."""
+    offenders = []
+    for path in paths_under(home):
+        mode = path.lstat().st_mode
+        if stat.S_ISLNK(mode):
+            continue
+        allowed = folder_mode(home, path) & 0o077 if stat.S_ISDIR(mode) else 0
+        if stat.S_IMODE(mode) & 0o077 & ~allowed:
+            offenders.append(f"{oct(stat.S_IMODE(mode))} {path}")
+    return offenders
+
+
+def test_files_under_the_homes_are_their_owners_only(streamfold_setup, tmp_path):
+    """The running stack's home (logs, data dirs, configs, pid files, ports, secrets, stack.env) and the home
+    of a job that ran (checkpoints with the join's state, status files, run.lock): owner only."""
+    sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, "owner_only", tmp_path / "home")
+    producer = topics.producer(streamfold_setup.kafka_bootstrap)
+    for click in clicks(ClickSpec(count=20, users=5, seed=601)):
+        producer.produce(sandbox.clicks_topic, key=click["userid"], value=json.dumps(click).encode())
+    producer.produce(sandbox.clicks_topic, key="bad", value=b"{not json")  # a dead letter
+    assert producer.flush(30) == 0
+    sandbox.run_once("kafka")
+    written = [
+        sandbox.home / "checkpoints" / "clicks-kafka" / "state",
+        sandbox.home / "status" / "job.json",
+        sandbox.home / "status" / "clicks-kafka.json",
+        config.home() / "logs" / "postgres.log",
+        config.home() / "stack.env",
+    ]
+    assert all(path.exists() for path in written), [str(p) for p in written if not p.exists()]
+    offenders = open_to_others(config.home()) + open_to_others(sandbox.home)
+    assert not offenders, "open to group or others:\n" + "\n".join(offenders)

@@ -5,10 +5,12 @@ and Spark's Prometheus servlet."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,13 +27,13 @@ pytestmark = pytest.mark.e2e
 QUERY = "clicks-kafka"
 
 
-def status(sandbox: sp.Sandbox) -> dict[str, Any]:
+def status(sandbox: sp.Sandbox, **env: str) -> dict[str, Any]:
     result = subprocess.run(
         [sys.executable, "-m", "streamfold", "status", "--json"],
         capture_output=True,
         text=True,
         timeout=120,
-        env=sandbox.env(),
+        env=sandbox.env(**env),
         cwd=sp.ROOT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -136,3 +138,105 @@ def test_status_counts_kinesis_records_behind(streamfold_setup, tmp_path):
     assert rows and all(r["query"] == "clicks-kinesis" for r in rows), rows
     assert sum(r["records_behind"] for r in rows) == 20, rows
     assert all(isinstance(r["millis_behind_latest"], int) for r in rows), rows
+
+
+MIB = 1024 * 1024
+WAL_WRITTEN = 8 * MIB
+STALLED = "WARNING CDC stalled: progress on cdc.public.users has not advanced for "
+FLOWS_AGAIN = "CDC progress on cdc.public.users advances again after "
+RELEASED_LINE = re.compile(r"batch \d+: \d+ events \(\d+ released by join.max_wait\)")
+
+
+def connector_state(connect_url: str) -> str:
+    response = requests.get(f"{connect_url}/connectors/{names.CONNECTOR_NAME}/status", timeout=10)
+    return str(response.json()["connector"]["state"])
+
+
+def pause_connector(connect_url: str, action: str) -> None:
+    """PUT /connectors/<name>/pause or /resume (Kafka Connect answers 202 and acts shortly after)."""
+    response = requests.put(f"{connect_url}/connectors/{names.CONNECTOR_NAME}/{action}", timeout=10)
+    assert response.status_code == 202, response.text
+
+
+def test_a_paused_connector_shows_in_the_slot_and_the_jobs_log(streamfold_setup, tmp_path):
+    """With Debezium paused, the replication slot holds back the WAL written meanwhile, `status` shows it
+    growing and warns past STREAMFOLD_SLOT_WAL_WARN_MB; the running job says once that CDC progress
+    stalls while join.max_wait releases clicks, and that it flows again after the resume."""
+    sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, "status_slot", tmp_path / "home")
+    bootstrap, connect_url = streamfold_setup.kafka_bootstrap, streamfold_setup.connect_url
+    log = tmp_path / "job.log"
+    job = sandbox.start("kafka", log, conf=("join.max_wait=3s",))
+    try:
+        send_clicks(sandbox, bootstrap, 10, seed=601)
+        sp.wait_until(
+            lambda: status(sandbox)["queries"].get(QUERY, {}).get("committed_batch") is not None,
+            240,
+            "a committed batch",
+        )
+        sp.wait_until(lambda: clicks_lag(sandbox, status(sandbox)) == 0, 180, "the job to catch up")
+        slot = status(sandbox)["replication_slot"]
+        assert slot["exists"] and slot["active"] and slot["wal_status"] == "reserved", slot
+        assert slot["max_slot_wal_keep_size_bytes"] == 4096 * MIB and slot["safe_wal_size_bytes"] > 0, slot
+        assert slot["warnings"] == [] and slot["warn_bytes"] == 1024 * MIB, slot
+
+        pause_connector(connect_url, "pause")
+        try:
+            sp.wait_until(lambda: connector_state(connect_url) == "PAUSED", 60, "the connector paused")
+            held = status(sandbox)["replication_slot"]["retained_wal_bytes"]
+            # WAL of another database of the cluster: the slot keeps it, Debezium publishes none of it. (Not
+            # pg_logical_emit_message: Debezium publishes those to `cdc.message`, a topic that does not
+            # exist, and its task fails.)
+            with sandbox.connect() as conn:
+                conn.execute("CREATE TABLE wal_filler (filler text)")
+                rows = WAL_WRITTEN // 1000 + 1000  # rows of 1,000 bytes, stored as they are (no TOAST)
+                conn.execute(
+                    "INSERT INTO wal_filler SELECT repeat('x', 1000) FROM generate_series(1, %s)", (rows,)
+                )
+            figures = status(sandbox, STREAMFOLD_SLOT_WAL_WARN_MB="4")
+            slot = figures["replication_slot"]
+            assert slot["retained_wal_bytes"] >= held + WAL_WRITTEN, (held, slot)
+            assert slot["warn_bytes"] == 4 * MIB and slot["wal_status"] == "reserved", slot
+            [warning] = slot["warnings"]
+            assert (
+                warning.startswith(f"slot {slot['name']} holds ")
+                and "(over 4.0 MiB; invalidated past 4.0 GiB)" in warning
+            )
+            assert figures["connector"]["state"] == "PAUSED", figures["connector"]
+
+            def stall_said() -> bool:
+                send_clicks(sandbox, bootstrap, 5, seed=602)  # clicks join.max_wait must release
+                return STALLED in log.read_text()
+
+            sp.wait_until(stall_said, 180, "the job's stall warning", poll_s=3)
+        finally:
+            pause_connector(connect_url, "resume")
+        connector_setup.wait_until_running(connect_url, names.CONNECTOR_NAME, timeout_s=180)
+
+        def slot_healthy() -> bool:
+            slot = status(sandbox)["replication_slot"]
+            return bool(slot["active"]) and slot["warnings"] == []
+
+        sp.wait_until(slot_healthy, 180, "Debezium to hold its slot again")
+        # Debezium first sends what it read before the pause, then reconnects: with a max_wait of 3 s that
+        # gap can be a stall of its own. The last CDC line must say that progress flows.
+        sp.wait_until(lambda: FLOWS_AGAIN in cdc_lines(log)[-1], 180, "the job's line that CDC flows again")
+    finally:
+        if job.poll() is None:
+            job.send_signal(signal.SIGTERM)
+            job.wait(120)
+    text = log.read_text()
+    assert job.returncode == 0, text[-3000:]
+    said = cdc_lines(log)
+    # A stall is said once and its end once (it repeats every 5 minutes only), never once per batch.
+    assert [STALLED in line for line in said] == [True, False] * (len(said) // 2), said
+    assert all(FLOWS_AGAIN in line for line in said[1::2]), said
+    assert "`streamfold status`" in said[0] and "events released by join.max_wait (3 s)" in said[0]
+    lines = text.splitlines()
+    begun, ended = lines.index(said[0]), lines.index(said[1])
+    batches = [line for line in lines[begun:ended] if RELEASED_LINE.search(line)]
+    assert len(batches) >= 3, lines[begun : ended + 1]
+
+
+def cdc_lines(log: Path) -> list[str]:
+    """The job's stall and recovery lines, in order."""
+    return [line for line in log.read_text().splitlines() if STALLED in line or FLOWS_AGAIN in line]

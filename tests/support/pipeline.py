@@ -116,7 +116,7 @@ def make_sandbox(admin_dsn: str, name: str, home: Path) -> Sandbox:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     dsn = make_conninfo("", **{**conninfo_to_dict(admin_dsn), "dbname": name})
     schema.apply(dsn)
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)  # as a private home would be
     topic = f"{names.CLICKS_TOPIC}-{name.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
     setup.ensure_topics(config.load().kafka_bootstrap, config.load().pipeline, topic)
     return Sandbox(name, dsn, home, topic)

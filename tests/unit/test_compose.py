@@ -27,7 +27,7 @@ from common import config, names
 from pipeline.spark import SHIPPED_PACKAGES
 from stack import spark
 from stack.home import PORT_OFFSETS, SECRET_NAMES, Stack
-from stack.postgres import PG_HBA
+from stack.postgres import MAX_SLOT_WAL_KEEP_SIZE, PG_HBA
 from tests.support import containers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -450,6 +450,11 @@ def test_postgres_has_logical_decoding_and_no_replication_line() -> None:
         assert [r[1] for r in mine] == ["$db" if stack_rules is rules else "streamfold", "all", "all"]
         assert mine[0][-1] == "scram-sha-256" and mine[1][-1] == mine[2][-1] == "reject"
         assert stack_rules.index(mine[-1]) < min(i for i, r in enumerate(stack_rules) if r[2] == "all")
+
+
+def test_postgres_caps_the_wal_a_slot_holds_as_the_local_stack_does() -> None:
+    entrypoint = (COMPOSE / "postgres-entrypoint.sh").read_text()
+    assert f"-c max_slot_wal_keep_size={MAX_SLOT_WAL_KEEP_SIZE}" in entrypoint
 
 
 def test_maven_profiles_used_by_the_images_exist() -> None:

@@ -6,10 +6,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from pipeline.status_files import REQUEST_FILE, WAITING_FILE, WaitingClicks, request_count, status_dir
-from streamfold.status import committed_offsets, envelope_ts, section
+from streamfold.status import (
+    MIB,
+    SLOT_WAL_WARN_VAR,
+    committed_offsets,
+    envelope_ts,
+    section,
+    slot_wal_warn_bytes,
+    slot_warnings,
+)
 from streamfold.status_view import render
 
 KAFKA = {"clicks": {"2": 17, "0": 12, "1": 9}}
@@ -72,12 +81,79 @@ def test_the_screen_renders_errors_and_empty_sections():
             "join_waiting": None,
             "dead_letters_last_hour": {},
             "connector": {"error": "ConnectionError: refused"},
+            "replication_slot": {"error": "OperationalError: refused"},
         },
         console,
     )
     text = console.export_text()
     assert "never started" in text and "broker down" in text and "Kinesis lag: none" in text
-    assert "ConnectionError: refused" in text
+    assert "ConnectionError: refused" in text and "replication slot: OperationalError: refused" in text
+
+
+def slot(**figures: object) -> dict[str, object]:
+    return {
+        "name": "streamfold_users",
+        "exists": True,
+        "active": True,
+        "retained_wal_bytes": 200 * MIB,
+        "wal_status": "reserved",
+        "safe_wal_size_bytes": 3900 * MIB,
+        "max_slot_wal_keep_size_bytes": 4096 * MIB,
+        "warn_bytes": 1024 * MIB,
+        **figures,
+    }
+
+
+def test_a_slot_warns_past_its_threshold_and_when_postgres_gives_it_up():
+    assert slot_warnings(slot()) == []
+    [piling] = slot_warnings(slot(active=False, retained_wal_bytes=1500 * MIB))
+    assert piling == (
+        "slot streamfold_users holds 1.5 GiB of WAL (over 1.0 GiB; invalidated past 4.0 GiB): "
+        "is the Debezium connector running?"
+    )
+    [unlimited] = slot_warnings(
+        slot(retained_wal_bytes=2 * MIB, warn_bytes=MIB, max_slot_wal_keep_size_bytes=None)
+    )
+    assert (
+        "2.0 MiB" in unlimited and "no max_slot_wal_keep_size: it grows until the disk is full" in unlimited
+    )
+    [unreserved] = slot_warnings(slot(wal_status="unreserved", retained_wal_bytes=900 * MIB))
+    assert "invalidates it at its next checkpoint" in unreserved
+    [lost] = slot_warnings(slot(wal_status="lost", retained_wal_bytes=None, safe_wal_size_bytes=None))
+    assert "invalidated (wal_status lost)" in lost and "drop the slot and take a new snapshot" in lost
+
+
+def test_the_slot_threshold_is_whole_mib(monkeypatch):
+    monkeypatch.setenv(SLOT_WAL_WARN_VAR, "3")
+    assert slot_wal_warn_bytes() == 3 * MIB
+    for bad in ("0", "1.5", "-2", "lots"):
+        monkeypatch.setenv(SLOT_WAL_WARN_VAR, bad)
+        with pytest.raises(ValueError, match=f"{SLOT_WAL_WARN_VAR}={bad}: expected a whole number of MiB"):
+            slot_wal_warn_bytes()
+
+
+def test_the_screen_shows_the_slot_and_its_warnings():
+    console = Console(record=True, width=200)
+    render_slot = slot(active=False, retained_wal_bytes=1500 * MIB)
+    render_slot["warnings"] = slot_warnings(render_slot)
+    render(
+        {
+            "job": None,
+            "queries": {},
+            "kafka_lag": [],
+            "kinesis_lag": [],
+            "cdc_progress": None,
+            "join_waiting": None,
+            "dead_letters_last_hour": {},
+            "connector": {"name": "streamfold-users", "state": "PAUSED", "tasks": ["PAUSED"]},
+            "replication_slot": render_slot,
+        },
+        console,
+    )
+    text = console.export_text()
+    assert "replication slot: streamfold_users inactive (no consumer), 1.5 GiB of WAL retained" in text
+    assert "wal_status reserved, 3.8 GiB until invalidated" in text
+    assert "warning: slot streamfold_users holds 1.5 GiB of WAL" in text
 
 
 def test_the_job_counts_on_a_request_and_ignores_a_file_that_is_not_one(tmp_path):

@@ -17,7 +17,8 @@ from pyspark.sql import SparkSession
 from common.names import BEGINNING_OF_TIME_MS, UNKNOWN_REGION
 from pipeline import records
 from pipeline.join_config import JoinConfig
-from pipeline.temporal_join import pending_clicks, run_until_drained
+from pipeline.sinks import last_cdc_progress
+from pipeline.temporal_join import CDC_PROGRESS_METRIC, pending_clicks, run_until_drained
 from tests.support.join_harness import Harness
 from tests.support.pipelines import DEFAULT, random_pipeline
 from tests.support.records import USER_CLICKS_FIELDS
@@ -187,6 +188,19 @@ def test_max_wait_releases_clicks_when_cdc_stalls_and_run_until_drained_emits_th
     assert len(h.output) == 100 and {r.user_regionid for r in h.output} == {"asia"}
     assert pending_clicks(spark, h.checkpoint).clicks == 0
     assert time.monotonic() - started < 30
+
+
+def test_each_batch_reports_its_cdc_progress_for_the_stall_line(spark: SparkSession, tmp_path: Path) -> None:
+    """The largest progress_ms among a batch's CDC rows, as the query's observed metric, which the sink reads
+    (pipeline/sinks.py, last_cdc_progress); none for a batch without CDC rows."""
+    h = Harness(spark, tmp_path, JoinConfig())
+    h.write("events", [click("a1", "alice", T)])
+    h.run()
+    assert h.last_query is not None and last_cdc_progress(h.last_query._jsq) is None
+    h.write("progress", progress(T - MINUTE) + progress(T + MINUTE) + progress(T))
+    h.run()
+    assert last_cdc_progress(h.last_query._jsq) == T + MINUTE
+    assert h.last_query.lastProgress.observedMetrics[CDC_PROGRESS_METRIC].progress_ms == T + MINUTE
 
 
 def test_latest_mode_is_a_processing_time_join_that_never_waits(spark: SparkSession, tmp_path: Path) -> None:
