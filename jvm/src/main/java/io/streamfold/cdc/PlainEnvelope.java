@@ -2,6 +2,7 @@ package io.streamfold.cdc;
 
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
+import io.streamfold.json.FieldType;
 import io.streamfold.json.PlainJson;
 import io.streamfold.json.StrictJson;
 import java.io.IOException;
@@ -162,7 +163,7 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
       Integer slot = spec.slots.get(checked(parser.currentName(), escapes));
       JsonToken next = parser.nextToken();
       boolean jsonb = slot != null && slot < spec.columns.length
-          && spec.columns[slot].type() == ProfileSpec.Type.JSONB;
+          && spec.columns[slot].type() == FieldType.JSONB;
       if (jsonb && (next == JsonToken.START_OBJECT || next == JsonToken.START_ARRAY)) {
         throw new NotPlain(); // its text keeps the members' order: the full fold's tree has it
       }

@@ -1,5 +1,6 @@
 package io.streamfold.cdc;
 
+import io.streamfold.json.FieldType;
 import io.streamfold.json.StrictJson;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
@@ -19,30 +20,8 @@ import java.util.Map;
 public final class ProfileSpec implements Serializable {
   private static final long serialVersionUID = 1L;
 
-  /** The column types (pipeline/field_types.py), by the name the spec gives them. */
-  public enum Type {
-    TEXT("text"), INTEGER("integer"), BIGINT("bigint"), DOUBLE("double"), NUMERIC("numeric"),
-    BOOLEAN("boolean"), TIMESTAMPTZ("timestamptz"), TIMESTAMP("timestamp"), TEXT_ARRAY("text[]"),
-    JSONB("jsonb");
-
-    final String specName;
-
-    Type(String specName) {
-      this.specName = specName;
-    }
-
-    static Type of(Object name) {
-      for (Type type : values()) {
-        if (type.specName.equals(name)) {
-          return type;
-        }
-      }
-      throw new IllegalArgumentException("unknown column type " + StrictJson.shown(name));
-    }
-  }
-
   /** A carried column: its name, type, byte limit (0: none) and name in reasons (after.<name>). */
-  public record Column(String name, Type type, int maxBytes, String where) implements Serializable {}
+  public record Column(String name, FieldType type, int maxBytes, String where) implements Serializable {}
 
   /** The row's fixed fields; no column may take their names. */
   private static final List<String> FIXED =
@@ -57,7 +36,7 @@ public final class ProfileSpec implements Serializable {
   public static final int FIRST_COLUMN = 5;
 
   final String keyColumn;
-  final Type keyType;
+  final FieldType keyType;
   final Column[] columns;
   /** Each column's index in `columns` by name, the key column's as columns.length. */
   final Map<String, Integer> slots;
@@ -68,9 +47,9 @@ public final class ProfileSpec implements Serializable {
   private ProfileSpec(Map<?, ?> spec) {
     Map<?, ?> key = object(spec.get("key"), "key");
     keyColumn = name(key.get("column"), "key.column");
-    keyType = Type.of(key.get("type"));
-    if (keyType != Type.TEXT && keyType != Type.INTEGER && keyType != Type.BIGINT) {
-      throw new IllegalArgumentException("a key is text, integer or bigint, not " + keyType.specName);
+    keyType = FieldType.of(key.get("type"));
+    if (!keyType.isKeyType()) {
+      throw new IllegalArgumentException("a key is text, integer or bigint, not " + keyType.label);
     }
     if (!(spec.get("columns") instanceof List<?> list)) {
       throw new IllegalArgumentException("columns must be an array");
@@ -82,7 +61,7 @@ public final class ProfileSpec implements Serializable {
       String name = name(column.get("name"), "a column's name");
       Object max = column.get("max_bytes");
       int maxBytes = max == null || max == StrictJson.NULL ? 0 : positive(max, name + ".max_bytes");
-      columns[i] = new Column(name, Type.of(column.get("type")), maxBytes, "after." + name);
+      columns[i] = new Column(name, FieldType.of(column.get("type")), maxBytes, "after." + name);
       unique(byName, name, i);
     }
     unique(byName, keyColumn, columns.length);

@@ -1,5 +1,6 @@
 package io.streamfold.cdc;
 
+import io.streamfold.json.FieldType;
 import io.streamfold.json.PlainJson;
 import io.streamfold.json.StrictJson;
 import java.nio.charset.StandardCharsets;
@@ -49,7 +50,7 @@ final class ProfileValues {
    * a text[] holding only it.
    */
   static boolean isUnavailable(ProfileSpec.Column column, Object json) {
-    return UNAVAILABLE.equals(json) || (column.type() == ProfileSpec.Type.TEXT_ARRAY && json instanceof List<?> l
+    return UNAVAILABLE.equals(json) || (column.type() == FieldType.TEXT_ARRAY && json instanceof List<?> l
         && l.size() == 1 && UNAVAILABLE.equals(l.get(0)));
   }
 
@@ -58,7 +59,7 @@ final class ProfileValues {
     if (json == null || json == NULL) {
       return null;
     }
-    if (column.type() == ProfileSpec.Type.TEXT_ARRAY && json instanceof List<?> l && l.contains(UNAVAILABLE)) {
+    if (column.type() == FieldType.TEXT_ARRAY && json instanceof List<?> l && l.contains(UNAVAILABLE)) {
       throw new Rejected(column.where() + " holds Debezium's unavailable-value placeholder beside other elements");
     }
     Object value = typed(column, json);
@@ -216,12 +217,12 @@ final class ProfileValues {
     return keyObject instanceof Map<?, ?> m ? keyText(spec.keyType, m.get(spec.keyColumn)) : null;
   }
 
-  private static String keyText(ProfileSpec.Type type, Object json) {
-    if (type == ProfileSpec.Type.TEXT) {
+  private static String keyText(FieldType type, Object json) {
+    if (type == FieldType.TEXT) {
       return json instanceof String s && !s.isEmpty() ? s : null;
     }
     boolean inRange = json instanceof Long l
-        && (type == ProfileSpec.Type.BIGINT || (l >= Integer.MIN_VALUE && l <= Integer.MAX_VALUE));
+        && (type == FieldType.BIGINT || (l >= Integer.MIN_VALUE && l <= Integer.MAX_VALUE));
     return inRange ? json.toString() : null;
   }
 

@@ -1,5 +1,6 @@
 package io.streamfold.events;
 
+import io.streamfold.json.FieldType;
 import io.streamfold.json.PlainJson;
 import io.streamfold.json.StrictJson;
 import java.util.List;
@@ -103,8 +104,8 @@ public final class EventParse implements UDF2<byte[], Long, Row> {
 
   /** The key as the job carries it: a text within max_key_bytes, or an integer's decimal text. */
   private String key(Object value) throws Rejected {
-    if (spec.keyType == EventSpec.Type.TEXT) {
-      String key = (String) field(new EventSpec.Field(spec.keyField, EventSpec.Type.TEXT, true), value);
+    if (spec.keyType == FieldType.TEXT) {
+      String key = (String) field(new EventSpec.Field(spec.keyField, FieldType.TEXT, true), value);
       String tooLong = PlainJson.overLimit(key, spec.keyField, spec.maxKeyBytes);
       if (tooLong != null) {
         throw new Rejected(tooLong);

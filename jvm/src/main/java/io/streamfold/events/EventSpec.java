@@ -1,5 +1,6 @@
 package io.streamfold.events;
 
+import io.streamfold.json.FieldType;
 import io.streamfold.json.StrictJson;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
@@ -19,44 +20,21 @@ import java.util.Set;
 public final class EventSpec implements Serializable {
   private static final long serialVersionUID = 1L;
 
-  /** A field's column type (pipeline/field_types.py names them). */
-  public enum Type {
-    TEXT("text"), INTEGER("integer"), BIGINT("bigint"), DOUBLE("double"), NUMERIC("numeric"),
-    BOOLEAN("boolean"), TIMESTAMPTZ("timestamptz"), TIMESTAMP("timestamp"), TEXT_ARRAY("text[]"),
-    JSONB("jsonb");
-
-    final String label;
-
-    Type(String label) {
-      this.label = label;
-    }
-
-    static Type of(String label) {
-      for (Type type : values()) {
-        if (type.label.equals(label)) {
-          return type;
-        }
-      }
-      throw new IllegalArgumentException("event spec: unknown type " + label);
-    }
-  }
-
   /** How the event time is written in the JSON. */
   public enum TimeFormat { EPOCH_MS, EPOCH_S, ISO8601 }
 
   /** A field of the event: its JSON name, type, and whether a record must carry it (not null). */
-  public record Field(String name, Type type, boolean required) implements Serializable {}
+  public record Field(String name, FieldType type, boolean required) implements Serializable {}
 
   private static final Set<String> KEYS = Set.of("key", "fields", "time", "count", "max_record_bytes",
       "min_time_ms", "max_future_ms", "max_key_bytes");
-  private static final Set<Type> KEY_TYPES = Set.of(Type.TEXT, Type.INTEGER, Type.BIGINT);
   // Plausible limits: an arrival time plus max_future_ms stays far inside a long.
   private static final long MAX_FUTURE_LIMIT_MS = 1L << 50;
   private static final long MIN_TIME_LIMIT_MS = LocalDate.of(1, 1, 1).toEpochDay() * 86_400_000L;
   private static final long MAX_TIME_LIMIT_MS = LocalDate.of(10_000, 1, 1).toEpochDay() * 86_400_000L - 1;
 
   final String keyField;
-  final Type keyType;
+  final FieldType keyType;
   final List<Field> fields;
   final String timeField;
   final TimeFormat timeFormat;
@@ -78,8 +56,8 @@ public final class EventSpec implements Serializable {
     }
     Map<?, ?> key = object(spec, "key");
     keyField = name(key, "field");
-    keyType = Type.of(string(key, "type"));
-    if (!KEY_TYPES.contains(keyType)) {
+    keyType = type(string(key, "type"));
+    if (!keyType.isKeyType()) {
       throw new IllegalArgumentException("event spec: a key is text, integer or bigint, not " + keyType.label);
     }
     List<Field> read = new ArrayList<>();
@@ -92,7 +70,7 @@ public final class EventSpec implements Serializable {
         throw new IllegalArgumentException("event spec: required is true or false, got "
             + StrictJson.shown(required));
       }
-      read.add(new Field(name(field, "name"), Type.of(string(field, "type")), flag));
+      read.add(new Field(name(field, "name"), type(string(field, "type")), flag));
     }
     fields = Collections.unmodifiableList(read);
     Map<?, ?> time = object(spec, "time");
@@ -170,6 +148,14 @@ public final class EventSpec implements Serializable {
   /** The row's width: key, fields, time, count, error. */
   int width() {
     return fields.size() + 4;
+  }
+
+  private static FieldType type(String label) {
+    try {
+      return FieldType.of(label);
+    } catch (IllegalArgumentException unknown) {
+      throw new IllegalArgumentException("event spec: " + unknown.getMessage(), unknown);
+    }
   }
 
   private static Map<?, ?> object(Map<?, ?> parent, String name) {

@@ -3,6 +3,7 @@ package io.streamfold.events;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.core.io.JsonStringEncoder;
+import io.streamfold.json.FieldType;
 import io.streamfold.json.PlainJson;
 import java.io.IOException;
 import java.util.ArrayList;
@@ -133,13 +134,13 @@ public final class PlainEvent implements UDF2<byte[], Long, Row> {
   }
 
   private Object key(JsonParser parser, JsonToken token) throws IOException {
-    if (spec.keyType == EventSpec.Type.TEXT) {
+    if (spec.keyType == FieldType.TEXT) {
       String key = token == JsonToken.VALUE_STRING ? parser.getText() : null;
       boolean valid = key != null && EventValues.nonBlank(key) && PlainJson.fitsKey(key, spec.maxKeyBytes);
       return valid ? key : GIVE_UP;
     }
     Long key = int64(parser, token);
-    boolean valid = key != null && (spec.keyType == EventSpec.Type.BIGINT || key == key.intValue());
+    boolean valid = key != null && (spec.keyType == FieldType.BIGINT || key == key.intValue());
     return valid ? Long.toString(key) : GIVE_UP;
   }
 
