@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs whatever is missing, idempotently: Debian packages (PostgreSQL server; Docker Engine,
 # docker-compose, Compose v2 and debootstrap for the compose stack and its tests), the Python venv with pinned dependencies, every JVM artifact from
-# pom.xml into lib/ (and the Java join operator it builds), and kinesis-local from npm. Nothing downloads at run time after this.
+# pom.xml into lib/ (and the Java join operator it builds), and kinesalite from npm. Nothing downloads at run time after this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -112,9 +112,9 @@ if [ ! -f "$join_jar" ] || [ pom.xml -nt "$join_jar" ] || [ -n "$(find jvm/src/m
   cp target/streamfold-join.jar "$join_jar"
 fi
 
-# --- kinesis-local -------------------------------------------------------------------------------
+# --- kinesalite -------------------------------------------------------------------------------
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  say "npm ci (kinesis-local)"
+  say "npm ci (kinesalite)"
   npm ci --no-audit --no-fund --loglevel=error
 fi
 say "ready"

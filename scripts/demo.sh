@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 sf() { .venv/bin/streamfold "$@"; }
 step() { printf '\n\033[1;34m== %s\033[0m\n' "$*"; }
 
-step "start the local stack (PostgreSQL, Kafka KRaft, Kafka Connect + Debezium, kinesis-local)"
+step "start the local stack (PostgreSQL, Kafka KRaft, Kafka Connect + Debezium, kinesalite)"
 sf stack up
 eval "$(sf stack env)"
 

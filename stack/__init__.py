@@ -1,7 +1,7 @@
 """The local stack launcher: every service as a native process under one folder, $STREAMFOLD_HOME.
 
 PostgreSQL (logical decoding), Apache Kafka in KRaft mode, a Kafka Connect distributed worker with
-the Debezium plugin, and kinesis-local, all on 127.0.0.1. Children run in their own sessions: they
+the Debezium plugin, and kinesalite, all on 127.0.0.1. Children run in their own sessions: they
 outlive the CLI. It runs on the host, never in a compose service; `streamfold stack …` is its CLI.
 
 Modules, each importing only those above it:

@@ -32,7 +32,6 @@ PORT_OFFSETS = {
     "kafka-controller": 2,
     "connect": 3,
     "kinesis": 4,
-    "kinesis-tls": 5,
     "spark-master": 6,
     "spark-master-ui": 7,
 }
@@ -43,7 +42,7 @@ PG_USER = "streamfold"
 PG_DATABASE = "streamfold"
 DEBEZIUM_PASSWORD = config.PASSWORD_VARS[config.DEBEZIUM_ROLE]
 SECRET_NAMES = ("STREAMFOLD_PG_PASSWORD", *config.SECRET_VARS)
-# kinesis-local accepts any credentials; a 12-digit key id would select another account.
+# kinesalite accepts any credentials (it checks that a request is signed, not by whom).
 AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "streamfold",
     "AWS_SECRET_ACCESS_KEY": "streamfold",

@@ -1,26 +1,21 @@
-"""kinesis-local, the Kinesis-compatible endpoint (Node.js), kept on loopback and stopped only when
-its data file is whole."""
+"""kinesalite, the Kinesis-compatible endpoint (Node.js), on LevelDB under the stack's data dir and kept on
+loopback.
+
+LevelDB appends each write to its log, so a put costs the same however long the stream is, and a kill at
+any moment keeps every acknowledged record (docs/decisions/kinesis-endpoint.md)."""
 
 from __future__ import annotations
-
-import contextlib
-import json
-import os
-import signal
-import time
-from pathlib import Path
 
 from botocore.config import Config as BotoConfig
 
 from common import kinesis
-from stack.home import AWS_ENV, port_free
+from stack.home import AWS_ENV
 from stack.prerequisites import KINESIS_MAIN
-from stack.processes import wait_gone
 from stack.service import Service
 
 # One quick attempt: a health check is repeated until the service is up.
 HEALTH_CHECK = BotoConfig(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
-# kinesis-local has no bind-address setting and listens on every interface; this preload keeps it
+# kinesalite has no bind-address setting and listens on every interface; this preload keeps it
 # on loopback like every other service.
 KINESIS_LOOPBACK_JS = """\
 const net = require('net');
@@ -30,64 +25,46 @@ net.Server.prototype.listen = function (...args) {
   return listen.apply(this, args);
 };
 """
+# kinesalite refuses streams past this many shards in all (real accounts start at 500 per region); the
+# test suites create a stream per scenario.
+SHARD_LIMIT = 10_000
+
+
+def kinesalite_args(port: int, path: str) -> list[str]:
+    """kinesalite's command-line options, shared with the compose image: streams are ACTIVE at once."""
+    return [
+        f"--port={port}",
+        f"--path={path}",
+        "--createStreamMs=0",
+        "--deleteStreamMs=0",
+        "--updateStreamMs=0",
+        f"--shardLimit={SHARD_LIMIT}",
+    ]
 
 
 class Kinesis(Service):
     name = "kinesis"
-    port_names = ("kinesis", "kinesis-tls")
+    port_names = ("kinesis",)
     health_timeout = 60.0
 
     @property
-    def preload(self) -> Path:
-        return self.stack.path("conf", "kinesis-loopback.js")
+    def preload(self) -> str:
+        return str(self.stack.path("conf", "kinesis-loopback.js"))
 
     @property
     def marker(self) -> str:
-        return str(self.preload)
+        return self.preload
 
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.stack.ports['kinesis']}"
 
     def prepare(self) -> None:
-        self.preload.write_text(KINESIS_LOOPBACK_JS)
+        self.stack.path("conf", "kinesis-loopback.js").write_text(KINESIS_LOOPBACK_JS)
         self.stack.path("data", "kinesis").mkdir(exist_ok=True)
 
     def launch(self) -> None:
-        env = {
-            "KINESIS_MOCK_PLAIN_PORT": str(self.stack.ports["kinesis"]),
-            "KINESIS_MOCK_TLS_PORT": str(self.stack.ports["kinesis-tls"]),
-            "KINESIS_MOCK_CERT_PATH": str(KINESIS_MAIN.parent / "server.json"),
-            # Streams and records survive a restart.
-            "SHOULD_PERSIST_DATA": "true",
-            "PERSIST_PATH": str(self.stack.path("data", "kinesis")),
-            "PERSIST_INTERVAL": "1s",
-            "AWS_REGION": AWS_ENV["AWS_DEFAULT_REGION"],
-        }
-        self._spawn_recorded(["node", "--require", str(self.preload), str(KINESIS_MAIN)], self.log, env)
-
-    @property
-    def data_file(self) -> Path:
-        return self.stack.path("data", "kinesis") / "kinesis-data.json"
-
-    def stop(self) -> None:
-        """kinesis-local rewrites its whole data file in place every PERSIST_INTERVAL: a stop in the middle
-        of a write leaves it truncated, and the streams are gone at the next start. So it is
-        frozen at a moment its file is whole, then killed; like any crash of it, that loses the writes of
-        at most the last interval."""
-        pid = self.pid()
-        if pid is not None:
-            _freeze_when_whole(pid, self.data_file)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-            wait_gone(pid, 10)
-            # A killed process's sockets close a moment after it is gone: wait, or a start right after
-            # this stop finds its port taken.
-            deadline = time.monotonic() + 10
-            while not all(port_free(self.stack.ports[p]) for p in self.port_names):
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
-        self.pid_file.unlink(missing_ok=True)
+        args = kinesalite_args(self.stack.ports["kinesis"], str(self.stack.path("data", "kinesis")))
+        self._spawn_recorded(["node", "--require", self.preload, str(KINESIS_MAIN), *args], self.log)
 
     def healthy(self) -> bool:
         client = kinesis.client(
@@ -102,26 +79,3 @@ class Kinesis(Service):
         except Exception:  # noqa: BLE001 - any failure means "not yet"
             return False
         return True
-
-
-def _freeze_when_whole(pid: int, data_file: Path, timeout: float = 30.0) -> None:
-    """SIGSTOP the process group at a moment data_file is absent or whole JSON (not mid-rewrite)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGSTOP)
-        if time.monotonic() > deadline or _whole_json(data_file):
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGCONT)
-        time.sleep(0.05)
-
-
-def _whole_json(path: Path) -> bool:
-    try:
-        json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return True
-    except (OSError, ValueError):
-        return False
-    return True

@@ -1,5 +1,5 @@
 """What the stack needs on the machine: a JDK >= 17, PostgreSQL's server binaries, and what
-`make setup` puts in lib/ (Kafka, the Debezium plugin) and node_modules/ (kinesis-local)."""
+`make setup` puts in lib/ (Kafka, the Debezium plugin) and node_modules/ (kinesalite)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from stack.home import StackError
 REPO = Path(__file__).resolve().parents[1]
 KAFKA_LIB = REPO / "lib" / "kafka"
 PLUGIN_PATH = REPO / "lib" / "connect-plugins"
-KINESIS_MAIN = REPO / "node_modules" / "kinesis-local" / "main.js"
+KINESIS_MAIN = REPO / "node_modules" / "kinesalite" / "cli.js"
 
 
 @functools.cache

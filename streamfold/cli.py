@@ -140,7 +140,7 @@ def stack_up(
         ),
     ] = None,
 ) -> None:
-    """Start PostgreSQL, Kafka (KRaft), Kafka Connect + Debezium and kinesis-local; idempotent."""
+    """Start PostgreSQL, Kafka (KRaft), Kafka Connect + Debezium and kinesalite; idempotent."""
     from stack import lifecycle
 
     with stack_errors():

@@ -157,9 +157,9 @@ def test_images_come_from_the_base_and_the_version_files(stack: Compose) -> None
     assert {name: have.get(name) for name in wanted} == wanted
 
     lock = json.loads((REPO / "package-lock.json").read_text())
-    kinesis_version = lock["packages"]["node_modules/kinesis-local"]["version"]
+    kinesis_version = lock["packages"]["node_modules/kinesalite"]["version"]
     shipped = json.loads(
-        image_run(stack, "kinesis", "cat /opt/kinesis/node_modules/kinesis-local/package.json")
+        image_run(stack, "kinesis", "cat /opt/kinesis/node_modules/kinesalite/package.json")
     )
     assert shipped["version"] == kinesis_version
     assert image_run(stack, "postgres", "postgres --version").startswith("postgres (PostgreSQL) 15.")

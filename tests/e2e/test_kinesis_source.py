@@ -1,4 +1,4 @@
-"""The Kinesis source end to end: real Spark (local[2]) reading a real kinesis-local.
+"""The Kinesis source end to end: real Spark (local[2]) reading a real kinesalite.
 
 Run as a script, this module is the Spark job that test_kill_9_and_restart kills and restarts.
 """
@@ -260,7 +260,7 @@ def test_kill_9_and_restart_loses_and_doubles_nothing(spark: SparkSession, tmp_p
 
 
 class FaultProxy(ThreadingHTTPServer):
-    """Sits in front of kinesis-local and fails chosen calls: kinesis-local never throttles and only
+    """Sits in front of kinesalite and fails chosen calls: kinesalite never throttles and only
     expires iterators after 5 minutes. PutRecords faults reject every other record of the request."""
 
     FAULTS: dict[str, dict[int, str]] = {  # operation -> {call number: fault}

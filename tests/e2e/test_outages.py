@@ -6,10 +6,9 @@ Connect is not a dependency of the job: while it is down CDC progress stalls, an
 `join.max_wait` with the latest profile version known (no profile changes while it is down, so that is
 still the right one) and counted as such in the batch's log line.
 
-The Kinesis endpoint goes down behind a TCP relay (tests/support/relay.py): the job reaches kinesis-local
-only through it, so for the job the endpoint refuses connections and drops open ones, while kinesis-local
-keeps running and the test keeps writing clicks to it. (Stopping kinesis-local itself is not safe: it
-rewrites its whole data file every second, and a stop during a write leaves it empty.)"""
+The Kinesis endpoint goes down behind a TCP relay (tests/support/relay.py): the job reaches the endpoint
+only through it, so for the job the endpoint refuses connections and drops open ones, while the endpoint
+keeps running and the test keeps writing clicks to it."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ NEVER = -(2**63)
 class Sandbox:
     """A scenario's own sink database, STREAMFOLD_HOME, and clicks topic and stream (so its input and its
     run time do not depend on which scenarios ran before it). The stream, of the same name as the topic, is
-    created when first used: kinesis-local holds at most 50 shards."""
+    created when first used."""
 
     name: str
     admin_dsn: str
