@@ -28,6 +28,7 @@ from pydantic import (
     PlainSerializer,
     PrivateAttr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -134,6 +135,8 @@ def _did_you_mean(value: Any, choices: tuple[str, ...] | list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+# The profile history's own columns beside the key and the carried columns (db/pipeline_tables.py).
+HISTORY_COLUMNS = ("valid_from", "lsn", "op", "incomplete")
 Identifier = Annotated[str, BeforeValidator(_identifier)]
 Table = Annotated[str, BeforeValidator(_qualified)]
 Topic = Annotated[str, BeforeValidator(_topic)]
@@ -193,6 +196,16 @@ class Profile(_Strict):
         if self.key in self.columns:
             raise ValueError(f"the key {self.key!r} is carried anyway: remove it from columns")
         return self
+
+    @field_validator("columns")
+    @classmethod
+    def _not_a_history_column(cls, columns: dict[str, ProfileColumn]) -> dict[str, ProfileColumn]:
+        taken = sorted(set(columns) & set(HISTORY_COLUMNS))
+        if taken:
+            raise ValueError(
+                f"{taken[0]!r} names a column of the profile history (docs/history.md): rename it"
+            )
+        return columns
 
 
 class EventField(_Strict):
@@ -436,6 +449,21 @@ class Pipeline(_Strict):
     @property
     def dead_letters_topic(self) -> str:
         return self.outputs.dead_letters_topic or f"{self.name}_dlq"
+
+    @property
+    def history_table(self) -> str:
+        """Every version of every profile's carried columns (db/pipeline_tables.py, docs/history.md)."""
+        return f"streamfold.profile_history_{self.name}"
+
+    @property
+    def versions_view(self) -> str:
+        """The history with each version's valid_to (db/history.py)."""
+        return f"streamfold.profile_versions_{self.name}"
+
+    @property
+    def profile_at_function(self) -> str:
+        """The SQL function (key, time) -> the profile version valid then (db/history.py)."""
+        return f"streamfold.profile_at_{self.name}"
 
     def aggregate_table(self, aggregate: Aggregate) -> str:
         return aggregate.table or f"streamfold.{aggregate.name}"

@@ -22,7 +22,7 @@ from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
 
 from common import pipeline_file as pf
-from db import pipeline_tables, tables
+from db import history, pipeline_tables, tables
 
 _RESTART = (
     "the join's state and the sink tables hold values of the old file: keep the old setting, or set the "
@@ -120,6 +120,7 @@ def apply(conn: sa.Connection, pipeline: pf.Pipeline) -> list[str]:
     operations = Operations(MigrationContext.configure(conn))
     for diff in _differences(conn, wanted):
         done += _apply(operations, conn, wanted, diff)
+    done += history.create(conn, pipeline)
     record = {"name": pipeline.name, "spec": pipeline.model_dump(mode="json")}
     statement = sa.dialects.postgresql.insert(tables.pipelines).values(record)
     conn.execute(

@@ -1,11 +1,12 @@
-"""The sink tables a pipeline file declares, as SQLAlchemy Core: the enriched table and one table per
-aggregate (docs/contracts.md "The pipeline file").
+"""The sink tables a pipeline file declares, as SQLAlchemy Core: the enriched table, the profile history and
+one table per aggregate (docs/contracts.md "The pipeline file").
 
 The enriched table: event_id (the record's source position, the primary key), the key, the event time,
 the event fields, the count, the carried profile columns (prefixed), when that profile version became
-valid and whether CDC progress covered the event. An aggregate table: its group-by columns, the count,
-the sums; keyed by the group-by columns, an event text field by its md5 (a generated column), so a value
-of any length fits the B-tree.
+valid and whether CDC progress covered the event, the CDC progress at its release and whether join.max_wait
+released it. The history table: every profile version the join stored (db/history.py queries it). An
+aggregate table: its group-by columns, the count, the sums; keyed by the group-by columns, an event text
+field by its md5 (a generated column), so a value of any length fits the B-tree.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ COLUMN_TYPES: dict[str, sa.types.TypeEngine] = {
     "jsonb": JSONB(),
 }
 # What a sum of an event field of each numeric type is stored as.
+# The enriched table's columns that explain a join (not named by the pipeline file).
+CDC_PROGRESS = "cdc_progress"
+RELEASED_BY_MAX_WAIT = "released_by_max_wait"
 SUM_TYPES: dict[str, sa.types.TypeEngine] = {
     "integer": sa.BigInteger(),
     "bigint": sa.BigInteger(),
@@ -62,7 +66,29 @@ def enriched_columns(pipeline: Pipeline) -> list[sa.Column]:
         sa.Column(names.valid_from_column, sa.DateTime(timezone=True)),
         sa.Column(names.complete_column, sa.Boolean, nullable=False, server_default=sa.text("true")),
     ]
+    # Why the event joined its version (`streamfold explain`): the CDC progress when the join released it
+    # (NULL in join.mode=latest, or before any progress), and whether join.max_wait released it before CDC
+    # progress reached its time. NULL in rows landed before these columns existed.
+    columns += [
+        sa.Column(CDC_PROGRESS, sa.DateTime(timezone=True)),
+        sa.Column(RELEASED_BY_MAX_WAIT, sa.Boolean),
+    ]
     return columns
+
+
+def history_columns(pipeline: Pipeline) -> list[sa.Column]:
+    """The history table: one row per profile version the join stored, keyed like the join orders versions
+    (key, valid_from, lsn). A delete (or a truncate's end of a profile) is a version with op 'd' and no
+    values; `incomplete` says which values are unknown (unchanged TOASTed values with nothing to fill
+    them)."""
+    return [
+        sa.Column(pipeline.profile.key, COLUMN_TYPES[pipeline.key_type], primary_key=True),
+        sa.Column("valid_from", sa.DateTime(timezone=True), primary_key=True),
+        sa.Column("lsn", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("op", sa.Text, nullable=False),
+        sa.Column("incomplete", sa.Text),
+        *(sa.Column(name, COLUMN_TYPES[column.type]) for name, column in pipeline.profile.columns.items()),
+    ]
 
 
 def aggregate_columns(pipeline: Pipeline, aggregate: Aggregate) -> tuple[list[sa.Column], list[str]]:
@@ -109,6 +135,8 @@ def metadata(pipeline: Pipeline, into: sa.MetaData | None = None) -> sa.MetaData
         sa.Index(f"{name}_{key}_time", key, time),
         schema=schema,
     )
+    schema, name = pipeline.history_table.split(".")
+    sa.Table(name, meta, *history_columns(pipeline), schema=schema)
     for aggregate in pipeline.aggregates:
         schema, name = pipeline.aggregate_table(aggregate).split(".")
         columns, primary_key = aggregate_columns(pipeline, aggregate)

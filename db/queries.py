@@ -1,5 +1,6 @@
 """Named queries over the pipeline's tables, run with the read-only role: one per aggregate (its name),
-the enriched table's latest rows, the dead letters and the totals (`streamfold query NAME`)."""
+the enriched table's latest rows, the dead letters and the totals (`streamfold query NAME`), and two over
+the profile history that take arguments: `versions KEY` and `profile_at KEY TIME` (db/history.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from psycopg.types.string import TextLoader
 
 from common import names
 from common import pipeline_file as pf
+from db import history
 
 
 def named(pipeline: pf.Pipeline) -> dict[str, str]:
@@ -31,6 +33,14 @@ def named(pipeline: pf.Pipeline) -> dict[str, str]:
     return queries
 
 
+def with_arguments(pipeline: pf.Pipeline) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Short names whose SQL takes arguments: name -> (SQL with %s placeholders, the arguments' names)."""
+    return {
+        "versions": (history.versions_query(pipeline), ("KEY",)),
+        "profile_at": (history.profile_at_query(pipeline), ("KEY", "TIME")),
+    }
+
+
 def _aggregate(pipeline: pf.Pipeline, aggregate: pf.Aggregate) -> str:
     """The aggregate's largest totals first (its own columns, without the md5 key columns)."""
     groups = list(aggregate.group_by)
@@ -43,7 +53,7 @@ def resolve(pipeline: pf.Pipeline, sql_or_name: str) -> str:
     return named(pipeline).get(sql_or_name, sql_or_name)
 
 
-def run(reader_dsn: str, sql: str) -> tuple[list[str], list[tuple]]:
+def run(reader_dsn: str, sql: str, arguments: tuple[str, ...] = ()) -> tuple[list[str], list[tuple]]:
     """Column names and rows, from ONE statement in a read-only transaction.
 
     The reader role can only SELECT from the sink schema, but any role may alter itself: the extended
@@ -56,6 +66,6 @@ def run(reader_dsn: str, sql: str) -> tuple[list[str], list[tuple]]:
         for type_name in ("timestamptz", "timestamp"):
             conn.adapters.register_loader(type_name, TextLoader)
         with conn.pipeline():
-            cur = conn.execute(sql)
+            cur = conn.execute(sql, arguments or None)
         columns = [c.name for c in cur.description or []]
         return columns, cur.fetchall()

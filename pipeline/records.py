@@ -10,8 +10,9 @@ and the naive baseline's staging table are derived from these.
                   times in epoch ms (the sink writes them as timestamptz)
   join_output(p)  what the join emits (io.streamfold.join.OutputRows builds its rows by position, Python
                   names the columns; tests/unit/test_temporal_join_spark.py holds them together): `kind`
-                  ("event", "reject" or "change") first, then the enriched columns, the REJECT columns and
-                  change_op (set on a profile change passed through for the changelog)
+                  ("event", "reject" or "change") first, then the enriched columns, the REJECT columns,
+                  change_op and change_lsn (set on a profile change passed through for the changelog and
+                  the history), cdc_progress_ms and released_by_max_wait (an event's release)
 
 Names come from the file's outputs.enriched: the key, the event time (`<time>_ms` along the path, the
 sink writes `<time>`), each event field, the count, each profile column (prefixed), `<valid_from>_ms` and
@@ -142,11 +143,19 @@ def enriched(pipeline: Pipeline) -> StructType:
     )
 
 
+# The join's output columns after change_op: a change row's lsn; an event row's CDC progress when the join
+# released it (null in join.mode=latest and before any progress) and whether join.max_wait released it.
+CHANGE_LSN = "change_lsn"
+CDC_PROGRESS_MS = "cdc_progress_ms"
+RELEASED_BY_MAX_WAIT = "released_by_max_wait"
+
+
 def join_output(pipeline: Pipeline) -> StructType:
     """What the join emits: kind, the enriched columns, the REJECT columns (a rejected record passed
     through; null on the other rows), change_op (a profile version as stored: c, u, d or r; such a row has
     the key, the version's profile columns and valid_from, and when some of its values are unknown, complete
-    false and error saying which)."""
+    false and error saying which), then change_lsn (a change row's), cdc_progress_ms and
+    released_by_max_wait (an event row's)."""
     return _unique(
         StructType(
             [
@@ -154,6 +163,9 @@ def join_output(pipeline: Pipeline) -> StructType:
                 *enriched(pipeline).fields,
                 *REJECT.fields,
                 StructField("change_op", _STR),
+                StructField(CHANGE_LSN, _LONG),
+                StructField(CDC_PROGRESS_MS, _LONG),
+                StructField(RELEASED_BY_MAX_WAIT, BooleanType()),
             ]
         )
     )

@@ -1,14 +1,16 @@
 """The sink spec: how the JVM landing (jvm/src/main/java/io/streamfold/sink/) writes the join's output, built
 from the pipeline file (docs/contracts.md "The pipeline file").
 
-The spec names the enriched table and topic, the changelog topic, the dead letters, and each aggregate's
-table and topic, and says for each column the sink writes which column of the join's output it is (its
-ordinal, found by NAME in the output's schema, so the join may order its columns as it likes) and its type:
+The spec names the enriched table and topic, the changelog topic, the profile history table, the dead
+letters, and each aggregate's table and topic, and says for each column the sink writes which column of the
+join's output it is (its ordinal, found by NAME in the output's schema, so the join may order its columns
+as it likes) and its type:
 a pipeline column type, or `epoch_ms` (the event time) or `valid_from_ms` (a profile version's start,
 negative for a snapshot version). The JVM checks each type against the output's Spark type.
 
 The enriched columns are db.pipeline_tables.enriched_columns, in that order; each comes from the output
-column of the same name, except the event time and valid-from, which the join carries in ms as `<name>_ms`.
+column of the same name, except the event time and valid-from, which the join carries in ms as `<name>_ms`,
+and the CDC progress at release (`cdc_progress_ms`). The history columns are history_layout's.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ from pyspark.sql.types import StructType
 
 from common import names
 from common.pipeline_file import Aggregate, Pipeline
-from db.pipeline_tables import aggregate_columns, enriched_columns, ref_type
+from db.pipeline_tables import (
+    CDC_PROGRESS,
+    RELEASED_BY_MAX_WAIT,
+    aggregate_columns,
+    enriched_columns,
+    history_columns,
+    ref_type,
+)
+from pipeline import records
 
 # The join's output columns the sink reads besides the pipeline's own (docs/contracts.md, the join's output).
 KIND = "kind"
@@ -61,6 +71,8 @@ def enriched_layout(pipeline: Pipeline) -> list[EnrichedColumn]:
         **{event_column(pipeline, n): (event_column(pipeline, n), f.type) for n, f in events.fields.items()},
         given.valid_from_column: (f"{given.valid_from_column}_ms", "valid_from_ms"),
         given.complete_column: (given.complete_column, "boolean"),
+        CDC_PROGRESS: (records.CDC_PROGRESS_MS, "epoch_ms"),
+        RELEASED_BY_MAX_WAIT: (records.RELEASED_BY_MAX_WAIT, "boolean"),
     }
     if events.count:
         count = given.count_column or events.count
@@ -124,6 +136,14 @@ def sink_spec(
                 {"name": INCOMPLETE, "ordinal": ordinal(ERROR), "type": "text"},
             ],
         },
+        "history": {
+            "table": pipeline.history_table,
+            "key_columns": HISTORY_KEY_COLUMNS,
+            "columns": [
+                {"name": name, "ordinal": ordinal(output_name), "type": kind}
+                for name, output_name, kind in history_layout(pipeline)
+            ],
+        },
         "dead_letters": {
             "table": names.DEAD_LETTERS_TABLE,
             "topic": pipeline.dead_letters_topic,
@@ -134,6 +154,27 @@ def sink_spec(
         },
         "aggregates": aggregate_specs(pipeline, output) if aggregates is None else aggregates,
     }
+
+
+# The history table's primary key: its first columns, the key, valid_from and lsn.
+HISTORY_KEY_COLUMNS = 3
+
+
+def history_layout(pipeline: Pipeline) -> list[tuple[str, str, str]]:
+    """The history table's columns in its order: (column, the join output column of a change row, type)."""
+    valid_from = f"{pipeline.outputs.enriched.valid_from_column}_ms"
+    sources = {
+        pipeline.profile.key: (
+            pipeline.outputs.enriched.key_column or pipeline.events.key,
+            pipeline.key_type,
+        ),
+        "valid_from": (valid_from, "valid_from_ms"),
+        "lsn": (records.CHANGE_LSN, "bigint"),
+        "op": (CHANGE_OP, "text"),
+        "incomplete": (ERROR, "text"),
+        **{name: (profile_column(pipeline, name), c.type) for name, c in pipeline.profile.columns.items()},
+    }
+    return [(c.name, *sources[c.name]) for c in history_columns(pipeline)]
 
 
 def sink_spec_json(pipeline: Pipeline, output: StructType) -> str:

@@ -375,25 +375,54 @@ def status(
 @app.command()
 def query(
     sql_or_name: Annotated[
-        str, typer.Argument(help="SQL, or a name: an aggregate's, the enriched table's, totals")
+        str,
+        typer.Argument(
+            help="SQL, or a name: an aggregate's, the enriched table's, totals, dead_letters, "
+            "versions KEY, profile_at KEY TIME"
+        ),
     ],
+    arguments: Annotated[list[str] | None, typer.Argument(help="the named query's arguments")] = None,
 ) -> None:
-    """Print rows from the enriched tables (read-only role)."""
+    """Print rows from the sink tables (read-only role)."""
     import psycopg
 
     from db import queries
 
+    given = tuple(arguments or ())
     try:
         settings = config.load()
         named = queries.named(settings.pipeline)
-        columns, rows = queries.run(settings.reader_dsn, named.get(sql_or_name, sql_or_name))
+        sql, wanted = queries.with_arguments(settings.pipeline).get(sql_or_name, (None, ()))
+        if len(given) != len(wanted):
+            takes = " ".join(wanted) or "no arguments"
+            fail(f"query {sql_or_name[:40]} takes {takes}, got {len(given)} argument(s)")
+        columns, rows = queries.run(settings.reader_dsn, sql or named.get(sql_or_name, sql_or_name), given)
     except psycopg.Error as exc:
         fail(str(exc).strip())
-    table = Table(*columns, title=sql_or_name if sql_or_name in named else None)
+    titled = sql_or_name in named or sql is not None
+    table = Table(*columns, title=" ".join((sql_or_name, *given)) if titled else None)
     for row in rows:
         table.add_row(*("" if v is None else str(v) for v in row))
     Console(width=200 if not sys.stdout.isatty() else None).print(table)
     console.print(f"({len(rows)} rows)")
+
+
+@app.command()
+def explain(
+    event_id: Annotated[str, typer.Argument(help="an event's id, e.g. kafka:clicks:0:42")],
+) -> None:
+    """Print an event, the profile version it joined, the versions either side, and why."""
+    import psycopg
+
+    from streamfold.explain import explain as explained
+
+    try:
+        settings = config.load()
+        lines = explained(settings.reader_dsn, settings.pipeline, event_id)
+    except (psycopg.Error, LookupError) as exc:
+        fail(str(exc).strip())
+    for line in lines:
+        print(line)
 
 
 @app.command()

@@ -1,4 +1,5 @@
-"""kill -9 at random points while clicks and profile changes stream in: nothing lost, nothing doubled."""
+"""kill -9 at random points while clicks and profile changes stream in: nothing lost, nothing doubled, in the
+enriched rows, the totals and the profile history."""
 
 from __future__ import annotations
 
@@ -47,8 +48,11 @@ def test_kill_9_at_random_points_loses_and_doubles_nothing(source, pg, streamfol
     want = sp.expected(
         sandbox.inputs(source, bootstrap), sp.profile_history(bootstrap), sp.cdc_dead_letters(bootstrap)
     )
+    history = sp.profile_history(bootstrap)
     with sandbox.connect() as conn:
         sp.assert_matches(conn, want)
+        # Every version of the users' profiles in the history, each once, through the kills.
+        assert sp.stored_history(conn, users) == {u: history[u] for u in users if u in history}
     print(
         f"{source}: kills after {[round(d, 1) for d in delays]} s; "
         f"rows before the final drain {before_drain}; "

@@ -84,8 +84,11 @@ def test_setup_builds_the_files_tables_and_publishes_only_its_columns(database: 
     assert columns(database, "streamfold.enriched_views") == [
         "event_id", "customer_id", "ts", "path", "ms_on_page", "views", "profile_tier", "profile_country",
         "profile_credit", "profile_vip", "profile_since", "profile_prefs", "profile_valid_from",
-        "profile_complete",
+        "profile_complete", "cdc_progress", "released_by_max_wait",
     ]  # fmt: skip
+    assert "created table streamfold.profile_history_views" in changes
+    history = "created view streamfold.profile_versions_views and function streamfold.profile_at_views"
+    assert history in changes
     assert columns(database, "streamfold.views_per_path") == ["path", "vip", "count", "path_md5"]
     with psycopg.connect(database) as conn:
         (published,) = conn.execute(

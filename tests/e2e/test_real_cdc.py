@@ -1,12 +1,15 @@
 """CDC as PostgreSQL and Debezium really produce it, end to end on the session's stack, through a user's
 pipeline file: an update that leaves large (TOASTed) values unchanged, which Debezium sends as its
 placeholder `__debezium_unavailable_value`, and a TRUNCATE of the table. Events before and after each are
-checked row by row in the enriched table, and the profile changelog record by record."""
+checked row by row in the enriched table, the profile changelog record by record, and the profile history
+version by version; `streamfold explain` and the history's named queries run on what the job wrote."""
 
 from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -233,3 +236,67 @@ def test_a_truncate_ends_every_profile_at_its_commit_time(real, streamfold_setup
     assert {k: got[k] for k in ("10", "11", "12", "13")} == {
         "10": ["east", None], "11": ["west", None], "12": ["north", None, "again"], "13": ["south", None],
     }  # fmt: skip
+    # The profile history holds the same versions, a delete and the truncate's end of a profile as op d.
+    with real.connect() as conn:
+        history: dict[str, list[str | None]] = {}
+        for key, op, region in conn.execute(
+            f"SELECT id::text, op, region FROM {p.versions_view} ORDER BY id, valid_from, lsn"
+        ):
+            history.setdefault(key, []).append(None if op == "d" else region)
+        open_after = conn.execute(
+            f"SELECT count(*) FROM {p.versions_view} WHERE valid_to IS NULL AND op <> 'd' AND id <> 12"
+        ).fetchone()
+    assert history == want
+    assert open_after == (0,), "the truncate ended every open version but the re-inserted one"
+
+
+def explain(real: own.OwnPipeline, event_id: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "streamfold", "explain", event_id],
+        capture_output=True, text=True, timeout=120, env=real.env(), cwd=own.ROOT,
+    )  # fmt: skip
+
+
+def test_explain_names_the_version_its_neighbours_and_why(real, streamfold_setup):
+    """A key inserted, updated, deleted: `streamfold explain` of an event in each era, of a dead letter and of
+    an id that is neither; `streamfold query profile_at` and `versions` agree with what the join did."""
+    bootstrap, p = streamfold_setup.kafka_bootstrap, real.pipeline
+    table = sql.SQL(p.profile.table)
+    times = {}
+    with real.connect() as pg:
+        for step, statement in [
+            ("north", "INSERT INTO {} (id, region) VALUES (20, 'north')"),
+            ("south", "UPDATE {} SET region = 'south' WHERE id = 20"),
+            ("gone", "DELETE FROM {} WHERE id = 20"),
+        ]:
+            pg.execute(sql.SQL(statement).format(table))
+            time.sleep(1.5)
+            times[step] = now_ms()
+            time.sleep(1.5)
+    assert p.events.kafka_topic
+    send(bootstrap, p.events.kafka_topic, [(20, t, f"/explain-{step}") for step, t in times.items()])
+    producer = topics.producer(bootstrap, {})
+    producer.produce(p.events.kafka_topic, key="20", value=b"not json")
+    assert producer.flush(30) == 0
+    real.streamfold("run", "--source", "kafka", "--once")
+
+    with real.connect() as conn:
+        ids = dict(conn.execute(f"SELECT path, event_id FROM {p.enriched_table} WHERE customer_id = 20"))
+        dead = sorted(own.dead_letters(conn, p))
+    south = explain(real, ids["/explain-south"]).stdout.splitlines()
+    assert south[0].startswith(f"event {ids['/explain-south']}: customer_id=20,")
+    assert "region=north" in south[1] and south[1].startswith("  before:")
+    assert "region=south" in south[2] and south[2].startswith("  joined:") and "op u" in south[2]
+    assert "op d" in south[3] and south[3].startswith("  after:")
+    assert "had reached its time" in south[4] and "latest version valid at its time" in south[4]
+    gone = explain(real, ids["/explain-gone"]).stdout
+    assert "no profile: it was deleted at" in gone and "at time:" in gone
+    (letter,) = [d for d in dead if d.startswith(f"kafka:{p.events.kafka_topic}:")]
+    assert explain(real, letter).stdout.splitlines()[1].startswith("why: ")
+    missing = explain(real, "kafka:nowhere:0:0")
+    assert missing.returncode == 1 and "no event and no dead letter" in missing.stdout + missing.stderr
+
+    versions = real.streamfold("query", "versions", "20").stdout
+    assert [r for r in ("north", "south") if r in versions] == ["north", "south"]
+    at_south = time.strftime("%Y-%m-%d %H:%M:%S+00", time.gmtime(times["south"] / 1000))
+    assert "south" in real.streamfold("query", "profile_at", "20", at_south).stdout

@@ -129,7 +129,12 @@ def drop(own: OwnPipeline, connect_url: str) -> None:
     """The connector, its slot, publication and tables: nothing keeps WAL or rows after the test."""
     p = own.pipeline
     requests.delete(f"{connect_url}/connectors/{p.connector}", timeout=30)
-    tables = [p.profile.table, p.enriched_table, *(p.aggregate_table(a) for a in p.aggregates)]
+    tables = [
+        p.profile.table,
+        p.enriched_table,
+        p.history_table,
+        *(p.aggregate_table(a) for a in p.aggregates),
+    ]
     with own.connect() as conn:
         for _ in range(60):
             slot = conn.execute(
@@ -141,8 +146,9 @@ def drop(own: OwnPipeline, connect_url: str) -> None:
         if slot is not None:
             conn.execute("SELECT pg_drop_replication_slot(%s)", (p.slot,))
         conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(p.publication)))
-        for table in tables:
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.SQL(table)))
+        conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.SQL(p.profile_at_function)))
+        for table in tables:  # the history's view with it
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.SQL(table)))
         conn.execute("DELETE FROM streamfold.pipelines WHERE name = %s", (p.name,))
 
 

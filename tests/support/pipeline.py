@@ -178,6 +178,23 @@ def profile_history(bootstrap: str) -> dict[str, list[tuple[int, int, str | None
     return history
 
 
+def stored_history(
+    conn: psycopg.Connection, users: list[str]
+) -> dict[str, list[tuple[int, int, str | None]]]:
+    """The default pipeline's profile history of `users`, as profile_history has it."""
+    rows = conn.execute(
+        "SELECT userid, CASE WHEN valid_from = '-infinity' THEN %s"
+        " ELSE (extract(epoch FROM valid_from) * 1000)::bigint END, lsn, op, regionid"
+        " FROM streamfold.profile_history_clicks WHERE userid = ANY(%s) ORDER BY valid_from, lsn",
+        (NEVER, users),
+    )
+    stored: dict[str, list[tuple[int, int, str | None]]] = {}
+    for user, valid_from, lsn, op, region in rows:
+        version = (valid_from, lsn, None if op == "d" else (region or names.UNKNOWN_REGION))
+        stored.setdefault(user, []).append(version)
+    return stored
+
+
 def is_dead_letter(message: Message) -> bool:
     """The reference fold rejects it: the job dead-letters it, so it is no version of anyone."""
     try:

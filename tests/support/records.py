@@ -3,6 +3,8 @@
 from pyspark.sql.types import ArrayType, DataType, IntegerType, LongType, StringType, StructField, StructType
 
 # A user_clicks value's fields, in the order the sink writes them: the enriched click, times in epoch ms.
+# Why the join released a click when it did (`streamfold explain`): the user_clicks record's last fields.
+RELEASE_FIELDS = ("cdc_progress", "released_by_max_wait")
 USER_CLICKS_FIELDS = (
     "event_id",
     "uid",
@@ -17,6 +19,7 @@ USER_CLICKS_FIELDS = (
     "user_registertime",
     "profile_valid_from",
     "profile_complete",
+    *RELEASE_FIELDS,
 )
 
 

@@ -11,10 +11,11 @@ inserts, updates, deletes and re-inserts, snapshot rows, replayed changes, equal
 version's valid-from, two versions with one valid-from), progress that stalls and then jumps, releases by the
 wall clock (join.max_wait) rather than by CDC progress, versions old enough to expire, changes lacking values
 (unchanged TOASTed values Debezium did not send: filled from the previous version, or unknown) and truncates
-of the table (no key: every key's profile ends). The operator's changelog rows (the versions as stored) must
-equal the model's too. Rejected records ride along (the pipeline passes them through the operator): each must
-come out unchanged in its own batch, including from buckets that hold nothing else. Set JOIN_DIFF_SEED to try
-other seeds (and other random schemas); a failure names its seed.
+of the table (no key: every key's profile ends). The operator's changelog rows (the versions as stored, with
+their lsn) must equal the model's too, and so must each event's CDC progress at its release and whether
+join.max_wait released it. Rejected records ride along (the pipeline passes them through the operator):
+each must come out unchanged in its own batch, including from buckets that hold nothing else. Set
+JOIN_DIFF_SEED to try other seeds (and other random schemas); a failure names its seed.
 """
 
 from __future__ import annotations
@@ -199,6 +200,7 @@ class Model:
         self.users: dict[str, UserState] = defaultdict(UserState)
         self.progress_ms = -(2**63)
         self.changelog: dict[str, list[tuple]] = {}  # the last batch's, per key
+        self.released: dict[str, tuple] = {}  # the last batch's events: (CDC progress, released by max_wait)
         self.filled = self.unknown = 0  # values taken from a previous version; changes left with unknowns
         self.truncated = 0  # tombstones stored for a truncate
 
@@ -207,6 +209,8 @@ class Model:
         cdc = lambda row: self.cfg.mode == LATEST or row.time_ms <= self.progress_ms  # noqa: E731
         self.changelog = defaultdict(list)
         rows = self._rows(step, max(spark_watermark_ms, self.progress_ms))
+        progress = None if self.cfg.mode == LATEST or self.progress_ms == -(2**63) else self.progress_ms
+        self.released = {row.row()[0]: (progress, not cdc(row)) for row in rows}
         return [(*row.row(), cdc(row) and row.known) for row in rows]
 
     def version(self, change: dict[str, Any]) -> Version:
@@ -218,13 +222,14 @@ class Model:
         return Version(change["valid_from_ms"], change["lsn"], change["op"], profile)
 
     def changelog_record(self, version: Version) -> tuple:
-        """A stored version as the operator's change row has it: op, valid_from, profile, complete, error."""
+        """A stored version as the operator's change row has it: op, lsn, valid_from, profile, complete,
+        error."""
         names = [
             name for (name, _), v in zip(self.shape.columns, version.profile, strict=True) if v is UNAVAILABLE
         ]
         profile = tuple(None if v is UNAVAILABLE else v for v in version.profile)
         incomplete = (False, UNKNOWN_VALUES + ", ".join(names)) if names else (None, None)
-        return (version.op, version.valid_from_ms, profile, *incomplete)
+        return (version.op, version.lsn, version.valid_from_ms, profile, *incomplete)
 
     def click(self, row: dict[str, Any]) -> Click:
         shape = self.shape
@@ -309,8 +314,8 @@ class Case:
         return tuple(row)[1 : 1 + len(records.enriched(self.harness.pipeline))]
 
     def changelog(self, rows: list[Row]) -> dict[str, list[tuple]]:
-        """The versions the operator stored, as change rows: each key's (op, valid_from, profile, complete,
-        error), in output order."""
+        """The versions the operator stored, as change rows: each key's (op, lsn, valid_from, profile,
+        complete, error), in output order."""
         columns = len(self.shape.columns)
         start = 5 + len(self.shape.fields)  # kind, event_id, key, time, fields, count
         out: dict[str, list[tuple]] = defaultdict(list)
@@ -320,7 +325,7 @@ class Case:
                 values[start : start + columns],
                 values[start + columns :][:3],
             )
-            out[values[2]].append((r.change_op, valid_from, profile, complete, error))
+            out[values[2]].append((r.change_op, r.change_lsn, valid_from, profile, complete, error))
         return dict(out)
 
 
@@ -393,6 +398,10 @@ def _check_batch(case: Case, number: int, emitted: list[Row], changes: list[Row]
     )
     differ = {k: (got[k], want[k]) for k in got if got[k] != want[k]}
     assert not differ, f"{where}: rows differ (spark, model): {list(differ.items())[:3]}"
+    released = {r.event_id: (r.cdc_progress_ms, r.released_by_max_wait) for r in emitted if r.kind == "event"}
+    assert released == case.model.released, (
+        f"{where}: CDC progress at release, or released by max_wait, differ"
+    )
 
 
 def _check_run(case: Case, mode: str) -> None:

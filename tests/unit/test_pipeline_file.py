@@ -86,6 +86,7 @@ def test_the_default_files_sink_tables_are_the_migrated_ones():
         names.ENRICHED_CLICKS_TABLE,
         names.CLICKS_PER_REGION_TABLE,
         names.URL_REGION_TABLE,
+        DEFAULT.history_table,
     }
     for name, table in derived.tables.items():
         assert _shape(table) == _shape(tables.metadata.tables[name]), name
@@ -121,9 +122,14 @@ def test_a_users_own_pipeline_gets_names_and_tables_from_its_file():
     enriched = meta.tables["streamfold.enriched_events"]
     assert [c.name for c in enriched.columns] == [
         "event_id", "customer_id", "ts", "path", "ms_on_page", "profile_tier", "profile_country",
-        "profile_valid_from", "profile_complete",
+        "profile_valid_from", "profile_complete", "cdc_progress", "released_by_max_wait",
     ]  # fmt: skip
     assert str(enriched.columns["customer_id"].type) == "BIGINT"
+    history = meta.tables["streamfold.profile_history_events"]
+    assert [c.name for c in history.columns] == [
+        "id", "valid_from", "lsn", "op", "incomplete", "tier", "country",
+    ]  # fmt: skip
+    assert list(history.primary_key.columns.keys()) == ["id", "valid_from", "lsn"]
     views = meta.tables["streamfold.views_per_country"]
     assert [c.name for c in views.columns] == ["country", "count", "ms_total"]
     assert list(views.primary_key.columns.keys()) == ["country"]
@@ -138,6 +144,7 @@ def test_a_users_own_pipeline_gets_names_and_tables_from_its_file():
             "profile.columns.tier.type: unknown type 'txt' (did you mean 'text'?)",
         ),
         (("events", "time", "format"), "events.time.format: Input should be"),
+        (("profile", "columns", "lsn"), "profile.columns: 'lsn' names a column of the profile history"),
     ],
 )
 def test_bad_files_name_the_line_and_the_fix(change: tuple[str, ...], expected: str):
@@ -145,6 +152,7 @@ def test_bad_files_name_the_line_and_the_fix(change: tuple[str, ...], expected: 
         ("profile", "colums"): MINIMAL.replace("  columns:", "  colums:"),
         ("profile", "columns", "tier"): MINIMAL.replace("tier: text", "tier: txt"),
         ("events", "time", "format"): MINIMAL.replace("iso8601", "iso"),
+        ("profile", "columns", "lsn"): MINIMAL.replace("tier: text", "lsn: text"),
     }[change]
     with pytest.raises(pf.PipelineFileError) as error:
         pf.parse(text, "mine.yaml")

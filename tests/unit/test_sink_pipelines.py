@@ -102,6 +102,9 @@ COLUMNS: list[tuple[str, DataType]] = [
     ("source", _S),
     ("payload", BinaryType()),
     ("change_op", _S),
+    ("change_lsn", _L),
+    ("cdc_progress_ms", _L),
+    ("released_by_max_wait", BooleanType()),
 ]
 OUTPUT = StructType([StructField(n, t) for n, t in COLUMNS])
 
@@ -139,6 +142,8 @@ def views(n: int, start: int = 0) -> list[dict]:
             "profile_tags": TAGS[i % 3],
             "profile_valid_from_ms": VALID[i % 3],
             "profile_complete": i % 5 != 0,
+            "cdc_progress_ms": None if i % 7 == 0 else 1_767_225_600_000 + i + 1_000 * (i % 5 != 0),
+            "released_by_max_wait": i % 5 == 0,
         }
         for i in range(start, start + n)
     ]
@@ -169,9 +174,22 @@ CHANGES = [
         "profile_attrs": '{"k": [1]}',
         "profile_tags": ["t"],
         "profile_valid_from_ms": 5,
+        "change_lsn": 11,
     },
-    {"kind": "change", "customer_id": "1000000000002", "change_op": "r", "profile_valid_from_ms": -(2**62)},
-    {"kind": "change", "customer_id": "1000000000001", "change_op": "d", "profile_valid_from_ms": 9},
+    {
+        "kind": "change",
+        "customer_id": "1000000000002",
+        "change_op": "r",
+        "profile_valid_from_ms": -(2**62),
+        "change_lsn": 12,
+    },
+    {
+        "kind": "change",
+        "customer_id": "1000000000001",
+        "change_op": "d",
+        "profile_valid_from_ms": 9,
+        "change_lsn": 13,
+    },
 ]
 
 
@@ -215,6 +233,22 @@ def test_the_spec_reads_columns_by_name_and_types_them() -> None:
         ("profile_tags", "profile_tags", "text[]"),
         ("profile_valid_from", "profile_valid_from_ms", "valid_from_ms"),
         ("profile_complete", "profile_complete", "boolean"),
+        ("cdc_progress", "cdc_progress_ms", "epoch_ms"),
+        ("released_by_max_wait", "released_by_max_wait", "boolean"),
+    ]
+    assert built["history"]["table"] == "streamfold.profile_history_views"
+    assert [(c["name"], at[c["ordinal"]], c["type"]) for c in built["history"]["columns"]] == [
+        ("id", "customer_id", "bigint"),
+        ("valid_from", "profile_valid_from_ms", "valid_from_ms"),
+        ("lsn", "change_lsn", "bigint"),
+        ("op", "change_op", "text"),
+        ("incomplete", "error", "text"),
+        ("tier", "profile_tier", "text"),
+        ("balance", "profile_balance", "numeric"),
+        ("vip", "profile_vip", "boolean"),
+        ("since", "profile_since", "timestamptz"),
+        ("attrs", "profile_attrs", "jsonb"),
+        ("tags", "profile_tags", "text[]"),
     ]
     path_vip = built["aggregates"][1]
     assert [(k["column"], at[k["ordinal"]], k["type"], k["md5"]) for k in path_vip["keys"]] == [
@@ -245,7 +279,8 @@ def stored_views(dsn: str) -> dict[str, tuple]:
                       ratio, referrer, profile_tier, profile_balance::text, profile_vip,
                       (extract(epoch FROM profile_since) * 1000000)::bigint, profile_attrs, profile_tags,
                       profile_valid_from = '-infinity', CASE WHEN isfinite(profile_valid_from)
-                      THEN (extract(epoch FROM profile_valid_from) * 1000)::bigint END, profile_complete
+                      THEN (extract(epoch FROM profile_valid_from) * 1000)::bigint END, profile_complete,
+                      (extract(epoch FROM cdc_progress) * 1000)::bigint, released_by_max_wait
                FROM streamfold.enriched_views"""
         ).fetchall()
     return {r[0]: r[1:] for r in rows}
@@ -270,7 +305,18 @@ def expected_row(row: dict) -> tuple:
         None if valid is None else valid < 0,
         None if valid is None or valid < 0 else valid,
         row["profile_complete"],
+        row["cdc_progress_ms"],
+        row["released_by_max_wait"],
     )
+
+
+def stored_history(dsn: str) -> list[tuple]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            """SELECT id, valid_from = '-infinity', lsn, op, tier, balance::text, vip,
+                      (extract(epoch FROM since) * 1000000)::bigint, attrs, tags
+               FROM streamfold.profile_history_views ORDER BY id, valid_from, lsn"""
+        ).fetchall()
 
 
 TOTALS_EXACT = [
@@ -327,6 +373,11 @@ def test_a_second_pipeline_lands_its_rows_totals_and_replays(
         dead = conn.execute(f"SELECT count(*) FROM {names.DEAD_LETTERS_TABLE}").fetchone()
     assert sorted(paths) == [("/a\ufffd",), ("/a\ufffd",)]  # one per vip, "/a\x00" counted with "/a\ufffd"
     assert dead == (3,)
+    assert stored_history(dsn) == [  # every profile version, each once, its values of every type
+        (10**12 + 1, False, 11, "c", "gold", "12.50", True, 0, {"k": [1]}, ["t"]),
+        (10**12 + 1, False, 13, "d", None, None, None, None, None, None),
+        (10**12 + 2, True, 12, "r", None, None, None, None, None, None),
+    ]
 
     # A topic reprocessed under a new checkpoint, its columns in another order: half the events are there.
     again = frame(spark, views(200, start=100), list(reversed(OUTPUT.fieldNames())))
@@ -357,6 +408,8 @@ def enriched_value(row: dict) -> bytes:
         ("profile_tags", None if tags is None else json.dumps(tags, separators=(",", ":"))),
         ("profile_valid_from", None if valid is None or valid < 0 else str(valid)),
         ("profile_complete", json.dumps(row["profile_complete"])),
+        ("cdc_progress", None if row["cdc_progress_ms"] is None else str(row["cdc_progress_ms"])),
+        ("released_by_max_wait", json.dumps(row["released_by_max_wait"])),
     ]
     return ("{" + ",".join(f'"{n}":{v}' for n, v in fields if v is not None) + "}").encode()
 

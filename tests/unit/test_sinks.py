@@ -229,7 +229,8 @@ def rejects(n: int) -> list[dict]:
 
 
 def changes(items: list[tuple[str, str, str | None, int]]) -> list[dict]:
-    """(userid, op, regionid, valid_from_ms) profile changes as the join passes them through."""
+    """(userid, op, regionid, valid_from_ms) profile changes as the join passes them through, the nth with
+    lsn n."""
     return [
         {
             "kind": "change",
@@ -237,8 +238,9 @@ def changes(items: list[tuple[str, str, str | None, int]]) -> list[dict]:
             "change_op": op,
             "user_regionid": region,
             "profile_valid_from_ms": valid_from,
+            "change_lsn": lsn,
         }
-        for user, op, region, valid_from in items
+        for lsn, (user, op, region, valid_from) in enumerate(items, start=1)
     ]
 
 
@@ -305,7 +307,11 @@ def test_the_default_spec_names_the_contracts_tables_and_topics() -> None:
     ]
     # The enriched topic's records hold the enriched table's columns, by the same names.
     assert tuple(c["name"] for c in spec["enriched"]["columns"]) == USER_CLICKS_FIELDS
-    assert [FIELDS[c["ordinal"]] for c in spec["enriched"]["columns"]] == FIELDS[1:14]  # after kind
+    release = ["cdc_progress_ms", "released_by_max_wait"]
+    assert [FIELDS[c["ordinal"]] for c in spec["enriched"]["columns"]] == [
+        *FIELDS[1:14],
+        *release,
+    ]  # after kind
     assert [(c["name"], FIELDS[c["ordinal"]], c["type"]) for c in spec["changelog"]["fields"]] == [
         ("userid", "uid", "text"),
         ("regionid", "user_regionid", "text"),
@@ -324,6 +330,18 @@ def test_the_default_spec_names_the_contracts_tables_and_topics() -> None:
     assert url_region["count_column"] == "click_count"
     assert FIELDS[url_region["count_ordinal"]] == "clicks"
     assert spec["kind_ordinal"] == 0  # the join says what each row is
+    assert spec["history"]["table"] == "streamfold.profile_history_clicks"
+    assert [(c["name"], FIELDS[c["ordinal"]]) for c in spec["history"]["columns"]] == [
+        ("userid", "uid"),
+        ("valid_from", "profile_valid_from_ms"),
+        ("lsn", "change_lsn"),
+        ("op", "change_op"),
+        ("incomplete", "error"),
+        ("regionid", "user_regionid"),
+        ("gender", "user_gender"),
+        ("interests", "user_interests"),
+        ("registertime", "user_registertime"),
+    ]
 
 
 def test_a_spec_the_output_contradicts_is_refused(spark: SparkSession, dsn: str, bootstrap: str) -> None:
@@ -405,8 +423,9 @@ def test_profile_changes_go_to_users_changelog_in_order_and_nowhere_else(
 ) -> None:
     """CDC changes ride in the batch (the join passes them through): each becomes one users_changelog
     record, the profile as JSON (no valid_from for a snapshot row), a delete its tombstone, a user's
-    records in their order; Postgres gets only clicks and dead letters. A version whose values are unknown
-    (unchanged TOASTed values with no earlier version) says so in `incomplete`."""
+    records in their order; Postgres gets the clicks, the dead letters and each version in the profile
+    history. A version whose values are unknown (unchanged TOASTed values with no earlier version) says so
+    in `incomplete`, in the changelog and the history."""
     fresh_topics(bootstrap)
     items = [("User_1", "c", "a", 5), ("User_2", "r", "b", -(2**62)), ("User_1", "d", None, 9)]
     unknown = {**changes([("User_3", "u", "c", 7)])[0], "profile_complete": False, "error": "why: interests"}
@@ -434,6 +453,17 @@ def test_profile_changes_go_to_users_changelog_in_order_and_nowhere_else(
     assert [v for k, v in got if k == "User_2"] == ['{"userid":"User_2","regionid":"b"}']
     want = '{"userid":"User_3","regionid":"c","valid_from":7,"incomplete":"why: interests"}'
     assert [v for k, v in got if k == "User_3"] == [want]
+    with psycopg.connect(dsn) as conn:
+        history = conn.execute(
+            "SELECT userid, valid_from = '-infinity', lsn, op, regionid, incomplete"
+            " FROM streamfold.profile_history_clicks ORDER BY userid, valid_from, lsn"
+        ).fetchall()
+    assert history == [
+        ("User_1", False, 1, "c", "a", None),
+        ("User_1", False, 3, "d", None, None),
+        ("User_2", True, 2, "r", "b", None),
+        ("User_3", False, 1, "u", "c", "why: interests"),
+    ]
 
 
 def last_values(bootstrap: str, topic: str, expect: int) -> dict[str, str]:
@@ -599,12 +629,13 @@ def test_times_are_stored_as_timestamptz(spark: SparkSession, dsn: str, bootstra
 
 def to_json_value() -> Column:
     """The user_clicks value as Spark's to_json writes it: the spec the JVM landing is held to, byte for
-    byte (times in epoch ms, named without _ms, profile_valid_from left out for a snapshot version)."""
+    byte (times in epoch ms, named without _ms (click_time, cdc_progress), profile_valid_from left out for
+    a snapshot version)."""
 
     def field(name: str) -> Column:
         if name == "profile_valid_from":
             return F.when(F.col("profile_valid_from_ms") >= 0, F.col("profile_valid_from_ms")).alias(name)
-        return F.col(f"{name}_ms" if name == "click_time" else name).alias(name)
+        return F.col(f"{name}_ms" if name in ("click_time", "cdc_progress") else name).alias(name)
 
     return F.to_json(F.struct(*[field(name) for name in USER_CLICKS_FIELDS]))
 

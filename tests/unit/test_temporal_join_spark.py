@@ -55,10 +55,21 @@ def progress(ms: int) -> list[dict[str, int]]:
 
 def test_output_schema_is_the_pipeline_files(spark: SparkSession, tmp_path: Path) -> None:
     """kind first, then the default file's enriched names (today's: user_clicks's fields, times in epoch
-    ms), the reject columns and change_op."""
+    ms), the reject columns, change_op and change_lsn, then the event's release (user_clicks's last
+    fields)."""
     names = records.join_output(DEFAULT).fieldNames()
-    assert (names[0], names[-4:]) == ("kind", ["error", "source", "payload", "change_op"])
-    assert [name.removesuffix("_ms") for name in names[1:-4]] == list(USER_CLICKS_FIELDS)
+    tail = [
+        "error",
+        "source",
+        "payload",
+        "change_op",
+        "change_lsn",
+        "cdc_progress_ms",
+        "released_by_max_wait",
+    ]
+    assert (names[0], names[-7:]) == ("kind", tail)
+    enriched = [name.removesuffix("_ms") for name in [*names[1:-7], *names[-2:]]]
+    assert enriched == list(USER_CLICKS_FIELDS)
     assert Harness(spark, tmp_path, JoinConfig()).joined().schema == records.join_output(DEFAULT)
     (tmp_path / "all").mkdir()
     every_type = random_pipeline(random.Random(1), every_type=True)
@@ -121,6 +132,9 @@ def test_clicks_wait_for_cdc_progress_and_join_the_version_valid_at_event_time(
         "source": None,
         "payload": None,
         "change_op": None,
+        "change_lsn": None,
+        "cdc_progress_ms": T + 10 * MINUTE,  # the progress read in this batch released it
+        "released_by_max_wait": False,
     }
     assert out["a2"].profile_valid_from_ms == T
     assert out["b1"].user_gender is None and out["b1"].profile_valid_from_ms is None

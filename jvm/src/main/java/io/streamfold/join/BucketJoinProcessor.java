@@ -164,7 +164,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       Long next = history.nextExpiryMs(retentionMs);
       if (next == null) b.expiries.remove(user);
       else b.expiries.put(user, next);
-      for (Enriched e : joined) out.add(output.event(user, e, e.click().eventTimeMs() <= cdcMs));
+      for (Enriched e : joined) out.add(output.event(user, e, e.click().eventTimeMs() <= cdcMs, b.progressMs));
     }
     Long wakeup = b.nextWakeup();
     reschedule(b.timerMs, wakeup);
@@ -186,7 +186,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       UserHistory history = new UserHistory(new ArrayList<>(before), new ArrayList<>());
       List<Enriched> joined = history.advanceLatest(in.changes(), in.clicks(), truncates);
       for (Version v : history.stored) out.add(output.change(user, v));
-      for (Enriched e : joined) out.add(output.event(user, e, true));
+      for (Enriched e : joined) out.add(output.event(user, e, true, null));
       saveVersions(user, before, history.versions);
     });
     return out;

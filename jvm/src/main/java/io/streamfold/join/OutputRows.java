@@ -18,11 +18,12 @@ import org.apache.spark.sql.types.StructType;
  * The operator's output rows, built by position (pipeline/records.py join_output names the columns):
  *
  * <pre>kind, event_id, key, time_ms, (each event field), count, (each profile column), valid_from_ms,
- * complete, error, source, payload, change_op</pre>
+ * complete, error, source, payload, change_op, change_lsn, cdc_progress_ms, released_by_max_wait</pre>
  *
  * kind "event": an event with the profile version valid at its time (if_missing applied, see JoinSpec)
- * and whether it is complete (CDC progress had reached it and the version holds every value); "change": a
- * profile version as stored (the key, its values, valid_from and change_op; complete false and error
+ * and whether it is complete (CDC progress had reached it and the version holds every value), the CDC progress
+ * when it was released and whether join.max_wait released it; "change": a profile version as stored (the key,
+ * its values, valid_from, change_op and change_lsn; complete false and error
  * naming the columns when some are unknown, UserHistory.UNAVAILABLE); "reject": a rejected record passed
  * through (event_id, error, source, payload). UNAVAILABLE is null in every row.
  */
@@ -38,7 +39,8 @@ final class OutputRows implements Serializable {
 
   private final StructType schema;
   private final int fieldCount, profileCount;
-  private final int count, profile, validFrom, complete, error, source, payload, changeOp, width;
+  private final int count, profile, validFrom, complete, error, source, payload, changeOp, changeLsn,
+      cdcProgress, releasedByWait, width;
   /** Per profile column: its value in an event row without a profile version. */
   private final Object[] ifMissing;
   /** Per profile column: a text column whose if_missing also stands in for "" (it stands in for null in
@@ -58,7 +60,10 @@ final class OutputRows implements Serializable {
     source = error + 1;
     payload = source + 1;
     changeOp = payload + 1;
-    width = changeOp + 1;
+    changeLsn = changeOp + 1;
+    cdcProgress = changeLsn + 1;
+    releasedByWait = cdcProgress + 1;
+    width = releasedByWait + 1;
     ifMissing = new Object[profileCount];
     emptyIsMissing = new boolean[profileCount];
     names = new String[profileCount];
@@ -83,12 +88,14 @@ final class OutputRows implements Serializable {
     expected.add(DataTypes.IntegerType);
     for (ColumnType t : tagged.profileTypes) expected.add(t.sparkType);
     expected.addAll(List.of(DataTypes.LongType, DataTypes.BooleanType, DataTypes.StringType,
-        DataTypes.StringType, DataTypes.BinaryType, DataTypes.StringType));
+        DataTypes.StringType, DataTypes.BinaryType, DataTypes.StringType, DataTypes.LongType, DataTypes.LongType,
+        DataTypes.BooleanType));
     StructField[] fields = schema.fields();
     if (fields.length != width) {
       throw new IllegalArgumentException("join spec: the output has " + fields.length + " columns, the join "
           + "emits " + width + " (kind, event_id, key, time, " + fieldCount + " event fields, count, "
-          + profileCount + " profile columns, valid_from, complete, error, source, payload, change_op)");
+          + profileCount + " profile columns, valid_from, complete, error, source, payload, change_op, change_lsn, "
+          + "cdc_progress_ms, released_by_max_wait)");
     }
     for (int i = 0; i < width; i++) {
       DataType found = fields[i].dataType();
@@ -103,10 +110,11 @@ final class OutputRows implements Serializable {
   }
 
   /**
-   * An event and its profile version; cdcReached: CDC progress had reached the event's time. Complete when
-   * it had and the version holds every value.
+   * An event and its profile version; cdcReached: CDC progress had reached the event's time (else
+   * join.max_wait released it); progressMs: the CDC progress then (null: none, or join.mode=latest). Complete
+   * when CDC progress had reached it and the version holds every value.
    */
-  Row event(String key, Enriched e, boolean cdcReached) {
+  Row event(String key, Enriched e, boolean cdcReached, Long progressMs) {
     Click c = e.click();
     Version v = e.version();
     Object[] values = new Object[width];
@@ -133,6 +141,8 @@ final class OutputRows implements Serializable {
       System.arraycopy(ifMissing, 0, values, profile, profileCount);
     }
     values[complete] = cdcReached && known;
+    values[cdcProgress] = progressMs;
+    values[releasedByWait] = !cdcReached;
     return RowFactory.create(values);
   }
 
@@ -158,6 +168,7 @@ final class OutputRows implements Serializable {
     }
     values[validFrom] = v.validFromMs();
     values[changeOp] = v.op();
+    values[changeLsn] = v.lsn();
     return RowFactory.create(values);
   }
 

@@ -70,6 +70,7 @@ final class Layout implements Serializable {
   final SinkSpec spec;
   final Field[] enriched;
   final Field[] changelog;
+  final Field[] history;
   final Group[] groups;
   final int kind;  // the row says what it is: event, reject or change
   final int enrichedKey;
@@ -85,6 +86,7 @@ final class Layout implements Serializable {
     this.spec = spec;
     this.enriched = fields(spec.enriched().columns(), schema, "enriched column");
     this.changelog = fields(spec.changelog().fields(), schema, "changelog field");
+    this.history = fields(spec.history().columns(), schema, "history column");
     this.groups = spec.aggregates().stream().map(a -> group(a, schema)).toArray(Group[]::new);
     this.kind = ordinal(spec.kindOrdinal(), schema, "kind", "text");
     this.enrichedKey = key(spec.enriched().keyOrdinal(), schema);

@@ -1,7 +1,9 @@
 package io.streamfold.sink;
 
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.unsafe.types.UTF8String;
@@ -9,7 +11,8 @@ import org.apache.spark.unsafe.types.UTF8String;
 /**
  * One partition of a micro-batch of the join's output, read once and turned into what the sink writes, as
  * the sink spec lays it out (Layout): the events as CSV for COPY into the enriched table, each aggregate's
- * totals, the rejected records as CSV for the dead letters table, and every Kafka record (the enriched
+ * totals, the rejected records as CSV for the dead letters table, the profile changes as CSV for the history
+ * table, and every Kafka record (the enriched
  * topic for an event, the changelog for a profile change, the dead letters topic for a reject).
  */
 final class PartitionRows {
@@ -20,6 +23,9 @@ final class PartitionRows {
 
   final PgCsv enrichedCsv = new PgCsv();
   final PgCsv deadCsv = new PgCsv();
+  /** The partition's profile versions by (key, valid_from, lsn): one stored again replaces it, as in the
+   * join's state (the join emits a key's versions of a step in version order, a replaced one before). */
+  private final Map<List<Object>, InternalRow> history = new LinkedHashMap<>();
   final List<ProducerRecord<byte[], byte[]>> records = new ArrayList<>();
   final GroupTotals[] totals;
   long released;
@@ -96,7 +102,38 @@ final class PartitionRows {
       value = json.bytes();
     }
     records.add(new ProducerRecord<>(changelogTopic, key(row, layout.changelogKey), value));
+    List<Object> version = new ArrayList<>();
+    for (int c = 0; c < layout.spec.history().keyColumns(); c++) {
+      version.add(keyValue(row, layout.history[c]));
+    }
+    history.put(version, row.copy());
     changes++;
+  }
+
+  /** A value of the history's primary key: the key (text in the row), valid_from or lsn (longs). */
+  private static Object keyValue(InternalRow row, Layout.Field column) {
+    int i = column.ordinal();
+    if (row.isNullAt(i)) {
+      return null;
+    }
+    return column.kind() == Layout.Kind.LONG || column.kind() == Layout.Kind.VALID_FROM_MS
+        ? row.getLong(i) : row.getUTF8String(i).toString();
+  }
+
+  boolean hasHistory() {
+    return !history.isEmpty();
+  }
+
+  /** The history rows as CSV for COPY, one per version. */
+  PgCsv historyCsv() {
+    PgCsv csv = new PgCsv();
+    for (InternalRow row : history.values()) {
+      for (Layout.Field column : layout.history) {
+        csv.column(row, column);
+      }
+      csv.endRow();
+    }
+    return csv;
   }
 
   private void addReject(InternalRow row) {

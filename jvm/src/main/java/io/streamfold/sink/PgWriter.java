@@ -30,7 +30,7 @@ import org.postgresql.copy.CopyManager;
  * is already there (a topic reprocessed under a new checkpoint), the transaction goes back to a savepoint
  * and takes the deduplicating path (a staging table, `ON CONFLICT DO NOTHING`, totals folded from the rows
  * actually inserted). Either way the totals equal the sums over the enriched table in every committed
- * state. Dead letters land in the same transaction. An outage is waited out (Retry): the ledger makes a
+ * state. Dead letters and the profile versions of the history table land in the same transaction. An outage is waited out (Retry): the ledger makes a
  * retry safe. The statements come from the sink spec (Statements).
  */
 public final class PgWriter {
@@ -47,7 +47,8 @@ public final class PgWriter {
    * concurrent partitions cannot deadlock.
    */
   record Statements(String session, String copyEnriched, String copyEnrichedStaging, List<String> copyTotals,
-      String upsertTotals, String insertAndAggregate, String insertDeadLetters) implements Serializable {
+      String upsertTotals, String insertAndAggregate, String insertDeadLetters, String copyHistory,
+      String insertHistory) implements Serializable {
 
     static Statements of(SinkSpec spec) {
       String table = spec.enriched().table();
@@ -80,12 +81,31 @@ public final class PgWriter {
           + " RETURNING " + (returning.isEmpty() ? "1" : String.join(", ", returning))
           + ")" + folds.stream().map(f -> ", " + f).collect(Collectors.joining())
           + " SELECT count(*) FROM inserted";
+      String history = spec.history().columns().stream().map(SinkSpec.Column::name)
+          .collect(Collectors.joining(", "));
+      session.add("CREATE TEMP TABLE IF NOT EXISTS batch_history ON COMMIT DELETE ROWS AS SELECT " + history
+          + " FROM " + spec.history().table() + " WITH NO DATA");
+      String insertHistory = "INSERT INTO " + spec.history().table() + " (" + history + ") SELECT " + history
+          + " FROM pg_temp.batch_history" + historyConflict(spec.history());
       String insertDeadLetters = "INSERT INTO " + spec.deadLetters().table()
           + " (dead_letter_id, source, reason, payload) SELECT dead_letter_id, source, reason, payload"
           + " FROM pg_temp.batch_dead_letters ON CONFLICT DO NOTHING";
       return new Statements(String.join(";\n", session), table + " (" + columns + ")",
           "pg_temp.batch_enriched (" + columns + ")", copyTotals, String.join(";\n", upserts),
-          insertAndAggregate, insertDeadLetters);
+          insertAndAggregate, insertDeadLetters, "pg_temp.batch_history (" + history + ")", insertHistory);
+    }
+
+    /**
+     * A version the table already has (key, valid_from, lsn) is one the join stored again and replaced
+     * (Debezium re-sending changes after a Connect restart): the row becomes the join's, as in its state.
+     */
+    private static String historyConflict(SinkSpec.History history) {
+      List<SinkSpec.Column> columns = history.columns();
+      String key = columns.subList(0, history.keyColumns()).stream().map(SinkSpec.Column::name)
+          .collect(Collectors.joining(", "));
+      String set = columns.subList(history.keyColumns(), columns.size()).stream()
+          .map(c -> c.name() + " = excluded." + c.name()).collect(Collectors.joining(", "));
+      return " ON CONFLICT (" + key + ") DO UPDATE SET " + set;
     }
 
     /** An aggregate table's columns the sink writes: the keys, the count, the sums. */
@@ -178,6 +198,10 @@ public final class PgWriter {
         if (rows.dead() > 0) {
           copy(conn, "pg_temp.batch_dead_letters", rows.deadCsv);
           execute(conn, sql.insertDeadLetters());
+        }
+        if (rows.hasHistory()) {
+          copy(conn, sql.copyHistory(), rows.historyCsv());
+          execute(conn, sql.insertHistory());
         }
       }
       conn.commit();

@@ -14,8 +14,8 @@ import java.util.regex.Pattern;
  * letters and each aggregate. Parsed on the driver, once per batch; every field must be there (null where
  * the spec allows it), and no other.
  */
-record SinkSpec(int kindOrdinal, Enriched enriched, Changelog changelog, DeadLetters deadLetters,
-    List<Aggregate> aggregates) implements Serializable {
+record SinkSpec(int kindOrdinal, Enriched enriched, Changelog changelog, History history,
+    DeadLetters deadLetters, List<Aggregate> aggregates) implements Serializable {
 
   /** An output column written to the enriched table and topic, or to the changelog, under `name`. */
   record Column(String name, int ordinal, String type) implements Serializable {}
@@ -27,6 +27,10 @@ record SinkSpec(int kindOrdinal, Enriched enriched, Changelog changelog, DeadLet
 
   /** A change row's record: keyed by the key, the fields as its value, a tombstone for op "d". */
   record Changelog(String topic, int keyOrdinal, int opOrdinal, List<Column> fields) implements Serializable {}
+
+  /** The profile history table: a change row's columns in the table's order, the first `keyColumns` of them
+   * its primary key (key, valid_from, lsn). */
+  record History(String table, int keyColumns, List<Column> columns) implements Serializable {}
 
   record DeadLetters(String table, String topic, int idOrdinal, int errorOrdinal, int sourceOrdinal,
       int payloadOrdinal) implements Serializable {}
@@ -65,7 +69,9 @@ record SinkSpec(int kindOrdinal, Enriched enriched, Changelog changelog, DeadLet
   private void checkNames() {
     table(enriched.table());
     table(deadLetters.table());
+    table(history.table());
     enriched.columns().forEach(c -> identifier(c.name()));
+    history.columns().forEach(c -> identifier(c.name()));
     for (Aggregate a : aggregates) {
       table(a.table());
       identifier(a.countColumn());

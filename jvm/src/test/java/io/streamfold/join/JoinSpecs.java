@@ -15,7 +15,8 @@ import org.apache.spark.sql.types.StructType;
  * (tagged_schema), the join spec's JSON (join_spec) and its output schema (records.join_output), and
  * the operator's parts built from them (JoinSpec, TaggedRow, OutputRows, StateCodec). The output's
  * names are this class's own (the operator checks only the types): key, time_ms, each event field,
- * count, profile_(each profile column), valid_from_ms, complete, error, source, payload, change_op.
+ * count, profile_(each profile column), valid_from_ms, complete, error, source, payload, change_op,
+ * change_lsn, cdc_progress_ms, released_by_max_wait.
  */
 final class JoinSpecs {
   /** An event field or profile column: its name, its declared type and (profile only) its if_missing. */
@@ -80,7 +81,9 @@ final class JoinSpecs {
     for (Column c : profile) schema = schema.add("profile_" + c.name(), sparkType(c.type()));
     return schema.add("valid_from_ms", DataTypes.LongType).add("complete", DataTypes.BooleanType)
         .add("error", DataTypes.StringType).add("source", DataTypes.StringType)
-        .add("payload", DataTypes.BinaryType).add("change_op", DataTypes.StringType);
+        .add("payload", DataTypes.BinaryType).add("change_op", DataTypes.StringType)
+        .add("change_lsn", DataTypes.LongType).add("cdc_progress_ms", DataTypes.LongType)
+        .add("released_by_max_wait", DataTypes.BooleanType);
   }
 
   String json() {

@@ -37,7 +37,7 @@ class OutputRowsTest {
   static final Click CLICK = new Click("e1", 1_000, new Object[] {"/a", 7}, 3);
 
   static List<Object> event(Version version, boolean cdcReached) {
-    Row row = OUTPUT.event("k", new Enriched(CLICK, version), cdcReached);
+    Row row = OUTPUT.event("k", new Enriched(CLICK, version), cdcReached, 100L);
     return cells(row, 0, row.size() - 1);
   }
 
@@ -49,8 +49,9 @@ class OutputRowsTest {
   @Test
   void anEventWithoutAProfileHoldsEachIfMissing() {
     assertEquals(Arrays.asList("event", "e1", "k", 1_000L, "/a", 7, 3, "none", null, "0", 0L, false, null, null,
-        true, null, null, null, null), event(null, true));
+        true, null, null, null, null, null, 100L, false), event(null, true));
     assertEquals(false, event(null, false).get(COMPLETE));
+    assertEquals(true, event(null, false).get(RULES.at("released_by_max_wait")));
     Version tombstone = new Version(500, 1, "d", new Object[6]);
     assertEquals(Arrays.asList("none", null, "0", 0L, false, null, null), profile(tombstone));
   }
@@ -71,7 +72,7 @@ class OutputRowsTest {
     int region = JoinSpecs.DEFAULT.at("profile_regionid");
     Version blank = new Version(1, 2, "u", UserHistoryTest.profile("", "", seq(), null));
     Click click = UserHistoryTest.click("c", 5);
-    Row row = output.event("alice", new Enriched(click, blank), true);
+    Row row = output.event("alice", new Enriched(click, blank), true, 100L);
     assertEquals(Arrays.asList("UNKNOWN", "", seq(), null, 1L), cells(row, region, region + 4));
     assertEquals("", output.change("alice", blank).get(region));
   }
@@ -81,7 +82,7 @@ class OutputRowsTest {
     Version blank = new Version(500, 1, "u", new Object[] {"", null, null, null, null, null});
     Row row = OUTPUT.change("k", blank);
     assertEquals(Arrays.asList("change", null, "k", null, null, null, null, "", null, null, null, null, null, 500L,
-        null, null, null, null, "u"), cells(row, 0, row.size() - 1));
+        null, null, null, null, "u", 1L, null, null), cells(row, 0, row.size() - 1));
     Row delete = OUTPUT.change("k", new Version(600, 2, "d", new Object[6]));
     assertEquals(Arrays.asList(null, null, null, null, null, null, 600L), cells(delete, TIER, COMPLETE - 1));
     assertEquals("d", delete.getString(RULES.at("change_op")));
@@ -91,14 +92,14 @@ class OutputRowsTest {
   void anUnknownValueIsNullTheEventIncompleteAndTheChangeSaysWhich() {
     Object unknown = UserHistory.UNAVAILABLE;
     Version partly = new Version(500, 1, "u", new Object[] {unknown, "SE", "12.50", null, unknown, seq("a")});
-    Row event = OUTPUT.event("k", new Enriched(CLICK, partly), true);
+    Row event = OUTPUT.event("k", new Enriched(CLICK, partly), true, 100L);
     assertEquals(Arrays.asList("none", "SE", "12.50", 0L, false, seq("a"), 500L, false),
         cells(event, TIER, COMPLETE));
     Row change = OUTPUT.change("k", partly);
     assertEquals(Arrays.asList(null, "SE", "12.50", null, null, seq("a"), 500L, false), cells(change, TIER, COMPLETE));
     assertEquals(OutputRows.UNKNOWN_VALUES + "tier, vip", change.getString(COMPLETE + 1));
     Version known = new Version(500, 1, "u", new Object[] {"gold", "SE", "12.50", null, true, seq("a")});
-    assertTrue(OUTPUT.event("k", new Enriched(CLICK, known), true).getBoolean(COMPLETE));
+    assertTrue(OUTPUT.event("k", new Enriched(CLICK, known), true, 100L).getBoolean(COMPLETE));
     assertNull(OUTPUT.change("k", known).get(COMPLETE));
     assertNull(OUTPUT.change("k", known).get(COMPLETE + 1));
   }
@@ -159,8 +160,9 @@ class OutputRowsTest {
   @Test
   void anOutputOfAnotherWidthIsRefused() {
     StructType shorter = new StructType(Arrays.copyOf(RULES.output().fields(), RULES.output().size() - 1));
-    assertEquals("join spec: the output has 18 columns, the join emits 19 (kind, event_id, key, time, 2 event "
-        + "fields, count, 6 profile columns, valid_from, complete, error, source, payload, change_op)",
+    assertEquals("join spec: the output has 21 columns, the join emits 22 (kind, event_id, key, time, 2 event "
+        + "fields, count, 6 profile columns, valid_from, complete, error, source, payload, change_op, change_lsn, "
+        + "cdc_progress_ms, released_by_max_wait)",
         refusal(shorter));
   }
 

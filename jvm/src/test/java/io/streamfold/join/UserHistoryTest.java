@@ -83,7 +83,7 @@ class UserHistoryTest {
 
   /** The profile columns and valid_from of an event's output row (spec/temporal_state.enrich). */
   static List<Object> profileOf(Enriched row) {
-    return cells(OUTPUT.event("alice", row, true), REGION, VALID_FROM);
+    return cells(OUTPUT.event("alice", row, true, 100L), REGION, VALID_FROM);
   }
 
   /** The region an event's output row holds. */
@@ -191,7 +191,7 @@ class UserHistoryTest {
     List<Enriched> rows = advance(history(), List.of(blank, none, gone), clicks, NOON + 2, RETENTION);
     Map<String, List<Object>> profiles = new HashMap<>();
     for (Enriched row : rows) {
-      Row out = output.event("alice", row, true);
+      Row out = output.event("alice", row, true, 100L);
       profiles.put(row.click().eventId(), cells(out, rules.at("profile_tier"), rules.at("valid_from_ms")));
     }
     assertEquals(Map.of(
@@ -199,7 +199,7 @@ class UserHistoryTest {
         "blank", Arrays.asList("none", "", 0L, false, NOON),
         "null", Arrays.asList("none", null, 0L, true, NOON + 1),
         "gone", Arrays.asList("none", null, 0L, false, null)), profiles);
-    Row before = output.event("alice", rows.get(0), true);
+    Row before = output.event("alice", rows.get(0), true, 100L);
     assertEquals(Arrays.asList("before", "alice", 1L, "/page/before", "phone", "10.0.0.1", 1, "none", null, 0L,
         false, null), cells(before, 1, rules.at("valid_from_ms")));
   }
@@ -336,7 +336,7 @@ class UserHistoryTest {
     assertEquals(List.of("europe", "asia"), h.stored.stream().map(UserHistoryTest::regionid).toList());
     List<Enriched> rows = advance(h, List.of(), List.of(click("after", NOON + 2 * MINUTE)), NOON + DAY, RETENTION);
     assertEquals(Arrays.asList("asia", "F", seq("news"), 7L, NOON + MINUTE), profileOf(rows.get(0)));
-    assertTrue(OUTPUT.event("alice", rows.get(0), true).getBoolean(OUTPUT.schema().fieldIndex("complete")));
+    assertTrue(OUTPUT.event("alice", rows.get(0), true, 100L).getBoolean(OUTPUT.schema().fieldIndex("complete")));
   }
 
   @Test
@@ -346,7 +346,7 @@ class UserHistoryTest {
       assertSame(UNAVAILABLE, interests(h.addVersion(late)));
       Enriched row = advance(h, List.of(), List.of(click("c", NOON + DAY)), NOON + 2 * DAY, RETENTION).get(0);
       assertEquals(Arrays.asList("europe", "F", null, 1L, NOON + DAY), profileOf(row));
-      assertEquals(false, OUTPUT.event("alice", row, true).get(OUTPUT.schema().fieldIndex("complete")));
+      assertEquals(false, OUTPUT.event("alice", row, true, 100L).get(OUTPUT.schema().fieldIndex("complete")));
       // Unknown stays unknown down the chain: the next TOASTed change has nothing to take it from either.
       assertSame(UNAVAILABLE, interests(h.addVersion(new Version(NOON + 2 * DAY, 51, "u", profile("x", null, UNAVAILABLE, null)))));
     }

@@ -1,0 +1,153 @@
+"""`streamfold explain EVENT_ID`: an enriched event, the profile version it joined, the versions either side
+of it, and why the join chose it (docs/history.md); or why the record is a dead letter.
+
+Everything comes from the sink tables, read with the reader role: the enriched row (its valid_from, the CDC
+progress when the join released it, whether join.max_wait did) and the profile history. Times stay the text
+Postgres prints (a snapshot version is valid from '-infinity'); comparisons are Postgres's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.string import TextLoader
+
+from common import names
+from common import pipeline_file as pf
+from db import history
+from db.pipeline_tables import CDC_PROGRESS, RELEASED_BY_MAX_WAIT
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The enriched table's columns explain reads, by the pipeline file's names."""
+
+    key: str
+    time: str
+    valid_from: str
+    complete: str
+
+    @staticmethod
+    def of(pipeline: pf.Pipeline) -> Columns:
+        out = pipeline.outputs.enriched
+        return Columns(
+            key=out.key_column or pipeline.events.key,
+            time=out.time_column or pipeline.events.time.field,
+            valid_from=out.valid_from_column,
+            complete=out.complete_column,
+        )
+
+
+def explain(reader_dsn: str, pipeline: pf.Pipeline, event_id: str) -> list[str]:
+    """The explanation's lines; raises LookupError when the id is neither an event nor a dead letter."""
+    with psycopg.connect(reader_dsn, row_factory=dict_row) as conn:
+        conn.read_only = True
+        for type_name in ("timestamptz", "timestamp"):
+            conn.adapters.register_loader(type_name, TextLoader)
+        event = conn.execute(
+            f"SELECT * FROM {pipeline.enriched_table} WHERE event_id = %s", (event_id,)
+        ).fetchone()
+        if event is None:
+            return dead_letter(conn, event_id)
+        columns = Columns.of(pipeline)
+        versions = conn.execute(
+            f"SELECT v.*, v.valid_from <= %s::timestamptz AS began, v.valid_from > %s::timestamptz AS unseen"
+            f" FROM ({history.versions_query(pipeline)}) v",
+            (event[columns.time], event[CDC_PROGRESS], event[columns.key]),
+        ).fetchall()
+    return describe(pipeline, columns, event, versions)
+
+
+def dead_letter(conn: psycopg.Connection[Any], event_id: str) -> list[str]:
+    row = conn.execute(
+        f"SELECT source, reason, recorded_at FROM {names.DEAD_LETTERS_TABLE} WHERE dead_letter_id = %s",
+        (event_id,),
+    ).fetchone()
+    if row is None:
+        raise LookupError(
+            f"no event and no dead letter {event_id} (an id is the record's source position, "
+            "kafka:<topic>:<partition>:<offset>; an event not released by the join yet has none)"
+        )
+    return [
+        f"dead letter {event_id} from {row['source']}, recorded {row['recorded_at']}",
+        f"why: {row['reason']}",
+    ]
+
+
+def describe(
+    pipeline: pf.Pipeline, columns: Columns, event: dict[str, Any], versions: list[dict[str, Any]]
+) -> list[str]:
+    """The event, the joined version and its neighbours, and one sentence saying why."""
+    at = max((i for i, v in enumerate(versions) if v["began"]), default=None)  # the history's, at its time
+    joined = joined_version(columns, event, versions)
+    center = at if joined is None else joined
+    fields = ", ".join(f"{k}={v}" for k, v in event.items() if k not in {"event_id", CDC_PROGRESS})
+    lines = [f"event {event['event_id']}: {fields}"]
+    if center is not None and center > 0:
+        lines.append(f"  before:  {version_line(pipeline, versions[center - 1])}")
+    if center is not None:
+        label = "joined" if joined is not None else "at time"
+        lines.append(f"  {label}:  {version_line(pipeline, versions[center])}")
+    else:
+        lines.append(f"  joined:  no version of {event[columns.key]} valid at {event[columns.time]}")
+    following = versions[(center + 1 if center is not None else 0) :]
+    if following:
+        lines.append(f"  after:   {version_line(pipeline, following[0])}")
+    lines.append(f"why: {why(columns, event, versions, at)}")
+    return lines
+
+
+def joined_version(columns: Columns, event: dict[str, Any], versions: list[dict[str, Any]]) -> int | None:
+    """The version the event joined: the last one valid from its profile_valid_from (a higher lsn wins)."""
+    valid_from = event[columns.valid_from]
+    same = [i for i, v in enumerate(versions) if valid_from is not None and v["valid_from"] == valid_from]
+    return same[-1] if same else None
+
+
+def version_line(pipeline: pf.Pipeline, version: dict[str, Any]) -> str:
+    end = version["valid_to"] or "now"
+    carried = ", ".join(f"{c}={version[c]}" for c in pipeline.profile.columns)
+    what = "deleted" if version["op"] == "d" else carried
+    unknown = f" ({version['incomplete']})" if version["incomplete"] else ""
+    return (
+        f"valid {version['valid_from']} .. {end}, op {version['op']}, lsn {version['lsn']}: {what}{unknown}"
+    )
+
+
+def why(columns: Columns, event: dict[str, Any], versions: list[dict[str, Any]], at: int | None) -> str:
+    time, progress = event[columns.time], event[CDC_PROGRESS]
+    released_by_wait = event[RELEASED_BY_MAX_WAIT]
+    if released_by_wait is None:
+        release = "the row does not record its release (join.mode=latest, or landed before it was recorded)"
+    elif released_by_wait:
+        release = (
+            f"join.max_wait released it with CDC progress at {progress or 'none yet'}, short of its time "
+            f"{time}, so a change committed in between could be missing (profile_complete false)"
+        )
+    else:
+        release = (
+            f"CDC progress ({progress}) had reached its time {time}, so every change before it was known"
+        )
+    if event[columns.valid_from] is None:
+        chosen = f"no profile: {no_version(versions, at)}"
+    else:
+        chosen = f"it took the latest version valid at its time, valid from {event[columns.valid_from]}"
+    missed = [v for v in versions if v["began"] and v["unseen"]] if released_by_wait else []
+    if missed:
+        chosen += f"; the history now has a version from {missed[-1]['valid_from']} it could not see then"
+    elif at is not None and event[columns.valid_from] not in (None, versions[at]["valid_from"]):
+        chosen += f"; the history's version at that time is valid from {versions[at]['valid_from']}"
+    if not event[columns.complete] and not released_by_wait:
+        chosen += "; some of the version's values are unknown (profile_complete false)"
+    return f"{release}; {chosen}."
+
+
+def no_version(versions: list[dict[str, Any]], at: int | None) -> str:
+    if at is not None:
+        return f"it was deleted at {versions[at]['valid_from']}"
+    if versions:
+        return f"its first version is valid from {versions[0]['valid_from']}, after the event"
+    return "the history holds no version of it"
