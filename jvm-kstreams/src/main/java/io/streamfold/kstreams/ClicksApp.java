@@ -4,15 +4,15 @@ import java.time.Duration;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Properties;
-import org.apache.kafka.streams.AutoOffsetReset;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsConfig;
 
 /**
  * `java -cp 'lib/kstreams/*' io.streamfold.kstreams.ClicksApp KEY=VALUE ...`: ClicksTopology with
  * exactly-once v2, until SIGTERM. Keys (defaults): bootstrap (required), variant (global | table),
- * application.id (streamfold-bench-kstreams), state.dir, clicks.from (earliest | latest: where a new
- * application starts reading clicks), and the topics clicks, cdc, enriched, counts.
+ * application.id (streamfold-bench-kstreams), state.dir, and the topics clicks, cdc, enriched, counts.
+ * A new application reads every topic from its start (Kafka Streams' auto.offset.reset), or the clicks
+ * from offsets committed for its group (the application id) before it starts.
  */
 public final class ClicksApp {
   // The table variant's wait for the users' partition (ClicksTopology): long enough for the CDC
@@ -33,10 +33,8 @@ public final class ClicksApp {
     ClicksTopology.Variant variant = ClicksTopology.Variant.valueOf(conf.get("variant").toUpperCase());
     ClicksTopology.Topics topics =
         new ClicksTopology.Topics(conf.get("clicks"), conf.get("cdc"), conf.get("enriched"), conf.get("counts"));
-    AutoOffsetReset from =
-        conf.get("clicks.from").equals("latest") ? AutoOffsetReset.latest() : AutoOffsetReset.earliest();
     KafkaStreams streams =
-        new KafkaStreams(ClicksTopology.build(variant, topics, from), properties(conf, variant));
+        new KafkaStreams(ClicksTopology.build(variant, topics), properties(conf, variant));
     streams.setStateListener(
         (now, before) -> {
           if (now == KafkaStreams.State.RUNNING || now == KafkaStreams.State.ERROR) {
@@ -53,7 +51,6 @@ public final class ClicksApp {
         "variant", "global",
         "application.id", "streamfold-bench-kstreams",
         "state.dir", System.getProperty("java.io.tmpdir") + "/streamfold-kstreams",
-        "clicks.from", "earliest",
         "clicks", "clicks",
         "cdc", "cdc.public.users",
         "enriched", "kstreams_enriched_clicks",

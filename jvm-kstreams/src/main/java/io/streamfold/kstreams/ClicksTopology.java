@@ -5,7 +5,6 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.util.Iterator;
 import java.util.Map;
 import org.apache.kafka.common.serialization.Serdes;
-import org.apache.kafka.streams.AutoOffsetReset;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.kstream.Consumed;
@@ -50,13 +49,11 @@ public final class ClicksTopology {
 
   private ClicksTopology() {}
 
-  public static Topology build(Variant variant, Topics topics, AutoOffsetReset clicksFrom) {
+  public static Topology build(Variant variant, Topics topics) {
     StreamsBuilder builder = new StreamsBuilder();
     KStream<String, ObjectNode> clicks =
         builder
-            .stream(
-                topics.clicks(),
-                Consumed.with(Serdes.String(), Serdes.ByteArray()).withOffsetResetPolicy(clicksFrom))
+            .stream(topics.clicks(), Consumed.with(Serdes.String(), Serdes.ByteArray()))
             .processValues(ClickReader::new);
     Consumed<String, ObjectNode> cdc = Consumed.with(Envelopes.KEY, Envelopes.PROFILE);
     KStream<String, ObjectNode> enriched =

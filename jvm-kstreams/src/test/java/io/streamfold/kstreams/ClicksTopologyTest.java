@@ -10,7 +10,6 @@ import java.util.Properties;
 import org.apache.kafka.common.serialization.LongDeserializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
-import org.apache.kafka.streams.AutoOffsetReset;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.TestInputTopic;
 import org.apache.kafka.streams.TestOutputTopic;
@@ -57,7 +56,7 @@ class ClicksTopologyTest {
     props.put(StreamsConfig.APPLICATION_ID_CONFIG, "test");
     props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, "unused:9092");
     try (TopologyTestDriver driver =
-        new TopologyTestDriver(ClicksTopology.build(variant, TOPICS, AutoOffsetReset.earliest()), props)) {
+        new TopologyTestDriver(ClicksTopology.build(variant, TOPICS), props)) {
       TestInputTopic<String, String> users =
           driver.createInputTopic(TOPICS.cdc(), new StringSerializer(), new StringSerializer());
       for (String[] record : cdc) {
