@@ -29,7 +29,9 @@ import org.apache.kafka.streams.processor.api.FixedKeyRecord;
  *   <li>GLOBAL: a GlobalKTable, read to its end before any click is processed.
  *   <li>TABLE: a KTable, co-partitioned with the clicks by a repartition of the one-partition CDC topic;
  *       the application sets max.task.idle.ms (ClicksApp), so a task waits for the users' partition
- *       and processes both in timestamp order.
+ *       and processes both in timestamp order. A change's timestamp is its commit time (Envelopes):
+ *       Debezium publishes a change after it commits, and a bulk load's changes can reach the topic
+ *       after clicks that came later.
  * </ul>
  *
  * <p>The join is by processing order, not event time: a click takes the version the table holds when it
@@ -55,7 +57,8 @@ public final class ClicksTopology {
         builder
             .stream(topics.clicks(), Consumed.with(Serdes.String(), Serdes.ByteArray()))
             .processValues(ClickReader::new);
-    Consumed<String, ObjectNode> cdc = Consumed.with(Envelopes.KEY, Envelopes.PROFILE);
+    Consumed<String, ObjectNode> cdc =
+        Consumed.with(Envelopes.KEY, Envelopes.PROFILE).withTimestampExtractor(Envelopes::commitTime);
     KStream<String, ObjectNode> enriched =
         switch (variant) {
           case GLOBAL ->

@@ -2,6 +2,7 @@ package io.streamfold.kstreams;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
 
@@ -25,6 +26,16 @@ public final class Envelopes {
   public static final Serde<ObjectNode> PROFILE = Serdes.serdeFrom(Json.SERDE.serializer(), Envelopes::profile);
 
   private Envelopes() {}
+
+  /**
+   * A change's time for Kafka Streams: its commit time (valid_from), not when Debezium published it; the
+   * record's own timestamp for a snapshot row, a delete and anything else.
+   */
+  static long commitTime(ConsumerRecord<Object, Object> record, long partitionTime) {
+    return record.value() instanceof ObjectNode row && row.has("valid_from")
+        ? row.get("valid_from").asLong()
+        : record.timestamp();
+  }
 
   static byte[] key(String topic, String userid) {
     return userid == null ? null : Json.write(Json.MAPPER.createObjectNode().put("userid", userid));

@@ -6,7 +6,11 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import com.fasterxml.jackson.databind.JsonNode;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Properties;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.record.TimestampType;
 import org.apache.kafka.common.serialization.LongDeserializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
@@ -14,6 +18,7 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.TestInputTopic;
 import org.apache.kafka.streams.TestOutputTopic;
 import org.apache.kafka.streams.TopologyTestDriver;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
 
@@ -117,6 +122,20 @@ class ClicksTopologyTest {
         out.enriched().stream().map(r -> r.get("user_regionid").asText()).toList());
     assertEquals(20L, out.enriched().get(0).get("user_valid_from").asLong());
     assertEquals(Map.of("Region_9", 1L, "UNKNOWN", 2L), out.counts());
+  }
+
+  @Test
+  void aChangeIsTimedByItsCommitAndASnapshotRowByItsRecord() {
+    assertEquals(7L, Envelopes.commitTime(cdcRecord(change("u", "User_1", "R", 7), 99), 0));
+    assertEquals(99L, Envelopes.commitTime(cdcRecord(change("r", "User_1", "R", 7), 99), 0));
+    assertEquals(99L, Envelopes.commitTime(cdcRecord(delete("User_1", 7), 99), 0));
+  }
+
+  /** A CDC record as the source hands it to the timestamp extractor: deserialized, with its timestamp. */
+  static ConsumerRecord<Object, Object> cdcRecord(String envelope, long timestampMs) {
+    Object row = Envelopes.profile(TOPICS.cdc(), envelope.getBytes());
+    return new ConsumerRecord<>(TOPICS.cdc(), 0, 0, timestampMs, TimestampType.CREATE_TIME, 0, 0,
+        "User_1", row, new RecordHeaders(), Optional.empty());
   }
 
   @ParameterizedTest
