@@ -15,11 +15,11 @@ import org.apache.kafka.streams.StreamsConfig;
  * from offsets committed for its group (the application id) before it starts.
  */
 public final class ClicksApp {
-  // The table variant's wait for the users' partition (ClicksTopology) when it runs dry: long enough for
-  // the CDC sub-topology to commit its repartitioned users on a busy 2-core machine (1 s was not: most
-  // preloaded clicks were joined UNKNOWN). A preloaded run pays it once, when the users run out; a live
-  // click can wait up to this after each profile change its task reads.
-  static final String TABLE_MAX_TASK_IDLE_MS = "5000";
+  // The table variant's wait for the users' partition (ClicksTopology) when it runs dry: time for the CDC
+  // sub-topology to commit its first repartitioned users (with changes timed by their commit, no preloaded
+  // click was joined UNKNOWN in the bench's runs). A preloaded run pays it once, when the users run out; a
+  // live click can wait up to this after each profile change its task reads.
+  static final String TABLE_MAX_TASK_IDLE_MS = "1000";
 
   private ClicksApp() {}
 
