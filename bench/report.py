@@ -55,6 +55,8 @@ def seconds(value: float | None) -> str:
 
 
 # Everything measured on the main run's input: a label, and where its figures are in the results.
+# bench.kstreams.VARIANTS: the users table of each.
+VARIANTS = {"global": "GlobalKTable", "table": "KTable, max.task.idle.ms"}
 KSTREAMS = "Kafka Streams (the seed's leftJoin, exactly-once v2, to Kafka only)"
 CONTENDERS = (
     ("streamfold (temporal join, Spark + RocksDB state)", ("streamfold",)),
@@ -486,7 +488,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     if sf.get("clicks_per_s") and ks.get("clicks_per_s"):
         from_start = ratio(sf.get("clicks_per_s_from_start"), ks.get("clicks_per_s_from_start"))
         lines.append(
-            f"streamfold/Kafka Streams ({ks['variant']} table): "
+            f"streamfold/Kafka Streams (users in a {VARIANTS.get(ks['variant'], ks['variant'])}): "
             f"{sf['clicks_per_s'] / ks['clicks_per_s']:.2f} steady, {from_start} from start"
         )
     if ks:

@@ -175,7 +175,7 @@ def test_the_headline_is_streamfold_beside_kafka_streams_with_their_ratio():
     assert "click p99 at 5,000" not in text  # Kafka Streams had no window at that load
     assert "| peak RSS, MiB (its processes, throughput run) | 1000 | 500 | 2.00x |" in text
     assert "| CPU µs per click (its processes, launch -> end) | 30.0 | 15.0 | 2.00x |" in text
-    assert "streamfold/Kafka Streams (global table): 0.40 steady, 0.25x from start" in text
+    assert "streamfold/Kafka Streams (users in a GlobalKTable): 0.40 steady, 0.25x from start" in text
 
 
 def test_kafka_streams_outputs_mark_sampled_clicks_and_profile_versions():
