@@ -52,7 +52,7 @@ def test_a_short_bench_run_writes_its_charts_beside_its_json(
             cwd=ROOT,
             capture_output=True,
             text=True,
-            timeout=420,
+            timeout=600,  # streamfold, then Kafka Streams, on the same short input
         )
     finally:
         lifecycle.down(home)  # bench.run stops it itself, unless it was killed
