@@ -15,9 +15,7 @@ its user's change event was read: unknown_region_clicks counts them.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -30,6 +28,7 @@ from typing import Any
 
 import psycopg
 
+from bench import measured
 from bench.procmem import Sampler, Tree
 from bench.stack import Bench
 from common import names
@@ -96,20 +95,10 @@ class JobRun:
 
     def stop(self) -> None:
         """SIGINT like Ctrl-C; the whole process group if it does not exit in time."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.kill(self.proc.pid, signal.SIGINT)
-        try:
-            self.proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        measured.stop(self.proc, signal.SIGINT, STOP_TIMEOUT_S)
 
     def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            tail = self.log.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"the job exited with {self.proc.returncode}; end of {self.log}:\n{tail}")
+        measured.check_alive(self.proc, self.log, "the job")
 
     def wait_first_batch(self, timeout_s: float = 300) -> None:
         """Until the clicks query has planned its first batch (its offset log entry 0 exists)."""

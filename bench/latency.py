@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from confluent_kafka import Message, Producer
@@ -145,6 +145,22 @@ class Poller(threading.Thread):
     def done(self) -> bool:
         return not self.clicks.outstanding() and not self.profiles.outstanding()
 
+    def close(self) -> None:
+        self.stop_event.set()
+        self.join()
+        self.conn.close()
+
+
+class Watcher(Protocol):
+    """What sees sampled clicks and profile changes land: Poller (streamfold's Postgres rows), or
+    bench.kstreams.OutputWatcher (a Kafka Streams application's output records)."""
+
+    def start(self) -> None: ...
+
+    def done(self) -> bool: ...
+
+    def close(self) -> None: ...
+
 
 @dataclass
 class WindowResult:
@@ -184,10 +200,12 @@ def run_window(
     committed_rows: Callable[[], int],
     echo: Callable[[str], None],
     seed: int = 23,
+    watch: Callable[[Observations, Observations], Watcher] | None = None,
 ) -> WindowResult:
-    """Offer `rate` clicks/s for `seconds` (plus one profile update a second) and follow samples."""
+    """Offer `rate` clicks/s for `seconds` (plus one profile update a second) and follow samples, in
+    streamfold's Postgres rows or through `watch` (made with the observations to mark)."""
     clicks, profiles = Observations(), Observations()
-    poller = Poller(dsn, clicks, profiles)
+    poller = watch(clicks, profiles) if watch else Poller(dsn, clicks, profiles)
     poller.start()
     committed_before = committed_rows()
     started = time.monotonic()
@@ -199,9 +217,7 @@ def run_window(
     deadline = time.monotonic() + GRACE_S
     while not poller.done() and time.monotonic() < deadline:
         time.sleep(POLL_S)
-    poller.stop_event.set()
-    poller.join()
-    poller.conn.close()
+    poller.close()
     committed_rate = (committed_rows() - committed_before) / (time.monotonic() - started)
     return WindowResult(
         target_rate=rate,

@@ -5,7 +5,10 @@ Each prints one JSON object as its last stdout line; the parent samples the proc
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +50,24 @@ def run(module: str, args: list[str], env: dict[str, str], log: Path, timeout_s:
         raise RuntimeError(f"{module} exited with {proc.returncode}; see {log}")
     lines = out.decode().strip().splitlines()
     return {**json.loads(lines[-1]), "memory": sampler.peaks.as_dict()}
+
+
+def stop(proc: subprocess.Popen[bytes] | None, sig: signal.Signals, timeout_s: float) -> None:
+    """`sig` to a process (leader of its own session); SIGKILL to its whole group if it does not exit in
+    time."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.kill(proc.pid, sig)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def check_alive(proc: subprocess.Popen[bytes] | None, log: Path, name: str) -> None:
+    """Raise, with the end of its log, if the process has exited."""
+    if proc is not None and proc.poll() is not None:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{name} exited with {proc.returncode}; end of {log}:\n{tail}")

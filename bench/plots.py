@@ -38,7 +38,7 @@ DPI = 100
 SIZE_IN = (8.0, 5.0)
 PERCENTILE_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_s$")
 COLORS = ("tab:blue", "tab:orange", "tab:red", "tab:purple", "tab:brown", "tab:olive")
-BASELINE_MARKERS = ("s", "D", "v", "P")
+BASELINE_MARKERS = ("X", "s", "D", "v", "P")
 LEGEND_BELOW: dict[str, Any] = {
     "fontsize": 7,
     "loc": "upper center",

@@ -55,8 +55,12 @@ def seconds(value: float | None) -> str:
 
 
 # Everything measured on the main run's input: a label, and where its figures are in the results.
+# bench.kstreams.VARIANTS: the users table of each.
+VARIANTS = {"global": "GlobalKTable", "table": "KTable, max.task.idle.ms"}
+KSTREAMS = "Kafka Streams (the seed's leftJoin, exactly-once v2, to Kafka only)"
 CONTENDERS = (
     ("streamfold (temporal join, Spark + RocksDB state)", ("streamfold",)),
+    (KSTREAMS, ("kstreams",)),
     ("naive: PostgreSQL lookup per click", ("naive",)),
     ("limit: Spark Kafka read + click parser -> noop", ("spark", "parse")),
     ("limit: Spark Kafka read -> noop", ("spark", "read")),
@@ -91,9 +95,52 @@ def throughput_rows(results: dict[str, Any]) -> list[list[str]]:
     ]
 
 
-def latency_rows(results: dict[str, Any]) -> list[list[str]]:
-    rows = []
+def headline_rows(results: dict[str, Any]) -> list[list[str]]:
+    """streamfold beside Kafka Streams, figure by figure, and the ratio streamfold / Kafka Streams."""
+    sf, ks = results.get("streamfold") or {}, results.get("kstreams") or {}
+    if not sf or not ks:
+        return []
+
+    def row(label: str, a: float | None, b: float | None, show: Any = rate) -> list[str]:
+        return [label, show(a), show(b), ratio(a, b)]
+
+    rows = [
+        row("clicks/s from start (launch -> all outputs visible)", *_both(sf, ks, "clicks_per_s_from_start")),
+        row("clicks/s steady (first click read -> all outputs visible)", *_both(sf, ks, "clicks_per_s")),
+    ]
+    ks_windows = {w["target_rate"]: w for w in ks.get("latency", [])}
     for w in results.get("latency", []):
+        if (k := ks_windows.get(w["target_rate"])) is None:
+            continue
+        for q in (50, 99):
+            label = f"click p{q} at {w['target_rate']:,.0f} clicks/s offered"
+            rows.append(row(label, w["click_latency"][f"p{q}_s"], k["click_latency"][f"p{q}_s"], seconds))
+    # streamfold's job goes on to the latency windows: its peak up to the throughput run's last commit.
+    sf_memory = sf.get("memory_to_last_commit") or sf.get("memory") or {}
+    rss = (sf_memory.get("peak_total_rss_mib"), (ks.get("memory") or {}).get("peak_total_rss_mib"))
+    rows.append(row("peak RSS, MiB (its processes, throughput run)", *rss, str))
+    cpu = _both(sf, ks, "cpu_us_per_click")
+    rows.append(row("CPU µs per click (its processes, launch -> end)", *cpu, str))
+    unknown = [c.get("unknown_region_clicks") for c in (sf, ks)]
+    rows.append(["clicks enriched UNKNOWN although their user existed", *(rate(u) for u in unknown), "-"])
+    return rows
+
+
+def _both(a: dict[str, Any], b: dict[str, Any], key: str) -> tuple[Any, Any]:
+    return a.get(key), b.get(key)
+
+
+def latency_rows(results: dict[str, Any]) -> list[list[str]]:
+    return window_rows(results.get("latency", []))
+
+
+def kstreams_latency_rows(results: dict[str, Any]) -> list[list[str]]:
+    return window_rows((results.get("kstreams") or {}).get("latency", []))
+
+
+def window_rows(windows: list[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for w in windows:
         c, p = w["click_latency"], w["profile_latency"]
         rows.append(
             [
@@ -123,6 +170,7 @@ def memory_rows(results: dict[str, Any]) -> list[list[str]]:
     rows = []
     for name, entry in (
         ("streamfold job", results.get("streamfold")),
+        ("Kafka Streams JVM", results.get("kstreams")),
         ("naive consumer", results.get("naive")),
         ("Spark noop ladder", results.get("spark")),
         ("raw consumer", results.get("raw")),
@@ -288,25 +336,35 @@ def projection_rows(results: dict[str, Any]) -> list[list[str]]:
     ]
 
 
+LATENCY_HEADER = [
+    "offered clicks/s",
+    "sent/s",
+    "committed/s (window + wait)",
+    "kept up",
+    "click p50",
+    "click p95",
+    "click p99",
+    "profile p50",
+    "profile p99",
+    "samples (click/profile)",
+]
+
 TABLES = {
+    "Headline: streamfold / Kafka Streams, the seed's system (same input and broker, same run)": (
+        ["figure", "streamfold", "Kafka Streams", "streamfold / Kafka Streams"],
+        headline_rows,
+    ),
     "Throughput (same input, clicks per second)": (
         ["contender", "clicks", "seconds", "clicks/s", "streamfold / this"],
         throughput_rows,
     ),
-    "Latency at a steady offered load": (
-        [
-            "offered clicks/s",
-            "sent/s",
-            "committed/s (window + wait)",
-            "kept up",
-            "click p50",
-            "click p95",
-            "click p99",
-            "profile p50",
-            "profile p99",
-            "samples (click/profile)",
-        ],
+    "Latency at a steady offered load (streamfold: click -> row visible in PostgreSQL)": (
+        LATENCY_HEADER,
         latency_rows,
+    ),
+    "Kafka Streams latency at the same loads (click -> record visible to a read_committed consumer)": (
+        LATENCY_HEADER,
+        kstreams_latency_rows,
     ),
     "Where a click's latency goes (p50 / p99)": (
         [
@@ -426,6 +484,19 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         other = results.get(key, {}).get("clicks_per_s")
         if sf.get("clicks_per_s") and other:
             lines.append(f"streamfold/{label}: {sf['clicks_per_s'] / other:.2f}")
+    ks = results.get("kstreams") or {}
+    if sf.get("clicks_per_s") and ks.get("clicks_per_s"):
+        from_start = ratio(sf.get("clicks_per_s_from_start"), ks.get("clicks_per_s_from_start"))
+        lines.append(
+            f"streamfold/Kafka Streams (users in a {VARIANTS.get(ks['variant'], ks['variant'])}): "
+            f"{sf['clicks_per_s'] / ks['clicks_per_s']:.2f} steady, {from_start} from start"
+        )
+    if ks:
+        lines.append(
+            f"Kafka Streams: {ks['enriched_records']:,} enriched records of {ks['clicks']:,} clicks, counts "
+            f"summing to {ks['counted_clicks']:,}; clicks enriched UNKNOWN although their user existed: "
+            f"{ks['unknown_region_clicks']:,}"
+        )
     if sf.get("unknown_region_clicks") is not None:
         lines.append(
             f"streamfold clicks enriched UNKNOWN although their user existed: {sf['unknown_region_clicks']:,}"

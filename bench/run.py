@@ -11,11 +11,14 @@ On its own local stack (a fresh STREAMFOLD_HOME, stopped at the end), in one run
   6. cost growth at `--scaling-users` users: a fresh checkpoint folds every user's change events first
      (the catch-up, timed and reported on its own), then `--scaling-clicks` clicks arrive and their
      throughput is measured against that much state
-  7. local vs cluster: `--cluster-clicks` clicks measured under local[*], then on the same input on a
+  7. Kafka Streams, the seed's system (bench/kstreams.py): its throughput on the same preloaded clicks,
+     before streamfold's run (the clicks topic holds just them then), and its latency at the same offered
+     loads after streamfold's windows; side by side with streamfold, the ratios the headline
+  8. local vs cluster: `--cluster-clicks` clicks measured under local[*], then on the same input on a
      Spark standalone cluster of `--cluster-workers` one-core workers started for it (stopped after):
      the cost of distribution as a ratio and in CPU a click, and where a batch's time goes
      (bench/cluster.py); it runs after the naive baseline, before the steps that add users
-`--cluster-only` runs step 7 alone (a quick comparison for development).
+`--cluster-only` runs step 8 alone (a quick comparison for development).
 Results: tables on the console, bench/results/<date>.json (+ .md, and charts: <date>-*.png, bench/plots.py).
 """
 
@@ -34,7 +37,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from bench import cluster, job, latency, load, measured, plots, profile, report, stack
+from bench import cluster, job, kstreams, latency, load, measured, plots, profile, report, stack
+from bench.cpu import CpuClock
 from bench.stack import Bench
 from common import names
 from streamfold import generate
@@ -96,6 +100,8 @@ class Params:
     scaling_clicks: int
     naive: bool
     limits: bool
+    kstreams: bool
+    kstreams_variant: str
     cluster_workers: int
     cluster_clicks: int
     cluster_only: bool
@@ -158,7 +164,17 @@ def measure_job(
     stack.truncate_sinks(bench)
     run = job.JobRun(bench, name, conf).__enter__()
     try:
-        return run, measure_clicks(run, name, clicks, users, cdc_end(bench), profile_s)
+        with CpuClock({"job": [run.pid]}) as clock:
+            result = measure_clicks(run, name, clicks, users, cdc_end(bench), profile_s)
+        from_start = result["launch_to_first_read_s"] + result["seconds"]
+        core_s = clock.between(run.launched, run.launched + from_start)["core_s"]["job"]  # type: ignore[index]
+        result.update(
+            seconds_from_start=round(from_start, 2),
+            clicks_per_s_from_start=round(clicks / from_start),
+            cpu_core_s=core_s,
+            cpu_us_per_click=round(core_s / clicks * 1e6, 1),
+        )
+        return run, result
     except BaseException:
         run.__exit__()
         raise
@@ -231,10 +247,14 @@ def scaling_step(bench: Bench, inputs: Inputs, users: int, p: Params) -> dict[st
     }
 
 
+def window_rates(p: Params) -> list[float]:
+    return sorted({*p.low_rates, p.rate})
+
+
 def latency_windows(bench: Bench, inputs: Inputs, run: job.JobRun, p: Params, offered: int) -> list[dict]:
     """One window per rate, lowest first; before the next one the job must have caught up (or timed out)."""
     windows = []
-    for rate in sorted({*p.low_rates, p.rate}):
+    for rate in window_rates(p):
         echo(f"[bold]latency[/]: {rate:,.0f} clicks/s offered for {p.latency_seconds:.0f} s")
         window = latency.run_window(
             bench.bootstrap, bench.admin_dsn, p.users, rate, p.latency_seconds, run.committed_rows, echo
@@ -260,9 +280,40 @@ def latency_windows(bench: Bench, inputs: Inputs, run: job.JobRun, p: Params, of
     return windows
 
 
+def kstreams_throughput(bench: Bench, clicks: int, p: Params) -> dict[str, Any]:
+    echo(f"[bold]Kafka Streams[/] ({p.kstreams_variant}): the same {clicks:,} clicks, exactly-once v2")
+    ticker = Ticker("clicks counted by Kafka Streams", clicks, every_s=15)
+    result = kstreams.throughput(bench, clicks, p.kstreams_variant, ticker.update)
+    echo(
+        f"  Kafka Streams: {result['clicks_per_s']:,} clicks/s steady, {result['clicks_per_s_from_start']:,} "
+        f"from JVM start; {result['enriched_records']:,} enriched records, "
+        f"{result['unknown_region_clicks']:,} UNKNOWN"
+    )
+    return result
+
+
+def kstreams_latency(bench: Bench, inputs: Inputs, p: Params) -> list[dict[str, Any]]:
+    """A fresh application from the clicks topic's end, once running: one window per rate, lowest first."""
+    kstreams.start_at_end(bench.bootstrap, kstreams.app_id("latency"))
+    windows = []
+    with kstreams.App(bench, "latency", p.kstreams_variant) as app:
+        app.wait_event("running", 300)
+        for rate in window_rates(p):
+            echo(f"[bold]Kafka Streams latency[/]: {rate:,.0f} clicks/s offered, {p.latency_seconds:.0f} s")
+            window = kstreams.latency_window(bench, p.users, rate, p.latency_seconds, echo)
+            inputs.cdc += window.updates
+            windows.append(window.as_dict())
+            c = window.clicks
+            echo(f"  click latency p50 {c['p50_s']} s, p99 {c['p99_s']} s; kept up: {window.kept_up}")
+            app.check_alive()
+    return windows
+
+
 def main_measurement(bench: Bench, inputs: Inputs, p: Params) -> dict[str, Any]:
     echo(f"[bold]streamfold end to end[/]: {p.clicks:,} clicks over {p.users:,} users, {p.updates:,} updates")
     loaded = inputs.clicks(p.users, p.clicks, p.updates)
+    # Kafka Streams first, while the clicks topic holds just these clicks (it reads from the start).
+    ks = kstreams_throughput(bench, loaded.clicks, p) if p.kstreams else None
     run, result = measure_job(bench, "main", loaded.clicks, p.users, p.job_conf, p.profile_seconds)
     result["load"] = {"clicks_per_s": round(loaded.rate), "updates": loaded.updates}
     try:
@@ -270,7 +321,11 @@ def main_measurement(bench: Bench, inputs: Inputs, p: Params) -> dict[str, Any]:
     finally:
         run.__exit__()
     result["memory"] = run.sampler.peaks.as_dict() if run.sampler else {}
-    return {"streamfold": result, "latency": windows, "input_offsets": loaded.offsets}
+    measured = {"streamfold": result, "latency": windows, "input_offsets": loaded.offsets}
+    if ks is not None:
+        ks["latency"] = kstreams_latency(bench, inputs, p) if p.latency_seconds else []
+        measured["kstreams"] = ks
+    return measured
 
 
 def pair_side(bench: Bench, mode: str, clicks: int, p: Params) -> dict[str, Any]:
@@ -391,6 +446,7 @@ def measure(p: Params, results: dict[str, Any]) -> None:
             "streamfold_over_naive": _ratio(main, results.get("naive")),
             "streamfold_over_raw": _ratio(main, results.get("raw")),
             "streamfold_over_spark_read": _ratio(main, results.get("spark", {}).get("read")),
+            "streamfold_over_kstreams": _ratio(main, results.get("kstreams")),
         }
 
 
@@ -433,6 +489,12 @@ def main(
     skip_naive: Annotated[bool, typer.Option(help="no naive baseline")] = False,
     skip_limits: Annotated[bool, typer.Option(help="no raw consumer / Spark noop")] = False,
     skip_cluster: Annotated[bool, typer.Option(help="no local-vs-cluster comparison")] = False,
+    skip_kstreams: Annotated[
+        bool, typer.Option(help="no Kafka Streams (the seed's system) side by side")
+    ] = False,
+    kstreams_variant: Annotated[
+        str, typer.Option(help="Kafka Streams' users table: global (GlobalKTable) or table (KTable)")
+    ] = "global",
     cluster_workers: Annotated[
         int, typer.Option(help="one-core Spark workers of the local-vs-cluster comparison")
     ] = 2,
@@ -457,6 +519,8 @@ def main(
     ] = report.RESULTS_DIR,
 ) -> None:
     """Throughput, latency and memory of streamfold, a naive baseline, and the machine's limit."""
+    if kstreams_variant not in kstreams.VARIANTS:
+        raise typer.BadParameter(f"--kstreams-variant is one of {', '.join(kstreams.VARIANTS)}")
     if cluster_only and (skip_cluster or cluster_workers < 1):
         raise typer.BadParameter(
             "--cluster-only needs the comparison: --cluster-workers >= 1, no --skip-cluster"
@@ -472,6 +536,8 @@ def main(
         scaling_clicks=scaling_clicks,
         naive=not skip_naive,
         limits=not skip_limits,
+        kstreams=not skip_kstreams,
+        kstreams_variant=kstreams_variant,
         cluster_workers=0 if skip_cluster else cluster_workers,
         cluster_clicks=clicks if cluster_clicks is None else cluster_clicks,
         cluster_only=cluster_only,
@@ -486,7 +552,7 @@ def main(
         "command": command_line(sys.argv[1:]),
         "machine": report.machine(),
         "params": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(p).items()},
-        "how_measured": {"throughput": job.__doc__, "latency": latency.__doc__},
+        "how_measured": {"throughput": job.__doc__, "latency": latency.__doc__, "kstreams": kstreams.__doc__},
         "loadavg_at_start": loadavg(),
     }
     failed = False

@@ -112,6 +112,16 @@ if [ ! -f "$join_jar" ] || [ pom.xml -nt "$join_jar" ] || [ -n "$(find jvm/src/m
   cp target/streamfold-join.jar "$join_jar"
 fi
 
+# --- the benchmark's Kafka Streams contender (jvm-kstreams/, a module of its own) -> lib/kstreams -----
+kstreams_jar=lib/kstreams/streamfold-kstreams.jar
+if [ ! -f "$kstreams_jar" ] || [ jvm-kstreams/pom.xml -nt "$kstreams_jar" ] \
+  || [ -n "$(find jvm-kstreams/src/main -newer "$kstreams_jar" -type f)" ]; then
+  say "mvn -f jvm-kstreams/pom.xml package -> lib/kstreams"
+  rm -rf lib/kstreams
+  mvn -q -f jvm-kstreams/pom.xml package dependency:copy-dependencies -Dmaven.test.skip=true
+  cp jvm-kstreams/target/streamfold-kstreams.jar "$kstreams_jar"
+fi
+
 # --- kinesalite -------------------------------------------------------------------------------
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   say "npm ci (kinesalite)"

@@ -52,7 +52,7 @@ def test_a_short_bench_run_writes_its_charts_beside_its_json(
             cwd=ROOT,
             capture_output=True,
             text=True,
-            timeout=420,
+            timeout=600,  # streamfold, then Kafka Streams, on the same short input
         )
     finally:
         lifecycle.down(home)  # bench.run stops it itself, unless it was killed
@@ -62,6 +62,14 @@ def test_a_short_bench_run_writes_its_charts_beside_its_json(
     assert "error" not in results
     assert [w["target_rate"] for w in results["latency"]] == [200.0, 500.0]
     assert all(len(w["click_latency"]["quantiles_s"]) == 101 for w in results["latency"])
+    # Kafka Streams beside it, on the same clicks: a GlobalKTable joins none of them before its user.
+    ks = results["kstreams"]
+    assert (ks["enriched_records"], ks["counted_clicks"], ks["unknown_region_clicks"]) == (20_000, 20_000, 0)
+    assert [w["target_rate"] for w in ks["latency"]] == [200.0, 500.0]
+    assert (
+        "| clicks/s steady (first click read -> all outputs visible) |"
+        in json_path.with_suffix(".md").read_text()
+    )
 
     charts = [
         json_path.with_name(f"{json_path.stem}-{name}.png")

@@ -3,11 +3,13 @@
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from bench import cluster, cpu, job, procmem, profile, report
+from bench import cluster, cpu, job, kstreams, procmem, profile, report
 from bench.latency import Observations, percentile, summary
 from bench.naive import STAGING_COLUMNS, pg_array, user_click
 from tests.support.records import RELEASE_FIELDS, USER_CLICKS_FIELDS
@@ -123,6 +125,90 @@ def test_markdown_has_the_throughput_ratios():
     text = report.markdown(results)
     assert "| naive: PostgreSQL lookup per click | 100 | 5.0 | 20 | 0.50x |" in text
     assert "streamfold/naive: 0.50" in text
+
+
+def window(rate: float, p50: float, p99: float) -> dict:
+    latency = {"p50_s": p50, "p95_s": p99, "p99_s": p99, "samples": 10}
+    return {
+        "target_rate": rate,
+        "sent_rate": rate,
+        "committed_rate": rate,
+        "kept_up": True,
+        "click_latency": latency,
+        "profile_latency": latency,
+    }
+
+
+def memory(rss_mib: int) -> dict:
+    return {"peak_rss_mib": {"jvm": rss_mib}, "peak_total_rss_mib": rss_mib, "peak_total_pss_mib": rss_mib}
+
+
+def test_the_headline_is_streamfold_beside_kafka_streams_with_their_ratio():
+    results = {
+        "streamfold": {
+            "clicks": 100,
+            "seconds": 10.0,
+            "clicks_per_s": 10,
+            "clicks_per_s_from_start": 5,
+            "cpu_us_per_click": 30.0,
+            "unknown_region_clicks": 0,
+            "memory_to_last_commit": memory(1000),
+            "memory": memory(2000),
+        },
+        "latency": [window(5000, 0.5, 1.0), window(20000, 0.6, 1.2)],
+        "kstreams": {
+            "variant": "global",
+            "clicks": 100,
+            "seconds": 4.0,
+            "clicks_per_s": 25,
+            "clicks_per_s_from_start": 20,
+            "cpu_us_per_click": 15.0,
+            "unknown_region_clicks": 0,
+            "enriched_records": 100,
+            "counted_clicks": 100,
+            "memory": memory(500),
+            "latency": [window(20000, 0.1, 0.4)],
+        },
+    }
+    text = report.markdown(results)
+    assert text.startswith("**Headline: streamfold / Kafka Streams")
+    assert "| clicks/s from start (launch -> all outputs visible) | 5 | 20 | 0.25x |" in text
+    assert "| clicks/s steady (first click read -> all outputs visible) | 10 | 25 | 0.40x |" in text
+    assert "| click p99 at 20,000 clicks/s offered | 1.20 s | 0.40 s | 3.00x |" in text
+    assert "click p99 at 5,000" not in text  # Kafka Streams had no window at that load
+    assert "| peak RSS, MiB (its processes, throughput run) | 1000 | 500 | 2.00x |" in text
+    assert "| CPU µs per click (its processes, launch -> end) | 30.0 | 15.0 | 2.00x |" in text
+    assert "streamfold/Kafka Streams (users in a GlobalKTable): 0.40 steady, 0.25x from start" in text
+
+
+def test_kafka_streams_outputs_mark_sampled_clicks_and_profile_versions():
+    clicks, profiles = Observations(), Observations()
+    clicks.add("kafka:clicks:1:7", 100.0)
+    clicks.add("kafka:clicks:2:9", 100.0)
+    profiles.add("User_3@100.5", 100.5)
+    records = [
+        b'{"userid":"User_1","event_id":"kafka:clicks:1:7","user_regionid":"Region_1"}',
+        b'{"userid":"User_3","event_id":"kafka:clicks:0:1","user_valid_from":100000}',  # the version before
+        b'{"userid":"User_3","event_id":"kafka:clicks:0:2","user_valid_from":100500}',
+    ]
+    recent: dict[str, float] = {}
+    kstreams.observe(records, clicks, profiles, 101.0, recent)
+    assert clicks.outstanding() == ["kafka:clicks:2:9"]
+    assert profiles.outstanding() == []
+    assert profiles.latencies() == [0.5]
+    # A record that passed before its delivery report registered the sample is still found.
+    clicks.add("kafka:clicks:0:2", 100.5)
+    kstreams.observe([], clicks, profiles, 102.0, recent)
+    assert clicks.latencies() == [1.0, math.inf, 0.5]
+    kstreams.observe([], clicks, profiles, 101.0 + kstreams.RECENT_S + 1, recent)
+    assert recent == {}
+
+
+def test_the_kafka_streams_app_is_built_against_the_brokers_kafka():
+    root = Path(__file__).resolve().parents[2]
+    version = re.compile(r"<kafka.version>([^<]+)</kafka.version>")
+    broker = version.findall((root / "pom.xml").read_text())
+    assert broker and version.findall((root / "jvm-kstreams" / "pom.xml").read_text()) == broker
 
 
 def stage(batch: int, tasks: dict[int, int], start_s: float, end_s: float, **metrics: int) -> dict:

@@ -1,0 +1,346 @@
+"""Kafka Streams, the seed's system (jvm-kstreams/): what a user would write instead of adopting streamfold.
+
+The application (io.streamfold.kstreams.ClicksApp, exactly-once v2, Kafka to Kafka) joins the clicks with
+the users table folded from the same Debezium topic, writes each enriched click to ENRICHED_TOPIC and a
+count per region (region -> a long) to COUNTS_TOPIC. Its variant is a GlobalKTable, or a KTable with
+max.task.idle.ms; both are correct on preloaded users (ClicksTopology).
+
+throughput: a fresh application (its own id and state directory) reads the preloaded clicks from the
+            start. end = when a read_committed consumer of COUNTS_TOPIC sees the counts sum to the clicks
+            (every output visible). From start: clicks / (end - JVM launch). Steady: clicks / (end - the
+            first click the application read; its own stdout line). The enriched records are counted after
+            the end, read_committed: they must equal the clicks. UNKNOWN: the count of region UNKNOWN
+            (every user of the clicks exists, so each is a click joined before its user was read).
+latency:    a fresh application whose group starts at the clicks topic's end; once it runs, the same offered
+            load as streamfold's windows (bench.latency). A sampled click is seen when a read_committed
+            consumer of ENRICHED_TOPIC receives its record (its event_id, kafka:clicks:<partition>:<offset>);
+            a profile change when a click of that user carries that version's commit time (user_valid_from);
+            the window ends when every sampled click was seen (OutputWatcher.done).
+memory:     peak RSS of the JVM (bench.procmem). CPU: the JVM's core-seconds from launch to the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench import latency, measured
+from bench.cpu import CpuClock
+from bench.latency import Observations
+from bench.procmem import Sampler, Tree
+from bench.stack import Bench, topic_offsets
+from common import names
+
+ROOT = Path(__file__).resolve().parents[1]
+JARS = ROOT / "lib" / "kstreams"
+MAIN_CLASS = "io.streamfold.kstreams.ClicksApp"
+ENRICHED_TOPIC = "kstreams_enriched_clicks"
+COUNTS_TOPIC = "kstreams_clicks_per_region"
+VARIANTS = ("global", "table")
+STOP_TIMEOUT_S = 60
+
+EVENT_ID = re.compile(rb'"event_id":"([^"]+)"')
+USERID = re.compile(rb'"userid":"([^"]+)"')
+VALID_FROM = re.compile(rb'"user_valid_from":(\d+)')
+RECENT_S = 30.0
+
+
+def create_topics(bootstrap: str) -> None:
+    """The application's output topics (the broker creates none by itself), partitioned as the clicks."""
+    partitions = len(topic_offsets(bootstrap))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = [
+        NewTopic(ENRICHED_TOPIC, partitions, 1),
+        NewTopic(COUNTS_TOPIC, partitions, 1, config={"cleanup.policy": "compact"}),
+    ]
+    for future in admin.create_topics(wanted).values():
+        try:
+            future.result()
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+    wait_for_leaders(bootstrap, [t.topic for t in wanted])
+
+
+def wait_for_leaders(bootstrap: str, topics: list[str], timeout_s: float = 60) -> None:
+    """Until every partition of a new topic has a leader (its offsets can be read)."""
+    deadline = time.monotonic() + timeout_s
+    for topic in topics:
+        while True:
+            try:
+                topic_offsets(bootstrap, topic)
+                break
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+
+def start_at_end(bootstrap: str, group: str) -> None:
+    """Commit the clicks topic's end offsets for `group`: a new application of that id starts there."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        ends = topic_offsets(bootstrap).items()
+        consumer.commit(
+            offsets=[TopicPartition(names.CLICKS_TOPIC, p, end) for p, (_, end) in ends], asynchronous=False
+        )
+    finally:
+        consumer.close()
+
+
+def app_id(name: str) -> str:
+    return f"streamfold-bench-kstreams-{name}"
+
+
+class App:
+    """One ClicksApp process with its own application id and state directory; its memory and CPU."""
+
+    def __init__(self, bench: Bench, name: str, variant: str) -> None:
+        self.bench = bench
+        self.app_id = app_id(name)
+        self.variant = variant
+        self.home = bench.home / "runs" / f"kstreams-{name}"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.events_file = self.home / "events.jsonl"
+        self.log = self.home / "kstreams.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.sampler: Sampler | None = None
+        self.clock: CpuClock | None = None
+        self.launched = 0.0
+
+    def command(self) -> list[str]:
+        conf = {
+            "bootstrap": self.bench.bootstrap,
+            "variant": self.variant,
+            "application.id": self.app_id,
+            "state.dir": str(self.home / "state"),
+            "clicks": names.CLICKS_TOPIC,
+            "cdc": names.CDC_USERS_TOPIC,
+            "enriched": ENRICHED_TOPIC,
+            "counts": COUNTS_TOPIC,
+        }
+        return ["java", "-cp", f"{JARS}/*", MAIN_CLASS, *(f"{k}={v}" for k, v in conf.items())]
+
+    def __enter__(self) -> App:
+        with self.events_file.open("ab") as out, self.log.open("ab") as err:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=out, stderr=err, cwd=ROOT, start_new_session=True
+            )
+        self.launched = time.time()
+        self.sampler = Sampler([Tree(self.proc.pid, root_role="jvm")]).__enter__()
+        self.clock = CpuClock({"kstreams": [self.proc.pid]}).__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for probe in (self.sampler, self.clock):
+            if probe:
+                probe.__exit__()
+        measured.stop(self.proc, signal.SIGTERM, STOP_TIMEOUT_S)  # its shutdown hook closes Kafka Streams
+
+    def check_alive(self) -> None:
+        measured.check_alive(self.proc, self.log, "Kafka Streams")
+
+    def events(self) -> dict[str, float]:
+        """event -> epoch s, from the application's stdout ({"event": ..., "at_ms": ...} lines)."""
+        lines = self.events_file.read_text().splitlines() if self.events_file.exists() else []
+        return {e["event"]: e["at_ms"] / 1000 for e in (json.loads(line) for line in lines if line.strip())}
+
+    def wait_event(self, event: str, timeout_s: float) -> float:
+        deadline = time.monotonic() + timeout_s
+        while event not in self.events():
+            self.check_alive()
+            if "error" in self.events() or time.monotonic() > deadline:
+                raise RuntimeError(f"Kafka Streams did not report {event!r} in {timeout_s:.0f}s: {self.log}")
+            time.sleep(0.2)
+        return self.events()[event]
+
+
+def read_committed(bootstrap: str, group: str) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+
+
+def wait_counted(
+    app: App, clicks: int, timeout_s: float, on_progress: Callable[[int], None]
+) -> tuple[float, dict[str, int]]:
+    """Read COUNTS_TOPIC until the latest count per region sums to `clicks`: (when, the counts)."""
+    consumer = read_committed(app.bench.bootstrap, "bench-kstreams-counts")
+    partitions = len(topic_offsets(app.bench.bootstrap, COUNTS_TOPIC))
+    consumer.assign([TopicPartition(COUNTS_TOPIC, p, OFFSET_BEGINNING) for p in range(partitions)])
+    counts: dict[str, int] = {}
+    deadline = time.monotonic() + timeout_s
+    last_report = 0.0
+    try:
+        while sum(counts.values()) < clicks:
+            app.check_alive()
+            if time.monotonic() > deadline:
+                counted = sum(counts.values())
+                raise TimeoutError(f"Kafka Streams counted {counted} of {clicks} in {timeout_s:.0f}s")
+            for msg in consumer.consume(1000, timeout=0.1):
+                key, value = msg.key(), msg.value()
+                if msg.error() is None and key is not None and value is not None:
+                    counts[key.decode()] = int.from_bytes(value, "big", signed=True)
+            if time.monotonic() - last_report >= 1:
+                last_report = time.monotonic()
+                on_progress(sum(counts.values()))
+        return time.time(), counts
+    finally:
+        consumer.close()
+
+
+def count_enriched(bootstrap: str) -> tuple[int, int]:
+    """(records, records with region UNKNOWN) in ENRICHED_TOPIC, read_committed to its end."""
+    consumer = read_committed(bootstrap, "bench-kstreams-enriched")
+    ends = {p: end for p, (_, end) in topic_offsets(bootstrap, ENRICHED_TOPIC).items()}
+    parts = [TopicPartition(ENRICHED_TOPIC, p, OFFSET_BEGINNING) for p in ends]
+    consumer.assign(parts)
+    records = unknown = 0
+    unknown_bytes = f'"user_regionid":"{names.UNKNOWN_REGION}"'.encode()
+    try:
+        while any(tp.offset < ends[tp.partition] for tp in consumer.position(parts)):
+            for msg in consumer.consume(10_000, timeout=1.0):
+                if msg.error() is None:
+                    records += 1
+                    unknown += unknown_bytes in (msg.value() or b"")
+        return records, unknown
+    finally:
+        consumer.close()
+
+
+def throughput(bench: Bench, clicks: int, variant: str, on_progress: Callable[[int], None]) -> dict[str, Any]:
+    """A fresh application over the preloaded clicks, to the last count; its figures (module doc)."""
+    create_topics(bench.bootstrap)
+    with App(bench, "main", variant) as app:
+        end, counts = wait_counted(app, clicks, max(1800, clicks / 100), on_progress)
+        first = app.wait_event("first_click", 60)
+        assert app.clock is not None
+        app.clock.sample()
+        cpu = app.clock.between(app.launched, end)
+    enriched, unknown = count_enriched(bench.bootstrap)
+    core_s = cpu["core_s"]["kstreams"]  # type: ignore[index]
+    return {
+        "variant": variant,
+        "clicks": clicks,
+        "seconds": round(end - first, 2),
+        "clicks_per_s": round(clicks / (end - first)),
+        "seconds_from_start": round(end - app.launched, 2),
+        "clicks_per_s_from_start": round(clicks / (end - app.launched)),
+        "launch_to_first_read_s": round(first - app.launched, 1),
+        "counted_clicks": sum(counts.values()),
+        "enriched_records": enriched,
+        "unknown_region_clicks": unknown,
+        "unknown_region_count": counts.get(names.UNKNOWN_REGION, 0),
+        "cpu_core_s": core_s,
+        "cpu_us_per_click": round(core_s / clicks * 1e6, 1),
+        "memory": app.sampler.peaks.as_dict() if app.sampler else {},
+    }
+
+
+def observe(
+    values: list[bytes], clicks: Observations, profiles: Observations, at: float, recent: dict[str, float]
+) -> None:
+    """Marks the sampled clicks among these enriched records, and the profile changes they show, seen `at`.
+
+    `recent`: event_id -> when seen, of every record of the last RECENT_S. A click's sample is registered
+    by its delivery report, which the generator serves every POLL_EVERY clicks: its record can pass the
+    consumer first (a row in Postgres stays for the next poll; a record passes once)."""
+    for value in values:
+        if m := EVENT_ID.search(value):
+            recent[m.group(1).decode()] = at
+    while recent and next(iter(recent.values())) < at - RECENT_S:
+        del recent[next(iter(recent))]
+    for key in clicks.outstanding():
+        if key in recent:
+            clicks.mark([key], recent[key])
+    changes = profile_changes(profiles)
+    for value in values if changes else []:
+        user, valid = USERID.search(value), VALID_FROM.search(value)
+        if not (user and valid):
+            continue
+        valid_ms = int(valid.group(1))
+        pending = changes.get(user.group(1).decode(), [])
+        for change in [c for c in pending if valid_ms >= c[1]]:
+            profiles.resolve(change[0], valid_ms / 1000, at)
+            pending.remove(change)
+
+
+def profile_changes(profiles: Observations) -> dict[str, list[tuple[str, int]]]:
+    """userid -> (key, the change's earliest commit time in ms) of the changes not seen yet."""
+    changes: dict[str, list[tuple[str, int]]] = {}
+    for key in profiles.outstanding():
+        userid, _, before = key.partition("@")
+        # Debezium's ts_ms is whole milliseconds (as bench.latency.Poller reads it).
+        changes.setdefault(userid, []).append((key, math.floor(float(before) * 1000)))
+    return changes
+
+
+class OutputWatcher(threading.Thread):
+    """Marks sampled clicks (by event_id) and profile changes (userid@time: a click of that user joined
+    with a version committed at or after that time) when their records reach a read_committed consumer
+    of ENRICHED_TOPIC, from its end when started. bench.latency.Watcher."""
+
+    def __init__(self, bootstrap: str, clicks: Observations, profiles: Observations) -> None:
+        super().__init__(name="kstreams-watcher", daemon=True)
+        self.clicks, self.profiles = clicks, profiles
+        self.consumer = read_committed(bootstrap, "bench-kstreams-latency")
+        partitions = topic_offsets(bootstrap, ENRICHED_TOPIC)
+        self.consumer.assign([TopicPartition(ENRICHED_TOPIC, p, OFFSET_END) for p in partitions])
+        self.stop_event = threading.Event()
+        self.records = 0
+        self.recent: dict[str, float] = {}
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            msgs = [m for m in self.consumer.consume(1000, timeout=0.05) if m.error() is None]
+            if msgs:
+                self.observe([m.value() or b"" for m in msgs], time.time())
+
+    def observe(self, values: list[bytes], at: float) -> None:
+        self.records += len(values)
+        observe(values, self.clicks, self.profiles, at, self.recent)
+
+    def done(self) -> bool:
+        """Every sampled click seen. Not every profile change: Kafka Streams does not wait for the table, so
+        the click sent right after a change may take the version before, and the change is seen only at
+        that user's next click, if one comes. Changes not seen by then are censored."""
+        return not self.clicks.outstanding()
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.join()
+        self.consumer.close()
+
+
+def latency_window(
+    bench: Bench, users: int, rate: float, seconds: float, echo: Callable[[str], None]
+) -> latency.WindowResult:
+    """bench.latency.run_window with an OutputWatcher: the running application's outputs, not Postgres."""
+    watchers: list[OutputWatcher] = []
+
+    def watch(clicks: Observations, profiles: Observations) -> OutputWatcher:
+        watchers.append(OutputWatcher(bench.bootstrap, clicks, profiles))
+        return watchers[-1]
+
+    def records() -> int:
+        return watchers[-1].records if watchers else 0
+
+    return latency.run_window(
+        bench.bootstrap, bench.admin_dsn, users, rate, seconds, records, echo, watch=watch
+    )
