@@ -158,9 +158,7 @@ def test_images_come_from_the_base_and_the_version_files(stack: Compose) -> None
 
     lock = json.loads((REPO / "package-lock.json").read_text())
     kinesis_version = lock["packages"]["node_modules/kinesalite"]["version"]
-    shipped = json.loads(
-        image_run(stack, "kinesis", "cat /opt/kinesis/node_modules/kinesalite/package.json")
-    )
+    shipped = json.loads(image_run(stack, "kinesis", "cat /opt/kinesis/node_modules/kinesalite/package.json"))
     assert shipped["version"] == kinesis_version
     assert image_run(stack, "postgres", "postgres --version").startswith("postgres (PostgreSQL) 15.")
 
