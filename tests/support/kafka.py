@@ -11,6 +11,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from common import config
+
 
 @dataclass(frozen=True)
 class Message:
@@ -64,7 +66,7 @@ def read_all(bootstrap: str, topic: str, timeout_s: float = 60) -> list[Message]
     growing, so "until idle" would never end); [] while the topic does not exist."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **config.kafka_client_settings(bootstrap),
             "group.id": f"test-{uuid.uuid4()}",
             "enable.auto.commit": False,
         }
