@@ -38,16 +38,22 @@ PASSWORD_VARS = {
     READER_ROLE: "STREAMFOLD_READER_PASSWORD",
 }
 # Kafka (SASL/SCRAM) and Kafka Connect's REST API (HTTP Basic) authenticate every client: one client
-# identity each (docs/decisions/kafka-and-connect-authentication.md). A password left unset or empty: that client
-# connects without authentication (a broker or worker that asks for none).
+# identity each (docs/decisions/kafka-and-connect-authentication.md). A password left unset or empty:
+# that client connects without authentication (to a broker or worker that asks for none).
 KAFKA_USER_VAR = "STREAMFOLD_KAFKA_USER"
 KAFKA_PASSWORD_VAR = "STREAMFOLD_KAFKA_PASSWORD"
 CONNECT_USER_VAR = "STREAMFOLD_CONNECT_USER"
 CONNECT_PASSWORD_VAR = "STREAMFOLD_CONNECT_PASSWORD"
+# The broker's own login (the broker connects to itself; the controller listener): the stacks' Kafka only.
+KAFKA_BROKER_PASSWORD_VAR = "STREAMFOLD_KAFKA_BROKER_PASSWORD"
 CLIENT_USER = "streamfold"
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 SECRET_VARS = (*PASSWORD_VARS.values(), KAFKA_PASSWORD_VAR, CONNECT_PASSWORD_VAR)
 LOGIN_VARS = (KAFKA_USER_VAR, CONNECT_USER_VAR)
+
+
+# Where settings not in the environment are read from, when not the local stack's stack.env.
+ENV_FILE_VAR = "STREAMFOLD_ENV_FILE"
 
 
 class ConfigError(RuntimeError):
@@ -64,15 +70,21 @@ def home() -> Path:
 
 
 def stack_env_file(base: Path | None = None) -> Path:
-    return (base or home()) / "stack.env"
+    """The env file settings fall back to: STREAMFOLD_ENV_FILE (the compose stack's generated secrets),
+    else the local stack's `stack.env`."""
+    chosen = os.environ.get(ENV_FILE_VAR)
+    return Path(chosen) if chosen and base is None else (base or home()) / "stack.env"
 
 
 def read_env_file(path: Path) -> dict[str, str]:
     """Parse `export KEY=VALUE` / `KEY=VALUE` lines (the format `stack env` prints)."""
-    if not path.exists():
-        return {}
+    return parse_env(path.read_text()) if path.exists() else {}
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """The settings of `export KEY=VALUE` / `KEY=VALUE` lines; comments and other lines are skipped."""
     values: dict[str, str] = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         line = line.strip().removeprefix("export ").strip()
         if line and not line.startswith("#") and "=" in line:
             key, _, value = line.partition("=")

@@ -45,7 +45,7 @@ DEBEZIUM_PASSWORD = config.PASSWORD_VARS[config.DEBEZIUM_ROLE]
 # The broker's own SCRAM user (the broker connects to itself) and the controller's PLAIN password: never
 # exported, only the stack's Kafka configs hold them.
 BROKER_USER = "broker"
-BROKER_PASSWORD = "STREAMFOLD_KAFKA_BROKER_PASSWORD"
+BROKER_PASSWORD = config.KAFKA_BROKER_PASSWORD_VAR
 SECRET_NAMES = ("STREAMFOLD_PG_PASSWORD", *config.SECRET_VARS, BROKER_PASSWORD)
 # kinesis-local accepts any credentials; a 12-digit key id would select another account.
 AWS_ENV = {

@@ -8,27 +8,12 @@ import uuid
 
 import pytest
 import requests
-from confluent_kafka import KafkaError, Message, Producer
 
 from common import config, names
 from connectors import setup as connector_setup
-from tests.support.kafka import read_all
+from tests.support.kafka import produce_once, read_all
 
 pytestmark = pytest.mark.e2e
-
-
-def produce_once(settings: dict[str, str], topic: str, key: bytes, value: bytes) -> KafkaError | None:
-    """Produce one record and wait for its delivery report: the error, or None once the broker has it."""
-    reports: list[KafkaError | None] = []
-
-    def report(error: KafkaError | None, _message: Message) -> None:
-        reports.append(error)
-
-    producer = Producer({**settings, "message.timeout.ms": 10_000, "retries": 0})
-    producer.produce(topic, key=key, value=value, on_delivery=report)
-    producer.flush(60)
-    assert len(reports) == 1, "no delivery report within the flush"
-    return reports[0]
 
 
 def forged_change(user_id: str) -> bytes:
