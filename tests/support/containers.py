@@ -141,8 +141,9 @@ def start_service(name: str) -> None:
 
 
 def stop() -> None:
-    """Remove the containers and their volumes."""
+    """Remove the project's containers and volumes: every service's, the one-shot `secrets` one's too
+    (testcontainers' own `down` names only the services it started)."""
     global _stack
     if _stack is not None:
-        _stack.stop(down=True)
+        _compose("down", "--volumes", "--remove-orphans")
         _stack = None
