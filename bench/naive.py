@@ -151,7 +151,7 @@ def write(sink: Sink, batch_id: int, rows: list[dict[str, Any]]) -> None:
 def run(bootstrap: str, offsets: Offsets) -> dict[str, Any]:
     settings = config.load()
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "bench-naive", "enable.auto.commit": False}
+        {**config.kafka_client_settings(bootstrap), "group.id": "bench-naive", "enable.auto.commit": False}
     )
     limits = {p: end for p, (start, end) in offsets.items() if end > start}
     ends = dict(limits)  # partitions not read to the end yet

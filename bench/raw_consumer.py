@@ -13,13 +13,13 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench.measured import emit, parse_offsets
 from bench.stack import Offsets
-from common import names
+from common import config, names
 
 
 def consume(bootstrap: str, offsets: Offsets) -> dict[str, float]:
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **config.kafka_client_settings(bootstrap),
             "group.id": "bench-raw",
             "enable.auto.commit": False,
             # Fetch and queue sizes well above librdkafka's defaults, so the figure is the broker's and the

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from bench.measured import emit, parse_offsets
 from bench.stack import Offsets
-from common import names
+from common import config, names
 from common import pipeline_file as pf
 from pipeline import events
 from pipeline import spark as spark_session
@@ -30,6 +30,7 @@ def read(spark: SparkSession, bootstrap: str, offsets: Offsets) -> DataFrame:
     return (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
+        .options(**config.spark_kafka_options())
         .option("subscribe", names.CLICKS_TOPIC)
         .option("startingOffsets", json.dumps(ranges))
         .option("endingOffsets", json.dumps(ends))

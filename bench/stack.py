@@ -78,7 +78,7 @@ def truncate_sinks(bench: Bench) -> None:
 
 def topic_offsets(bootstrap: str, topic: str = names.CLICKS_TOPIC) -> Offsets:
     """A topic's (log start, end) offsets per partition."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-offsets"})
+    consumer = Consumer({**config.kafka_client_settings(bootstrap), "group.id": "bench-offsets"})
     try:
         partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in partitions}
@@ -89,7 +89,7 @@ def topic_offsets(bootstrap: str, topic: str = names.CLICKS_TOPIC) -> Offsets:
 def empty_clicks_topic(bootstrap: str) -> None:
     """Move the clicks topic's log start to its end: a new job checkpoint (earliest) reads only new clicks."""
     ends = topic_offsets(bootstrap)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(config.kafka_client_settings(bootstrap))
     wanted = [TopicPartition(names.CLICKS_TOPIC, p, end) for p, (_, end) in ends.items()]
     for future in admin.delete_records(wanted, operation_timeout=60).values():
         future.result()

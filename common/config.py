@@ -37,7 +37,23 @@ PASSWORD_VARS = {
     WRITER_ROLE: "STREAMFOLD_WRITER_PASSWORD",
     READER_ROLE: "STREAMFOLD_READER_PASSWORD",
 }
-SECRET_VARS = tuple(PASSWORD_VARS.values())
+# Kafka (SASL/SCRAM) and Kafka Connect's REST API (HTTP Basic) authenticate every client: one client
+# identity each (docs/decisions/kafka-and-connect-authentication.md). A password left unset or empty:
+# that client connects without authentication (to a broker or worker that asks for none).
+KAFKA_USER_VAR = "STREAMFOLD_KAFKA_USER"
+KAFKA_PASSWORD_VAR = "STREAMFOLD_KAFKA_PASSWORD"
+CONNECT_USER_VAR = "STREAMFOLD_CONNECT_USER"
+CONNECT_PASSWORD_VAR = "STREAMFOLD_CONNECT_PASSWORD"
+# The broker's own login (the broker connects to itself; the controller listener): the stacks' Kafka only.
+KAFKA_BROKER_PASSWORD_VAR = "STREAMFOLD_KAFKA_BROKER_PASSWORD"
+CLIENT_USER = "streamfold"
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+SECRET_VARS = (*PASSWORD_VARS.values(), KAFKA_PASSWORD_VAR, CONNECT_PASSWORD_VAR)
+LOGIN_VARS = (KAFKA_USER_VAR, CONNECT_USER_VAR)
+
+
+# Where settings not in the environment are read from, when not the local stack's stack.env.
+ENV_FILE_VAR = "STREAMFOLD_ENV_FILE"
 
 
 class ConfigError(RuntimeError):
@@ -54,15 +70,21 @@ def home() -> Path:
 
 
 def stack_env_file(base: Path | None = None) -> Path:
-    return (base or home()) / "stack.env"
+    """The env file settings fall back to: STREAMFOLD_ENV_FILE (the compose stack's generated secrets),
+    else the local stack's `stack.env`."""
+    chosen = os.environ.get(ENV_FILE_VAR)
+    return Path(chosen) if chosen and base is None else (base or home()) / "stack.env"
 
 
 def read_env_file(path: Path) -> dict[str, str]:
     """Parse `export KEY=VALUE` / `KEY=VALUE` lines (the format `stack env` prints)."""
-    if not path.exists():
-        return {}
+    return parse_env(path.read_text()) if path.exists() else {}
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """The settings of `export KEY=VALUE` / `KEY=VALUE` lines; comments and other lines are skipped."""
     values: dict[str, str] = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         line = line.strip().removeprefix("export ").strip()
         if line and not line.startswith("#") and "=" in line:
             key, _, value = line.partition("=")
@@ -136,3 +158,71 @@ def aws_settings() -> dict[str, str | None]:
         "aws_secret_access_key": os.environ.get("AWS_SECRET_ACCESS_KEY")
         or env_file.get("AWS_SECRET_ACCESS_KEY"),
     }
+
+
+@dataclass(frozen=True)
+class Login:
+    user: str
+    password: str
+
+
+def _login(user_var: str, password_var: str) -> Login | None:
+    password = lookup(password_var, "")
+    return Login(lookup(user_var, CLIENT_USER), password) if password else None
+
+
+def kafka_login() -> Login | None:
+    """The Kafka client identity (SASL/SCRAM), or None for a broker without authentication."""
+    return _login(KAFKA_USER_VAR, KAFKA_PASSWORD_VAR)
+
+
+def connect_auth() -> tuple[str, str] | None:
+    """requests' `auth` for Kafka Connect's REST API (HTTP Basic), or None for a worker without it."""
+    login = _login(CONNECT_USER_VAR, CONNECT_PASSWORD_VAR)
+    return (login.user, login.password) if login else None
+
+
+def scram_jaas(login: Login) -> str:
+    """A Java Kafka client's sasl.jaas.config for `login` (the passwords are URL-safe: no quoting)."""
+    return (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{login.user}" password="{login.password}";'
+    )
+
+
+def java_kafka_settings(login: Login | None) -> dict[str, str]:
+    """A Java Kafka client's security settings (Spark's Kafka source, the Connect worker, the sink)."""
+    if login is None:
+        return {}
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": SCRAM_MECHANISM,
+        "sasl.jaas.config": scram_jaas(login),
+    }
+
+
+# confluent-kafka's type for a client's settings.
+ClientSettings = dict[str, str | int | float | bool]
+
+
+def librdkafka_settings(bootstrap: str, login: Login | None) -> ClientSettings:
+    """librdkafka's (confluent-kafka's) connection settings: the brokers and the client identity."""
+    if login is None:
+        return {"bootstrap.servers": bootstrap}
+    return {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": SCRAM_MECHANISM,
+        "sasl.username": login.user,
+        "sasl.password": login.password,
+    }
+
+
+def kafka_client_settings(bootstrap: str) -> ClientSettings:
+    """librdkafka's settings for the configured broker and client identity (kafka_login)."""
+    return librdkafka_settings(bootstrap, kafka_login())
+
+
+def spark_kafka_options() -> dict[str, str]:
+    """Spark's Kafka source options for the configured client identity (kafka.-prefixed client settings)."""
+    return {f"kafka.{key}": value for key, value in java_kafka_settings(kafka_login()).items()}

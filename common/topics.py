@@ -8,6 +8,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from common import config
+
 # Java clients (Kafka Streams, ksqlDB, Flink, Connect, Spark's Kafka writer) put a keyed record in partition
 # murmur2(key) % partitions; librdkafka's default is CRC32. With murmur2 here too, every keyed record
 # streamfold writes sits where a Java application expects it, so it can join streamfold's topics
@@ -17,7 +19,9 @@ JAVA_PARTITIONER = "murmur2_random"
 
 def producer(bootstrap: str, settings: dict[str, Any] | None = None) -> Producer:
     """A producer that places keys as Java clients do; `settings` are librdkafka's."""
-    return Producer({"bootstrap.servers": bootstrap, "partitioner": JAVA_PARTITIONER, **(settings or {})})
+    return Producer(
+        {**config.kafka_client_settings(bootstrap), "partitioner": JAVA_PARTITIONER, **(settings or {})}
+    )
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ class Record:
 def latest_records(bootstrap: str, topic: str, count: int, timeout_s: float = 10) -> list[Record]:
     """The last `count` records of each partition. Raises KeyError for an unknown topic."""
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "streamfold-cli", "enable.auto.commit": False}
+        {**config.kafka_client_settings(bootstrap), "group.id": "streamfold-cli", "enable.auto.commit": False}
     )
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s).topics[topic]

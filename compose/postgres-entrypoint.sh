@@ -1,9 +1,14 @@
 #!/bin/sh
 # The postgres service: initialise the data directory once (superuser `streamfold`, password from
-# POSTGRES_PASSWORD, database `streamfold`, then every /docker-entrypoint-initdb.d/*.sql), write the
+# POSTGRES_PASSWORD(_FILE), database `streamfold`, then every /docker-entrypoint-initdb.d/*.sql), write the
 # local stack's pg_hba.conf at every start, and run the server with logical decoding on.
 set -eu
-: "${POSTGRES_PASSWORD:?set POSTGRES_PASSWORD}"
+# The superuser's password: POSTGRES_PASSWORD, or the file POSTGRES_PASSWORD_FILE names (the compose
+# stack's secrets volume).
+if [ -n "${POSTGRES_PASSWORD_FILE:-}" ]; then
+  POSTGRES_PASSWORD=$(cat "$POSTGRES_PASSWORD_FILE")
+fi
+: "${POSTGRES_PASSWORD:?set POSTGRES_PASSWORD or POSTGRES_PASSWORD_FILE}"
 user=${POSTGRES_USER:-streamfold}
 db=${POSTGRES_DB:-streamfold}
 

@@ -111,7 +111,7 @@ def pipeline_topics(pipeline: pf.Pipeline, events_topic: str | None = None) -> l
 def ensure_topics(bootstrap: str, pipeline: pf.Pipeline, events_topic: str | None = None) -> list[str]:
     """Create the pipeline and CDC topics that are missing (and `events_topic`, if another events topic);
     returns the ones created."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(config.kafka_client_settings(bootstrap))
     limits = record_limits(pipeline)
     events = {pipeline.events.kafka_topic, events_topic}
 
@@ -160,10 +160,14 @@ def ensure_topics(bootstrap: str, pipeline: pf.Pipeline, events_topic: str | Non
 def register_connector(connect_url: str, name: str, cfg: dict[str, str]) -> bool:
     """PUT the config (create or update). Returns True when Connect reports a change."""
     try:
-        current = requests.get(f"{connect_url}/connectors/{name}/config", timeout=30)
+        current = requests.get(
+            f"{connect_url}/connectors/{name}/config", timeout=30, auth=config.connect_auth()
+        )
         if current.status_code == 200 and _same_config(current.json(), cfg):
             return False
-        response = requests.put(f"{connect_url}/connectors/{name}/config", json=cfg, timeout=120)
+        response = requests.put(
+            f"{connect_url}/connectors/{name}/config", json=cfg, timeout=120, auth=config.connect_auth()
+        )
     except requests.ConnectionError as exc:
         raise SetupError(f"Kafka Connect is not reachable at {connect_url}: {exc}") from exc
     if response.status_code >= 400:
@@ -178,7 +182,9 @@ def wait_until_running(
     deadline = time.monotonic() + timeout_s
     last = "no status yet"
     while time.monotonic() < deadline:
-        response = requests.get(f"{connect_url}/connectors/{name}/status", timeout=30)
+        response = requests.get(
+            f"{connect_url}/connectors/{name}/status", timeout=30, auth=config.connect_auth()
+        )
         if response.status_code == 200:
             status = response.json()
             failure = _failure(status)

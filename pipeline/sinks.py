@@ -51,7 +51,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQueryManager
 from pyspark.sql.types import StructType
 
-from common import names, topics
+from common import config, names, topics
 from common.pipeline_file import Pipeline
 from pipeline import aggregates
 from pipeline.cdc_stall import CdcStall
@@ -230,6 +230,7 @@ def land(
     """Land every partition of a batch of the join's output as the sink spec (JSON) lays it out, on the
     executors (Landing.java); one report per partition."""
     jvm: Any = batch.sparkSession._jvm
+    login = config.kafka_login()
     reports = jvm.io.streamfold.sink.Landing.land(
         batch._jdf,
         spec,
@@ -237,6 +238,7 @@ def land(
         pg.user,
         pg.password,
         bootstrap,
+        config.scram_jaas(login) if login else "",
         KAFKA_MAX_REQUEST_BYTES,
         kafka_attempt_ms,
         ledger,

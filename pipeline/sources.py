@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from common import names
+from common import config, names
 from common import pipeline_file as pf
 
 # The most records a micro-batch reads from one source while it catches up on a backlog (after a start, an
@@ -28,6 +28,7 @@ def _kafka(spark: SparkSession, bootstrap: str, topics: str, max_records: int) -
     return (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
+        .options(**config.spark_kafka_options())
         .option("subscribe", topics)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(max_records))

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import requests
 
+from common import config
 from stack.home import DEBEZIUM_PASSWORD
 from stack.prerequisites import PLUGIN_PATH
 from stack.service import JavaService
 
 DEBEZIUM_CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
+# Kafka's connect-basic-auth-extension (pom.xml): HTTP Basic against a JAAS PropertyFileLoginModule.
+BASIC_AUTH_EXTENSION = "org.apache.kafka.connect.rest.basic.auth.extension.BasicAuthSecurityRestExtension"
+PROPERTY_FILE_LOGIN = "org.apache.kafka.connect.rest.basic.auth.extension.PropertyFileLoginModule"
 
 
 class Connect(JavaService):
@@ -51,19 +57,52 @@ class Connect(JavaService):
             "config.providers": "env",
             "config.providers.env.class": "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
             "config.providers.env.param.allowlist.pattern": f"^{DEBEZIUM_PASSWORD}$",
+            # The REST API asks for HTTP Basic credentials (jvm_args: the JAAS file, _users).
+            "rest.extension.classes": BASIC_AUTH_EXTENSION,
+            **self._kafka_security(),
         }
+
+    def _kafka_security(self) -> dict[str, str]:
+        """The worker's own clients and those it runs connectors with log in as the stack's client."""
+        security = config.java_kafka_settings(self.stack.kafka_login())
+        return {
+            f"{prefix}{key}": value
+            for prefix in ("", "producer.", "consumer.", "admin.")
+            for key, value in security.items()
+        }
+
+    def prepare(self) -> None:
+        super().prepare()
+        login = self.stack.connect_login()
+        self._users.write_text(f"{login.user}: {login.password}\n")
+        self._jaas.write_text(
+            f'KafkaConnect {{\n  {PROPERTY_FILE_LOGIN} required\n  file="{self._users}";\n}};\n'
+        )
+
+    @property
+    def _users(self) -> Path:
+        return self.stack.path("conf", "connect-users.properties")
+
+    @property
+    def _jaas(self) -> Path:
+        return self.stack.path("conf", "connect-jaas.conf")
+
+    def jvm_args(self) -> list[str]:
+        return [f"-Djava.security.auth.login.config={self._jaas}"]
 
     def launch_env(self) -> dict[str, str]:
         # The one secret the connector references; no other role's, never the superuser's.
         return {DEBEZIUM_PASSWORD: self.stack.secrets[DEBEZIUM_PASSWORD]}
 
     def healthy(self) -> bool:
+        login = self.stack.connect_login()
+        auth = (login.user, login.password)
         try:
             # /health turns 200 only once the worker has joined its group and can run connectors.
             for path in ("/", "/health"):
-                if requests.get(self.endpoint() + path, timeout=3).status_code != 200:
+                if requests.get(self.endpoint() + path, auth=auth, timeout=3).status_code != 200:
                     return False
-            plugins = requests.get(self.endpoint() + "/connector-plugins", timeout=5).json()
+            plugins = requests.get(self.endpoint() + "/connector-plugins", auth=auth, timeout=5).json()
         except (requests.RequestException, ValueError):
             return False
         return any(plugin.get("class") == DEBEZIUM_CONNECTOR_CLASS for plugin in plugins)

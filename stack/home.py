@@ -41,7 +41,11 @@ DEFAULT_PORT_RANGE = "20000-29999"
 PG_USER = "streamfold"
 PG_DATABASE = "streamfold"
 DEBEZIUM_PASSWORD = config.PASSWORD_VARS[config.DEBEZIUM_ROLE]
-SECRET_NAMES = ("STREAMFOLD_PG_PASSWORD", *config.SECRET_VARS)
+# The broker's own SCRAM user (the broker connects to itself) and the controller's PLAIN password: never
+# exported, only the stack's Kafka configs hold them.
+BROKER_USER = "broker"
+BROKER_PASSWORD = config.KAFKA_BROKER_PASSWORD_VAR
+SECRET_NAMES = ("STREAMFOLD_PG_PASSWORD", *config.SECRET_VARS, BROKER_PASSWORD)
 # kinesalite accepts any credentials (it checks that a request is signed, not by whom).
 AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "streamfold",
@@ -66,6 +70,12 @@ class Stack:
     def path(self, *parts: str) -> Path:
         return self.home.joinpath(*parts)
 
+    def kafka_login(self) -> config.Login:
+        return config.Login(config.CLIENT_USER, self.secrets[config.KAFKA_PASSWORD_VAR])
+
+    def connect_login(self) -> config.Login:
+        return config.Login(config.CLIENT_USER, self.secrets[config.CONNECT_PASSWORD_VAR])
+
     @property
     def pg_dsn(self) -> str:
         password = self.secrets["STREAMFOLD_PG_PASSWORD"]
@@ -80,6 +90,8 @@ class Stack:
             "STREAMFOLD_KAFKA_BOOTSTRAP": f"127.0.0.1:{self.ports['kafka']}",
             "STREAMFOLD_CONNECT_URL": f"http://127.0.0.1:{self.ports['connect']}",
             "STREAMFOLD_KINESIS_ENDPOINT": f"http://127.0.0.1:{self.ports['kinesis']}",
+            config.KAFKA_USER_VAR: config.CLIENT_USER,
+            config.CONNECT_USER_VAR: config.CLIENT_USER,
             **roles,
             **AWS_ENV,
         }
@@ -150,11 +162,13 @@ def _with_new_services(path: Path, ports: dict[str, int]) -> dict[str, int]:
 
 
 def _load_secrets(home: Path) -> dict[str, str]:
+    """The stack's passwords, generated on first use; a home made before a secret existed gets it too."""
     path = home / "secrets.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    values = {name: secrets.token_urlsafe(24) for name in SECRET_NAMES}
-    write_private(path, json.dumps(values, indent=2) + "\n")
+    values = json.loads(path.read_text()) if path.exists() else {}
+    missing = {name: secrets.token_urlsafe(24) for name in SECRET_NAMES if name not in values}
+    if missing:
+        values = {**values, **missing}
+        write_private(path, json.dumps(values, indent=2) + "\n")
     return values
 
 

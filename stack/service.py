@@ -119,9 +119,13 @@ rootLogger.appenderRef.file.ref = file
     def java_cmd(self, main_class: str, *args: str) -> list[str]:
         return [
             java_binary(), "-Xms128m", f"-Xmx{self.heap}", *JVM_OPTS,
-            f"-Dlog4j2.configurationFile={self._log4j_conf()}",
+            f"-Dlog4j2.configurationFile={self._log4j_conf()}", *self.jvm_args(),
             "-cp", f"{KAFKA_LIB}/*", main_class, *args,
         ]  # fmt: skip
+
+    def jvm_args(self) -> list[str]:
+        """System properties of the service's JVM, besides heap, GC and logging."""
+        return []
 
     def launch_env(self) -> dict[str, str] | None:
         return None

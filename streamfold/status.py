@@ -179,7 +179,7 @@ def committed_offsets(checkpoints: Path) -> dict[str, Committed]:
 def consumer(bootstrap: str) -> Consumer:
     return Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **config.kafka_client_settings(bootstrap),
             "group.id": "streamfold-status",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -323,7 +323,9 @@ def dead_letters_last_hour(reader_dsn: str) -> dict[str, int]:
 
 
 def connector(connect_url: str, name: str) -> dict[str, Any]:
-    response = requests.get(f"{connect_url}/connectors/{name}/status", timeout=TIMEOUT_S)
+    response = requests.get(
+        f"{connect_url}/connectors/{name}/status", timeout=TIMEOUT_S, auth=config.connect_auth()
+    )
     if response.status_code == 404:
         return {"name": name, "state": "NOT REGISTERED (run `streamfold setup`)", "tasks": []}
     response.raise_for_status()

@@ -18,13 +18,17 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+import requests
 
-from common import names
+from common import config, names
 from tests.compose.conftest import IMAGES, PROJECT, REPO, Compose, assert_project_gone, phase
 from tests.support import pipeline as sp
+from tests.support.kafka import produce_once, read_all
 
 README = (REPO / "README.md").read_text()
 # The README's compose story, in its order. Each line must appear verbatim in README.md.
+# Where README says the generated passwords are.
+SECRETS = "docker compose exec -T kafka cat /run/streamfold/secrets.env"
 GENERATE_USERS = "docker compose run --rm setup streamfold generate users --count 1000"
 GENERATE_CLICKS = "docker compose run --rm setup streamfold generate clicks --count 10000 --users 1000"
 QUERY = "docker compose run --rm setup streamfold query clicks_per_region"
@@ -40,6 +44,7 @@ CHANGELOG = "docker compose run --rm setup streamfold topic users_changelog"
 KINESIS_UP = "PIPELINE_SOURCE=kinesis docker compose up -d"
 KINESIS_CLICKS = "docker compose run --rm setup streamfold generate clicks --count 10000 --sink kinesis"
 STORY = (
+    SECRETS,
     GENERATE_USERS,
     GENERATE_CLICKS,
     QUERY,
@@ -63,23 +68,27 @@ def test_the_story_is_the_readme_s() -> None:
     assert not missing, f"README.md no longer says: {missing}"
 
 
-@pytest.fixture(scope="module")
-def host_env(stack: Compose, monkeypatch_module: pytest.MonkeyPatch) -> dict[str, str]:
-    """The stack's published ports, for reading its inputs and outputs from the host."""
-    s = stack.settings()
+def client_env(stack: Compose, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The stack's published ports and generated passwords (read as README says), exported for the
+    clients on the host that read its inputs and outputs; and the superuser's DSN, `admin_dsn`."""
+    s, secrets = stack.settings(), config.parse_env(stack.shell(SECRETS).stdout)
     env = {
         "STREAMFOLD_KAFKA_BOOTSTRAP": f"127.0.0.1:{s['KAFKA_HOST_PORT']}",
+        "STREAMFOLD_CONNECT_URL": f"http://127.0.0.1:{s['CONNECT_HOST_PORT']}",
         "STREAMFOLD_KINESIS_ENDPOINT": f"http://127.0.0.1:{s['KINESIS_HOST_PORT']}",
-        "AWS_ACCESS_KEY_ID": s["AWS_ACCESS_KEY_ID"],
-        "AWS_SECRET_ACCESS_KEY": s["AWS_SECRET_ACCESS_KEY"],
-        "AWS_DEFAULT_REGION": s["AWS_DEFAULT_REGION"],
+        **{name: secrets[name] for name in (*config.SECRET_VARS, *config.LOGIN_VARS)},
+        **{name: s[name] for name in config.AWS_VARS},
     }
     for key, value in env.items():
-        monkeypatch_module.setenv(key, value)
-    env["admin_dsn"] = (
-        f"postgresql://streamfold:{s['STREAMFOLD_PG_PASSWORD']}@127.0.0.1:{s['POSTGRES_HOST_PORT']}/streamfold"
-    )
+        monkeypatch.setenv(key, value)
+    password = secrets["STREAMFOLD_PG_PASSWORD"]
+    env["admin_dsn"] = f"postgresql://streamfold:{password}@127.0.0.1:{s['POSTGRES_HOST_PORT']}/streamfold"
     return env
+
+
+@pytest.fixture(scope="module")
+def host_env(stack: Compose, monkeypatch_module: pytest.MonkeyPatch) -> dict[str, str]:
+    return client_env(stack, monkeypatch_module)
 
 
 @pytest.fixture(scope="module")
@@ -163,8 +172,8 @@ def test_images_come_from_the_base_and_the_version_files(stack: Compose) -> None
     assert image_run(stack, "postgres", "postgres --version").startswith("postgres (PostgreSQL) 15.")
 
 
-def test_postgres_refuses_physical_replication(stack: Compose) -> None:
-    s = stack.settings()
+def test_postgres_refuses_physical_replication(stack: Compose, host_env: dict[str, str]) -> None:
+    s = host_env
     backup = stack.run(
         "exec", "-T", "-e", f"PGPASSWORD={s['STREAMFOLD_DEBEZIUM_PASSWORD']}", "postgres",
         "pg_basebackup", "-h", "127.0.0.1", "-U", "streamfold_debezium", "-D", "/tmp/copy", check=False,
@@ -178,6 +187,20 @@ def test_postgres_refuses_physical_replication(stack: Compose) -> None:
         check=False,
     )  # fmt: skip
     assert other_db.returncode != 0 and "pg_hba.conf rejects connection" in other_db.stderr, other_db.stderr
+
+
+def test_kafka_and_connect_refuse_unauthenticated_clients(stack: Compose, host_env: dict[str, str]) -> None:
+    """Anyone on the host reaches the published ports: without the stack's credentials, no record reaches
+    the CDC topic and the connector cannot be deleted."""
+    bootstrap = host_env["STREAMFOLD_KAFKA_BOOTSTRAP"]
+    forged = json.dumps({"payload": {"op": "c", "after": {"userid": "forged"}}}).encode()
+    assert (
+        produce_once({"bootstrap.servers": bootstrap}, names.CDC_USERS_TOPIC, b"forged", forged) is not None
+    )
+    assert all(m.key != "forged" for m in read_all(bootstrap, names.CDC_USERS_TOPIC))
+    url = f"{host_env['STREAMFOLD_CONNECT_URL']}/connectors/{names.CONNECTOR_NAME}"
+    assert requests.delete(url, timeout=30).status_code == 401
+    assert requests.get(url, auth=config.connect_auth(), timeout=30).status_code == 200
 
 
 def wait_for_totals(host_env: dict[str, str], kinesis: bool, timeout_s: float) -> sp.Expected:

@@ -12,7 +12,7 @@ import pytest
 
 from stack.spark import worker_names
 from tests.compose.conftest import SERVICES, Compose, assert_project_gone, phase, running_stack
-from tests.compose.test_stack import GENERATE_CLICKS, GENERATE_USERS, README, wait_for_totals
+from tests.compose.test_stack import GENERATE_CLICKS, GENERATE_USERS, README, client_env, wait_for_totals
 
 CLUSTER_UP = "docker compose -f docker-compose.yml -f docker-compose.cluster.yml up -d --build"
 # The native stack's `--spark-workers 2`: two workers of one core (tests/unit/test_compose.py).
@@ -40,7 +40,9 @@ def ui_json(compose: Compose, service: str, url: str) -> Any:
     return json.loads(out)
 
 
-def test_the_job_runs_on_the_cluster_with_the_same_totals(cluster: Compose) -> None:
+def test_the_job_runs_on_the_cluster_with_the_same_totals(
+    cluster: Compose, monkeypatch: pytest.MonkeyPatch
+) -> None:
     state = ui_json(cluster, "spark-master", "http://localhost:8080/json/")
     workers = {w["host"]: w for w in state["workers"] if w["state"] == "ALIVE"}
     assert sorted(workers) == list(WORKERS), state["workers"]
@@ -49,13 +51,7 @@ def test_the_job_runs_on_the_cluster_with_the_same_totals(cluster: Compose) -> N
     assert app["name"].startswith("streamfold-kafka"), app
     # The application holds every worker's core, with pipeline/spark.py's executor memory for the cluster.
     assert app["cores"] == state["cores"] == len(WORKERS) and app["memoryperexecutor"] == 2048, app
-    s = cluster.settings()
-    host_env = {
-        "STREAMFOLD_KAFKA_BOOTSTRAP": f"127.0.0.1:{s['KAFKA_HOST_PORT']}",
-        "admin_dsn": (
-            f"postgresql://streamfold:{s['STREAMFOLD_PG_PASSWORD']}@127.0.0.1:{s['POSTGRES_HOST_PORT']}/streamfold"
-        ),
-    }
+    host_env = client_env(cluster, monkeypatch)
     cluster.shell(GENERATE_USERS)
     cluster.shell(GENERATE_CLICKS)
     want = wait_for_totals(host_env, kinesis=False, timeout_s=420)

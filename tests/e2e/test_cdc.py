@@ -11,7 +11,7 @@ import uuid
 import pytest
 import requests
 
-from common import names
+from common import config, names
 from connectors import setup as connector_setup
 from tests.e2e.conftest import SNAPSHOT_USERS
 from tests.support.kafka import Message, wait_for
@@ -160,7 +160,11 @@ def test_wrong_password_is_a_clear_error(streamfold_setup):
     with pytest.raises(connector_setup.SetupError, match="password authentication failed"):
         connector_setup.register_connector(streamfold_setup.connect_url, "streamfold-bad-test", cfg)
     assert (
-        requests.get(f"{streamfold_setup.connect_url}/connectors/streamfold-bad-test", timeout=10).status_code
+        requests.get(
+            f"{streamfold_setup.connect_url}/connectors/streamfold-bad-test",
+            timeout=10,
+            auth=config.connect_auth(),
+        ).status_code
         == 404
     )
 
@@ -179,7 +183,9 @@ def test_setup_against_an_unreachable_database_exits_1_without_a_traceback(strea
     assert "Connection refused" in result.stderr or "connection" in result.stderr.lower()
     # The running connector kept its good config.
     status = requests.get(
-        f"{streamfold_setup.connect_url}/connectors/{names.CONNECTOR_NAME}/status", timeout=10
+        f"{streamfold_setup.connect_url}/connectors/{names.CONNECTOR_NAME}/status",
+        timeout=10,
+        auth=config.connect_auth(),
     )
     assert status.json()["connector"]["state"] == "RUNNING"
 
@@ -187,7 +193,7 @@ def test_setup_against_an_unreachable_database_exits_1_without_a_traceback(strea
 def test_topics_exist_with_the_right_cleanup_policy_and_record_limit(streamfold_setup):
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    admin = AdminClient({"bootstrap.servers": streamfold_setup.kafka_bootstrap})
+    admin = AdminClient(config.kafka_client_settings(streamfold_setup.kafka_bootstrap))
     topics = admin.list_topics(timeout=10).topics
     big_records = {names.USER_CLICKS_TOPIC, names.USERS_CHANGELOG_TOPIC}
     for topic, compacted in names.PIPELINE_TOPICS:
@@ -213,6 +219,8 @@ def test_a_2_mb_row_does_not_stop_the_connector(pg, streamfold_setup):
     assert len(large.raw_value or b"") > 2_000_000
     assert [m.value["op"] for m in events_for(messages, after)] == ["c", "u"]
     status = requests.get(
-        f"{streamfold_setup.connect_url}/connectors/{names.CONNECTOR_NAME}/status", timeout=10
+        f"{streamfold_setup.connect_url}/connectors/{names.CONNECTOR_NAME}/status",
+        timeout=10,
+        auth=config.connect_auth(),
     ).json()
     assert [t["state"] for t in status["tasks"]] == ["RUNNING"]

@@ -48,6 +48,7 @@ def restore_connector(connect_url: str) -> None:
         f"{connect_url}/connectors/{names.CONNECTOR_NAME}/restart",
         params={"includeTasks": "true", "onlyFailed": "true"},
         timeout=30,
+        auth=config.connect_auth(),
     )
     connector_setup.wait_until_running(connect_url, names.CONNECTOR_NAME, timeout_s=180)
 

@@ -13,7 +13,7 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from common import names
+from common import config, names
 from streamfold import generate
 from tests.support import pipeline as sp
 from tests.support.kafka import java_partition, read_all
@@ -49,7 +49,7 @@ def test_every_keyed_record_sits_in_its_java_partition(pg, streamfold_setup, tmp
     )
     sandbox.run_once("kafka")
 
-    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
+    topics = AdminClient(config.kafka_client_settings(bootstrap)).list_topics(timeout=30).topics
     used: dict[str, set[int]] = {}
     outputs = [t for t, _ in names.PIPELINE_TOPICS if t != names.CLICKS_TOPIC]
     for topic in [sandbox.clicks_topic, *outputs, names.CDC_USERS_TOPIC]:

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e
 def test_the_connector_config_holds_a_reference_not_the_password(streamfold_setup):
     password = config.lookup("STREAMFOLD_DEBEZIUM_PASSWORD")
     url = f"{streamfold_setup.connect_url}/connectors/{names.CONNECTOR_NAME}/config"
-    connector = requests.get(url, timeout=10).json()
+    connector = requests.get(url, timeout=10, auth=config.connect_auth()).json()
     assert connector["database.password"] == "${env:STREAMFOLD_DEBEZIUM_PASSWORD}"
     assert password not in repr(connector)
     # Connect's config topic, on the broker's disk: the password is not in it, and no file is world-readable.

@@ -81,7 +81,8 @@ def test_stack_is_healthy_and_env_matches(second_stack: tuple[Path, dict[str, st
     assert all(row.up for row in lifecycle.status(home))
     assert lifecycle.env_lines(home) == [f"export {key}={value}" for key, value in env.items()]
     assert env["STREAMFOLD_HOME"] == str(home)
-    plugins = requests.get(env["STREAMFOLD_CONNECT_URL"] + "/connector-plugins", timeout=10).json()
+    auth = (env["STREAMFOLD_CONNECT_USER"], env["STREAMFOLD_CONNECT_PASSWORD"])
+    plugins = requests.get(env["STREAMFOLD_CONNECT_URL"] + "/connector-plugins", timeout=10, auth=auth).json()
     assert DEBEZIUM_CONNECTOR_CLASS in {plugin["class"] for plugin in plugins}
     assert oct((home / "secrets.json").stat().st_mode & 0o777) == "0o600"
 

@@ -148,13 +148,17 @@ RELEASED_LINE = re.compile(r"batch \d+: \d+ events \(\d+ released by join.max_wa
 
 
 def connector_state(connect_url: str) -> str:
-    response = requests.get(f"{connect_url}/connectors/{names.CONNECTOR_NAME}/status", timeout=10)
+    response = requests.get(
+        f"{connect_url}/connectors/{names.CONNECTOR_NAME}/status", timeout=10, auth=config.connect_auth()
+    )
     return str(response.json()["connector"]["state"])
 
 
 def pause_connector(connect_url: str, action: str) -> None:
     """PUT /connectors/<name>/pause or /resume (Kafka Connect answers 202 and acts shortly after)."""
-    response = requests.put(f"{connect_url}/connectors/{names.CONNECTOR_NAME}/{action}", timeout=10)
+    response = requests.put(
+        f"{connect_url}/connectors/{names.CONNECTOR_NAME}/{action}", timeout=10, auth=config.connect_auth()
+    )
     assert response.status_code == 202, response.text
 
 

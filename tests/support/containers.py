@@ -4,10 +4,10 @@
 DockerCompose (`docker compose up --build --wait`): the same images, configuration and healthchecks as
 `docker compose up`, so nothing is described twice. The images build from compose/Dockerfile FROM
 BASE_IMAGE, with the versions of pom.xml, package-lock.json and Debian bookworm; compose/.env (or the
-environment) sets BASE_IMAGE, the image tag and the secrets. The host ports are free ones (unless the
-environment sets them) and the project is this process's own. It returns the variables the local
-stack's `streamfold stack env` exports, pointing at those loopback ports. Like the local stack it starts
-neither `setup` nor `pipeline`: the tests run those from the host.
+environment) sets BASE_IMAGE and the image tag, and the `secrets` service generates the passwords. The
+host ports are free ones (unless the environment sets them) and the project is this process's own. It
+returns the variables the local stack's `streamfold stack env` exports, pointing at those loopback ports.
+Like the local stack it starts neither `setup` nor `pipeline`: the tests run those from the host.
 
 Needs a running Docker Engine and Compose v2 (`docker compose`; on Debian 12, scripts/bootstrap.sh
 installs it as a CLI plugin). tests/conftest.py starts dockerd when none runs and sets BASE_IMAGE
@@ -32,6 +32,8 @@ COMPOSE_FILE = "docker-compose.yml"
 INFRA_SERVICES = ["postgres", "kafka", "connect", "kinesis"]
 # The host ports docker-compose.yml publishes for those services (compose/.env names).
 PORT_VARS = ("POSTGRES_HOST_PORT", "KAFKA_HOST_PORT", "CONNECT_HOST_PORT", "KINESIS_HOST_PORT")
+# Every password a client on the host needs, where README says to read it (streamfold/compose_secrets.py).
+SECRETS_FILE = "/run/streamfold/secrets.env"
 
 _stack: DockerCompose | None = None
 
@@ -61,14 +63,15 @@ def isolated_settings(pid: int) -> dict[str, str]:
     return settings
 
 
-def stack_env(settings: dict[str, str], workdir: Path) -> dict[str, str]:
-    """What `streamfold stack env` exports, for the containers' published ports."""
+def stack_env(settings: dict[str, str], secrets: dict[str, str], workdir: Path) -> dict[str, str]:
+    """What `streamfold stack env` exports, for the containers' published ports and the passwords the
+    `secrets` service generated (its secrets.env)."""
     pg_dsn = make_conninfo(
         host="127.0.0.1",
         port=settings["POSTGRES_HOST_PORT"],
         dbname="streamfold",
         user="streamfold",
-        password=settings["STREAMFOLD_PG_PASSWORD"],
+        password=secrets["STREAMFOLD_PG_PASSWORD"],
     )
     env = {
         "STREAMFOLD_PG_DSN": pg_dsn,
@@ -81,8 +84,15 @@ def stack_env(settings: dict[str, str], workdir: Path) -> dict[str, str]:
         "STREAMFOLD_CONNECT_PG_HOST": "postgres",
         "STREAMFOLD_CONNECT_PG_PORT": "5432",
     }
-    env.update({name: settings[name] for name in (*config.SECRET_VARS, *config.AWS_VARS)})
+    env.update({name: secrets[name] for name in config.SECRET_VARS})
+    env.update(dict.fromkeys(config.LOGIN_VARS, config.CLIENT_USER))
+    env.update({name: settings[name] for name in config.AWS_VARS})
     return env
+
+
+def generated_secrets() -> dict[str, str]:
+    """The passwords the stack's `secrets` service generated, as README says to read them."""
+    return config.parse_env(_compose("exec", "-T", "kafka", "cat", SECRETS_FILE))
 
 
 def start(workdir: Path) -> dict[str, str]:
@@ -102,14 +112,14 @@ def start(workdir: Path) -> dict[str, str]:
     )
     try:
         _stack.start()
+        return stack_env(settings, generated_secrets(), workdir)
     except BaseException:
         stop()
         raise
-    return stack_env(settings, workdir)
 
 
-def _compose(*args: str) -> None:
-    """One `docker compose` command on the started stack (its files, env file and project)."""
+def _compose(*args: str) -> str:
+    """One `docker compose` command on the started stack (its files, env file and project); its output."""
     if _stack is None:
         raise RuntimeError("the containers stack is not started: call start() first")
     done = subprocess.run(
@@ -117,6 +127,7 @@ def _compose(*args: str) -> None:
     )
     if done.returncode != 0:
         raise RuntimeError(f"docker compose {' '.join(args)} exited {done.returncode}:\n{done.stderr}")
+    return done.stdout
 
 
 def stop_service(name: str) -> None:
@@ -130,8 +141,9 @@ def start_service(name: str) -> None:
 
 
 def stop() -> None:
-    """Remove the containers and their volumes."""
+    """Remove the project's containers and volumes: every service's, the one-shot `secrets` one's too
+    (testcontainers' own `down` names only the services it started)."""
     global _stack
     if _stack is not None:
-        _stack.stop(down=True)
+        _compose("down", "--volumes", "--remove-orphans")
         _stack = None

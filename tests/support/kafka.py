@@ -9,7 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Message as KafkaMessage
+
+from common import config
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ def read_all(bootstrap: str, topic: str, timeout_s: float = 60) -> list[Message]
     growing, so "until idle" would never end); [] while the topic does not exist."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **config.kafka_client_settings(bootstrap),
             "group.id": f"test-{uuid.uuid4()}",
             "enable.auto.commit": False,
         }
@@ -122,3 +125,17 @@ def wait_for(
         f"condition not met on {topic} within {timeout_s}s; last {len(messages)} messages: "
         f"{[m.value for m in messages[-5:]]}"
     )
+
+
+def produce_once(settings: dict[str, Any], topic: str, key: bytes, value: bytes) -> KafkaError | None:
+    """Produce one record and wait for its delivery report: the error, or None once the broker has it."""
+    reports: list[KafkaError | None] = []
+
+    def report(error: KafkaError | None, _message: KafkaMessage) -> None:
+        reports.append(error)
+
+    producer = Producer({**settings, "message.timeout.ms": 10_000, "retries": 0})
+    producer.produce(topic, key=key, value=value, on_delivery=report)
+    producer.flush(60)
+    assert len(reports) == 1, "no delivery report within the flush"
+    return reports[0]

@@ -22,7 +22,7 @@ import psycopg
 import requests
 from psycopg import sql
 
-from common import kinesis
+from common import config, kinesis
 from common import pipeline_file as pf
 from spec.envelopes import BadEnvelope, Change, parse_envelope
 from spec.events import Rejected, parse_event
@@ -128,7 +128,7 @@ def create(admin_dsn: str, home: Path) -> OwnPipeline:
 def drop(own: OwnPipeline, connect_url: str) -> None:
     """The connector, its slot, publication and tables: nothing keeps WAL or rows after the test."""
     p = own.pipeline
-    requests.delete(f"{connect_url}/connectors/{p.connector}", timeout=30)
+    requests.delete(f"{connect_url}/connectors/{p.connector}", timeout=30, auth=config.connect_auth())
     tables = [
         p.profile.table,
         p.enriched_table,

@@ -7,7 +7,14 @@ from psycopg.conninfo import conninfo_to_dict
 
 from common import config
 
-SETTINGS = (*config.ENDPOINT_VARS, *config.SECRET_VARS, *config.AWS_VARS, *config.INPUT_VARS, "AWS_REGION")
+SETTINGS = (
+    *config.ENDPOINT_VARS,
+    *config.SECRET_VARS,
+    *config.LOGIN_VARS,
+    *config.AWS_VARS,
+    *config.INPUT_VARS,
+    "AWS_REGION",
+)
 
 
 @pytest.fixture
@@ -52,6 +59,28 @@ def test_stack_env_lines_may_be_quoted_commented_or_bare(home: Path) -> None:
     assert settings.connect_url == "http://127.0.0.1:3"  # without the trailing slash
     assert settings.kinesis_endpoint == ""  # optional: Kafka-only deployments have none
     assert settings.home == home.resolve()
+
+
+def test_kafka_and_connect_clients_log_in_with_the_stacks_credentials(home: Path) -> None:
+    write_stack_env(home, STREAMFOLD_KAFKA_PASSWORD="kafka-secret", STREAMFOLD_CONNECT_PASSWORD="rest-secret")
+    assert config.kafka_client_settings("127.0.0.1:1") == {
+        "bootstrap.servers": "127.0.0.1:1",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "streamfold",
+        "sasl.password": "kafka-secret",
+    }
+    assert config.spark_kafka_options()["kafka.sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="streamfold" password="kafka-secret";'
+    )
+    assert config.connect_auth() == ("streamfold", "rest-secret")
+
+
+def test_without_passwords_clients_connect_without_credentials(home: Path) -> None:
+    assert config.kafka_client_settings("127.0.0.1:1") == {"bootstrap.servers": "127.0.0.1:1"}
+    assert config.spark_kafka_options() == {}
+    assert config.connect_auth() is None
 
 
 def test_role_dsns_keep_the_server_and_database_and_quote_the_password(

@@ -25,7 +25,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from common import names
+from common import config, names
 from db import schema
 from pipeline import records, retry, sink_spec, sinks
 from stack import lifecycle
@@ -125,18 +125,22 @@ def dsn(pg_home: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def bootstrap(pg_home: Path) -> str:
-    """The stack's Kafka broker in the same home (started once), with the sink's topics."""
+def bootstrap(pg_home: Path) -> Iterator[str]:
+    """The stack's Kafka broker in the same home (started once), with the sink's topics; its client login
+    exported meanwhile, for the sink and the helpers below."""
     lifecycle.start_service(pg_home, "kafka")
-    bootstrap = open_stack(pg_home).env()["STREAMFOLD_KAFKA_BOOTSTRAP"]
-    fresh_topics(bootstrap)  # the broker creates no topic on its own
-    return bootstrap
+    env = open_stack(pg_home).env()
+    with pytest.MonkeyPatch.context() as patch:
+        for name in (config.KAFKA_USER_VAR, config.KAFKA_PASSWORD_VAR):
+            patch.setenv(name, env[name])
+        fresh_topics(env["STREAMFOLD_KAFKA_BOOTSTRAP"])  # the broker creates no topic on its own
+        yield env["STREAMFOLD_KAFKA_BOOTSTRAP"]
 
 
 def topic_records(bootstrap: str, topic: str, expect: int) -> list[tuple[bytes | None, bytes | None]]:
     """(key, value) of every record in a topic (created empty by fresh_topics), all partitions."""
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"unit-{topic}", "enable.auto.commit": False}
+        {**config.kafka_client_settings(bootstrap), "group.id": f"unit-{topic}", "enable.auto.commit": False}
     )
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
@@ -155,7 +159,7 @@ def topic_records(bootstrap: str, topic: str, expect: int) -> list[tuple[bytes |
 def topic_counts(bootstrap: str) -> dict[str, int]:
     """Records in user_clicks, users_changelog and clicks_dlq (end offsets: the topics are created empty
     per test)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unit"})
+    consumer = Consumer({**config.kafka_client_settings(bootstrap), "group.id": "unit"})
     try:
         return {
             topic: sum(
@@ -173,7 +177,7 @@ SINK_TOPICS = (names.USER_CLICKS_TOPIC, names.USERS_CHANGELOG_TOPIC, names.DLQ_T
 
 def fresh_topics(bootstrap: str, wanted: tuple[str, ...] = SINK_TOPICS) -> None:
     """The topics deleted if they exist, and created empty (two partitions each)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(config.kafka_client_settings(bootstrap))
     existing = [t for t in wanted if t in admin.list_topics(timeout=10).topics]
     for future in admin.delete_topics(existing).values() if existing else []:
         future.result()

@@ -51,14 +51,16 @@ public final class Landing implements Serializable {
    * Lands every partition of `batch` (the join's output) as the sink spec (pipeline/sink_spec.py) lays it
    * out, and returns the partitions' reports as a JSON array: [{"partition_id", "landed", "path", "events",
    * "released", "dead", "changes", "keys": {"<aggregate>": [["v1", "v2"], ...], ...}}, ...], a key's values
-   * as Postgres text input. `ledger` names the query (its id) in streamfold.sink_batches; outages are
+   * as Postgres text input. `saslJaas` is the Kafka client's SASL/SCRAM login (empty: none). `ledger`
+   * names the query (its id) in streamfold.sink_batches; outages are
    * retried for up to retryMs on the executors, a Kafka attempt waiting up to kafkaTimeoutMs for the broker.
    */
   public static String land(Dataset<Row> batch, String spec, String jdbcUrl, String user, String password,
-      String bootstrap, int maxRequestBytes, int kafkaTimeoutMs, String ledger, long batchId, long retryMs) {
+      String bootstrap, String saslJaas, int maxRequestBytes, int kafkaTimeoutMs, String ledger, long batchId,
+      long retryMs) {
     Landing landing = new Landing(new PgWriter.Target(jdbcUrl, user, password),
-        new RecordSender.Target(bootstrap, maxRequestBytes, kafkaTimeoutMs), Layout.of(spec, batch.schema()),
-        ledger, batchId, retryMs);
+        new RecordSender.Target(bootstrap, saslJaas, maxRequestBytes, kafkaTimeoutMs),
+        Layout.of(spec, batch.schema()), ledger, batchId, retryMs);
     Function2<Integer, Iterator<InternalRow>, Iterator<String>> land = landing::partition;
     List<String> reports = batch.queryExecution().toRdd().toJavaRDD().mapPartitionsWithIndex(land, false).collect();
     return "[" + String.join(",", reports) + "]";

@@ -6,10 +6,12 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicReference;
+import org.apache.kafka.clients.CommonClientConfigs;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.Producer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.config.SaslConfigs;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
@@ -20,11 +22,12 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  */
 final class RecordSender {
   /**
-   * The broker list, the producer's request limit, and how long an attempt waits for the broker: each
-   * attempt settles its own records (a delivery times out within it, and send() waits at most this long
-   * for metadata while the broker is down).
+   * The broker list, the client's SASL/SCRAM login (a sasl.jaas.config; empty: the broker asks for none),
+   * the producer's request limit, and how long an attempt waits for the broker: each attempt settles its
+   * own records (a delivery times out within it, and send() waits at most this long for metadata while
+   * the broker is down).
    */
-  record Target(String bootstrap, int maxRequestBytes, int timeoutMs) implements Serializable {}
+  record Target(String bootstrap, String saslJaas, int maxRequestBytes, int timeoutMs) implements Serializable {}
 
   private static final int LINGER_MS = 20;
   private static final Map<Target, Producer<byte[], byte[]>> PRODUCERS = new ConcurrentHashMap<>();
@@ -65,6 +68,11 @@ final class RecordSender {
   private static Producer<byte[], byte[]> create(Target target) {
     Properties props = new Properties();
     props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, target.bootstrap());
+    if (!target.saslJaas().isEmpty()) {
+      props.put(CommonClientConfigs.SECURITY_PROTOCOL_CONFIG, "SASL_PLAINTEXT");
+      props.put(SaslConfigs.SASL_MECHANISM, "SCRAM-SHA-512");
+      props.put(SaslConfigs.SASL_JAAS_CONFIG, target.saslJaas());
+    }
     props.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
     props.put(ProducerConfig.ACKS_CONFIG, "all");
     props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, "lz4");
