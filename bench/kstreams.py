@@ -40,7 +40,7 @@ from bench.cpu import CpuClock
 from bench.latency import Observations
 from bench.procmem import Sampler, Tree
 from bench.stack import Bench, topic_offsets
-from common import names
+from common import config, names
 
 ROOT = Path(__file__).resolve().parents[1]
 JARS = ROOT / "lib" / "kstreams"
@@ -59,7 +59,7 @@ RECENT_S = 30.0
 def create_topics(bootstrap: str) -> None:
     """The application's output topics (the broker creates none by itself), partitioned as the clicks."""
     partitions = len(topic_offsets(bootstrap))
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(config.kafka_client_settings(bootstrap))
     wanted = [
         NewTopic(ENRICHED_TOPIC, partitions, 1),
         NewTopic(COUNTS_TOPIC, partitions, 1, config={"cleanup.policy": "compact"}),
@@ -89,7 +89,9 @@ def wait_for_leaders(bootstrap: str, topics: list[str], timeout_s: float = 60) -
 
 def start_at_end(bootstrap: str, group: str) -> None:
     """Commit the clicks topic's end offsets for `group`: a new application of that id starts there."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer(
+        {**config.kafka_client_settings(bootstrap), "group.id": group, "enable.auto.commit": False}
+    )
     try:
         ends = topic_offsets(bootstrap).items()
         consumer.commit(
@@ -125,12 +127,21 @@ class App:
             "variant": self.variant,
             "application.id": self.app_id,
             "state.dir": str(self.home / "state"),
+            "client.properties": str(self.client_properties()),
             "clicks": names.CLICKS_TOPIC,
             "cdc": names.CDC_USERS_TOPIC,
             "enriched": ENRICHED_TOPIC,
             "counts": COUNTS_TOPIC,
         }
         return ["java", "-cp", f"{JARS}/*", MAIN_CLASS, *(f"{k}={v}" for k, v in conf.items())]
+
+    def client_properties(self) -> Path:
+        """The Kafka clients' login, in a file only its owner reads (not on the command line)."""
+        path = self.home / "client.properties"
+        settings = config.java_kafka_settings(config.kafka_login())
+        path.touch(mode=0o600)
+        path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        return path
 
     def __enter__(self) -> App:
         with self.events_file.open("ab") as out, self.log.open("ab") as err:
@@ -169,7 +180,7 @@ class App:
 def read_committed(bootstrap: str, group: str) -> Consumer:
     return Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **config.kafka_client_settings(bootstrap),
             "group.id": group,
             "enable.auto.commit": False,
             "isolation.level": "read_committed",

@@ -1,5 +1,9 @@
 package io.streamfold.kstreams;
 
+import java.io.IOException;
+import java.io.Reader;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.HashMap;
 import java.util.Map;
@@ -10,7 +14,8 @@ import org.apache.kafka.streams.StreamsConfig;
 /**
  * `java -cp 'lib/kstreams/*' io.streamfold.kstreams.ClicksApp KEY=VALUE ...`: ClicksTopology with
  * exactly-once v2, until SIGTERM. Keys (defaults): bootstrap (required), variant (global | table),
- * application.id (streamfold-bench-kstreams), state.dir, and the topics clicks, cdc, enriched, counts.
+ * application.id (streamfold-bench-kstreams), state.dir, the topics clicks, cdc, enriched, counts, and
+ * client.properties: a file of Kafka client settings every client gets (the broker's login), or none.
  * A new application reads every topic from its start (Kafka Streams' auto.offset.reset), or the clicks
  * from offsets committed for its group (the application id) before it starts.
  */
@@ -23,7 +28,7 @@ public final class ClicksApp {
 
   private ClicksApp() {}
 
-  public static void main(String[] args) {
+  public static void main(String[] args) throws IOException {
     Map<String, String> conf = new HashMap<>(defaults());
     for (String arg : args) {
       String[] kv = arg.split("=", 2);
@@ -56,11 +61,17 @@ public final class ClicksApp {
         "clicks", "clicks",
         "cdc", "cdc.public.users",
         "enriched", "kstreams_enriched_clicks",
-        "counts", "kstreams_clicks_per_region");
+        "counts", "kstreams_clicks_per_region",
+        "client.properties", "");
   }
 
-  static Properties properties(Map<String, String> conf, ClicksTopology.Variant variant) {
+  static Properties properties(Map<String, String> conf, ClicksTopology.Variant variant) throws IOException {
     Properties props = new Properties();
+    if (!conf.get("client.properties").isEmpty()) {
+      try (Reader reader = Files.newBufferedReader(Path.of(conf.get("client.properties")))) {
+        props.load(reader);
+      }
+    }
     props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, conf.get("bootstrap"));
     props.put(StreamsConfig.APPLICATION_ID_CONFIG, conf.get("application.id"));
     props.put(StreamsConfig.STATE_DIR_CONFIG, conf.get("state.dir"));
