@@ -29,9 +29,11 @@ README = (REPO / "README.md").read_text()
 # The README's compose story, in its order. Each line must appear verbatim in README.md.
 # Where README says the generated passwords are.
 SECRETS = "docker compose exec -T kafka cat /run/streamfold/secrets.env"
-GENERATE_USERS = "docker compose run --rm setup streamfold generate users --count 1000"
-GENERATE_CLICKS = "docker compose run --rm setup streamfold generate clicks --count 10000 --users 1000"
-QUERY = "docker compose run --rm setup streamfold query clicks_per_region"
+GENERATE_USERS = "docker compose run --rm --no-deps setup streamfold generate users --count 1000"
+GENERATE_CLICKS = (
+    "docker compose run --rm --no-deps setup streamfold generate clicks --count 10000 --users 1000"
+)
+QUERY = "docker compose run --rm --no-deps setup streamfold query clicks_per_region"
 PSQL_READER = (
     "docker compose exec -T postgres psql -U streamfold_reader -d streamfold \\\n"
     "  -c 'SELECT region, clicks FROM streamfold.clicks_per_region ORDER BY clicks DESC'"
@@ -40,9 +42,11 @@ PROFILE_CHANGE = (
     "docker compose exec -T postgres psql -U streamfold -d streamfold \\\n"
     "  -c \"UPDATE public.users SET regionid = 'Region_9' WHERE userid = 'User_1'\""
 )
-CHANGELOG = "docker compose run --rm setup streamfold topic users_changelog"
+CHANGELOG = "docker compose run --rm --no-deps setup streamfold topic users_changelog"
 KINESIS_UP = "PIPELINE_SOURCE=kinesis docker compose up -d"
-KINESIS_CLICKS = "docker compose run --rm setup streamfold generate clicks --count 10000 --sink kinesis"
+KINESIS_CLICKS = (
+    "docker compose run --rm --no-deps setup streamfold generate clicks --count 10000 --sink kinesis"
+)
 STORY = (
     SECRETS,
     GENERATE_USERS,
@@ -55,7 +59,9 @@ STORY = (
     KINESIS_CLICKS,
 )
 # Clicks of User_1 sent after the profile change.
-AFTER_CHANGE = "docker compose run --rm setup streamfold generate clicks --count 50 --users 1 --seed 5"
+AFTER_CHANGE = (
+    "docker compose run --rm --no-deps setup streamfold generate clicks --count 50 --users 1 --seed 5"
+)
 
 
 def output(result: subprocess.CompletedProcess[str]) -> str:
