@@ -7,6 +7,8 @@ A variable that is not set falls back to the local stack's `$STREAMFOLD_HOME/sta
 from __future__ import annotations
 
 import os
+import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +52,14 @@ CLIENT_USER = "streamfold"
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 SECRET_VARS = (*PASSWORD_VARS.values(), KAFKA_PASSWORD_VAR, CONNECT_PASSWORD_VAR)
 LOGIN_VARS = (KAFKA_USER_VAR, CONNECT_USER_VAR)
+# Every password a stack generates (the local stack's secrets.json, the compose stack's secrets volume):
+# the superuser's, the roles' and clients', and the broker's own.
+STACK_PASSWORD_VARS = ("STREAMFOLD_PG_PASSWORD", *SECRET_VARS, KAFKA_BROKER_PASSWORD_VAR)
+
+
+def new_passwords(names: Iterable[str]) -> dict[str, str]:
+    """A new password for each name (URL-safe: they go into connection URLs and JAAS configs)."""
+    return {name: secrets.token_urlsafe(24) for name in names}
 
 
 # Where settings not in the environment are read from, when not the local stack's stack.env.

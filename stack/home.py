@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import socket
 import stat
 from collections.abc import Iterator
@@ -45,7 +44,7 @@ DEBEZIUM_PASSWORD = config.PASSWORD_VARS[config.DEBEZIUM_ROLE]
 # exported, only the stack's Kafka configs hold them.
 BROKER_USER = "broker"
 BROKER_PASSWORD = config.KAFKA_BROKER_PASSWORD_VAR
-SECRET_NAMES = ("STREAMFOLD_PG_PASSWORD", *config.SECRET_VARS, BROKER_PASSWORD)
+SECRET_NAMES = config.STACK_PASSWORD_VARS
 # kinesalite accepts any credentials (it checks that a request is signed, not by whom).
 AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "streamfold",
@@ -165,7 +164,7 @@ def _load_secrets(home: Path) -> dict[str, str]:
     """The stack's passwords, generated on first use; a home made before a secret existed gets it too."""
     path = home / "secrets.json"
     values = json.loads(path.read_text()) if path.exists() else {}
-    missing = {name: secrets.token_urlsafe(24) for name in SECRET_NAMES if name not in values}
+    missing = config.new_passwords(name for name in SECRET_NAMES if name not in values)
     if missing:
         values = {**values, **missing}
         write_private(path, json.dumps(values, indent=2) + "\n")

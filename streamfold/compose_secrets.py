@@ -16,7 +16,6 @@ A volume already holding secrets.env is left as it is, so the passwords outlive 
 
 from __future__ import annotations
 
-import secrets
 import sys
 from pathlib import Path
 
@@ -31,12 +30,12 @@ PG_DATABASE = "streamfold"
 PG_SUPERUSER = "streamfold"
 SUPERUSER_PASSWORD = "STREAMFOLD_PG_PASSWORD"
 BROKER_PASSWORD = config.KAFKA_BROKER_PASSWORD_VAR
-PASSWORD_NAMES = (SUPERUSER_PASSWORD, *config.SECRET_VARS, BROKER_PASSWORD)
+PASSWORD_NAMES = config.STACK_PASSWORD_VARS
 
 
 def generate() -> dict[str, str]:
-    """A new password for every name (URL-safe: they go into connection URLs and JAAS configs)."""
-    return {name: secrets.token_urlsafe(24) for name in PASSWORD_NAMES}
+    """A new password for every name the stack keeps."""
+    return config.new_passwords(PASSWORD_NAMES)
 
 
 def env_text(values: dict[str, str]) -> str:
