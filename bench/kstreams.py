@@ -41,6 +41,7 @@ from bench.latency import Observations
 from bench.procmem import Sampler, Tree
 from bench.stack import Bench, topic_offsets
 from common import config, names
+from stack.home import write_private
 
 ROOT = Path(__file__).resolve().parents[1]
 JARS = ROOT / "lib" / "kstreams"
@@ -139,8 +140,7 @@ class App:
         """The Kafka clients' login, in a file only its owner reads (not on the command line)."""
         path = self.home / "client.properties"
         settings = config.java_kafka_settings(config.kafka_login())
-        path.touch(mode=0o600)
-        path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        write_private(path, "".join(f"{key}={value}\n" for key, value in settings.items()))
         return path
 
     def __enter__(self) -> App:
