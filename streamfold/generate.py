@@ -11,6 +11,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,23 +204,52 @@ def send_kafka(
     return sent
 
 
-def send_kinesis(records: Iterator[tuple[str, bytes]], on_sent: Callable[[int], None], stream: str) -> int:
-    from common import kinesis
+# Concurrent PutRecords requests: one request waits on the endpoint's round trip (kinesalite serves one
+# stream's puts one at a time, AWS a shard's), so a single sequential client leaves both sides idle between
+# requests. Measured on kinesalite: docs/decisions/kinesis-endpoint.md.
+KINESIS_SENDERS = 4
+
+
+def _put_batches(
+    records: Iterator[tuple[str, bytes]],
+    put: Callable[[list[tuple[str, bytes]]], int],
+    senders: int,
+    size: int,
+) -> Iterator[int]:
+    """Run `put` on batches of `size` records, `senders` at a time; yields each finished batch's size."""
+    with ThreadPoolExecutor(senders) as pool:
+        running: set[Future[int]] = set()
+        batch: list[tuple[str, bytes]] = []
+        for record in records:
+            batch.append(record)
+            if len(batch) == size:
+                running.add(pool.submit(put, batch))
+                batch = []
+                if len(running) >= 2 * senders:
+                    done, running = wait(running, return_when=FIRST_COMPLETED)
+                    yield from (future.result() for future in done)
+        if batch:
+            running.add(pool.submit(put, batch))
+        for future in as_completed(running):
+            yield future.result()
+
+
+def send_kinesis(
+    records: Iterator[tuple[str, bytes]],
+    on_sent: Callable[[int], None],
+    stream: str,
+    senders: int = KINESIS_SENDERS,
+) -> int:
+    """PutRecords in 500-record batches, `senders` requests in flight; every record is acknowledged (or an
+    error raised) before it returns. Batches may land out of order: consumers order by event time."""
+    from common import kinesis  # boto3 is slow to import: only the Kinesis commands pay for it
 
     client = kinesis.client()
+    put = lambda batch: kinesis.put_records(client, stream, batch)  # noqa: E731
     sent = 0
-    batch: list[tuple[str, bytes]] = []
-    for record in records:
-        batch.append(record)
-        if len(batch) == 500:
-            kinesis.put_records(client, stream, batch)
-            sent += len(batch)
-            on_sent(len(batch))
-            batch = []
-    if batch:
-        kinesis.put_records(client, stream, batch)
-        sent += len(batch)
-        on_sent(len(batch))
+    for n in _put_batches(records, put, senders, kinesis.MAX_BATCH_RECORDS):
+        sent += n
+        on_sent(n)
     return sent
 
 
