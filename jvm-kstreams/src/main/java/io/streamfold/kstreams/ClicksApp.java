@@ -14,8 +14,10 @@ import org.apache.kafka.streams.StreamsConfig;
 /**
  * `java -cp 'lib/kstreams/*' io.streamfold.kstreams.ClicksApp KEY=VALUE ...`: ClicksTopology with
  * exactly-once v2, until SIGTERM. Keys (defaults): bootstrap (required), variant (global | table),
- * application.id (streamfold-bench-kstreams), state.dir, the topics clicks, cdc, enriched, counts, and
- * client.properties: a file of Kafka client settings every client gets (the broker's login), or none.
+ * application.id (streamfold-bench-kstreams), state.dir, the topics clicks, cdc, enriched, counts,
+ * client.properties: a file of Kafka client settings every client gets (the broker's login), or none, and
+ * threads: stream threads (the machine's cores, as a user sizing it for the machine would; Kafka Streams'
+ * default of 1 leaves the other cores idle).
  * A new application reads every topic from its start (Kafka Streams' auto.offset.reset), or the clicks
  * from offsets committed for its group (the application id) before it starts.
  */
@@ -62,7 +64,8 @@ public final class ClicksApp {
         "cdc", "cdc.public.users",
         "enriched", "kstreams_enriched_clicks",
         "counts", "kstreams_clicks_per_region",
-        "client.properties", "");
+        "client.properties", "",
+        "threads", String.valueOf(Runtime.getRuntime().availableProcessors()));
   }
 
   static Properties properties(Map<String, String> conf, ClicksTopology.Variant variant) throws IOException {
@@ -76,6 +79,7 @@ public final class ClicksApp {
     props.put(StreamsConfig.APPLICATION_ID_CONFIG, conf.get("application.id"));
     props.put(StreamsConfig.STATE_DIR_CONFIG, conf.get("state.dir"));
     props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+    props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, conf.get("threads"));
     if (variant == ClicksTopology.Variant.TABLE) {
       props.put(StreamsConfig.MAX_TASK_IDLE_MS_CONFIG, TABLE_MAX_TASK_IDLE_MS);
     }
