@@ -29,13 +29,14 @@ from typing import Any
 import psycopg
 
 from bench import measured
-from bench.procmem import Sampler, Tree
+from bench.procmem import Sampler, Tree, descendants
 from bench.stack import Bench
 from common import names
 
 ROOT = Path(__file__).resolve().parents[1]
-CLICKS_QUERY = "clicks-kafka"
-CLICKS_SOURCE = f"Subscribe[{names.CLICKS_TOPIC}]"
+# The clicks source's description in a query progress, by `streamfold run --source` (kinesis: our Python
+# data source).
+CLICKS_SOURCES = {"kafka": f"Subscribe[{names.CLICKS_TOPIC}]", "kinesis": "PythonMicroBatchStream"}
 CDC_SOURCE = f"Subscribe[{names.CDC_USERS_TOPIC}"
 STOP_TIMEOUT_S = 60
 ROCKSDB_LATENCIES = ("rocksdbGetLatency", "rocksdbPutLatency")
@@ -46,13 +47,20 @@ def parse_ts(text: str) -> float:
 
 
 class JobRun:
-    """One `streamfold run --source kafka` with its own STREAMFOLD_HOME (fresh checkpoints)."""
+    """One `streamfold run --source SOURCE` with its own STREAMFOLD_HOME (fresh checkpoints)."""
 
     def __init__(
-        self, bench: Bench, name: str, conf: dict[str, str] | None = None, also: list[Tree] | None = None
+        self,
+        bench: Bench,
+        name: str,
+        conf: dict[str, str] | None = None,
+        also: list[Tree] | None = None,
+        source: str = "kafka",
     ) -> None:
         """`also`: process trees whose memory counts as the job's too (a cluster's workers)."""
         self.bench = bench
+        self.source = source
+        self.query = f"clicks-{source}"
         self.conf = conf or {}
         self.also = also or []
         self.home = bench.home / "runs" / name
@@ -71,6 +79,7 @@ class JobRun:
                     "-m",
                     "bench.job_runner",
                     str(self.progress_file),
+                    self.source,
                     *(f"{k}={v}" for k, v in self.conf.items()),
                 ],  # fmt: skip
                 stdout=out,
@@ -93,6 +102,10 @@ class JobRun:
         assert self.proc is not None
         return self.proc.pid
 
+    def jvm_pid(self) -> int:
+        """The job's JVM (the driver python's java child, there once the Spark session started)."""
+        return next(pid for pid, comm in descendants(self.pid).items() if comm == "java")
+
     def stop(self) -> None:
         """SIGINT like Ctrl-C; the whole process group if it does not exit in time."""
         measured.stop(self.proc, signal.SIGINT, STOP_TIMEOUT_S)
@@ -102,7 +115,7 @@ class JobRun:
 
     def wait_first_batch(self, timeout_s: float = 300) -> None:
         """Until the clicks query has planned its first batch (its offset log entry 0 exists)."""
-        first = self.home / "checkpoints" / CLICKS_QUERY / "offsets" / "0"
+        first = self.home / "checkpoints" / self.query / "offsets" / "0"
         deadline = time.monotonic() + timeout_s
         while not first.exists():
             self.check_alive()
@@ -114,7 +127,7 @@ class JobRun:
         if not self.progress_file.exists():
             return []
         events = (json.loads(line) for line in self.progress_file.read_text().splitlines() if line.strip())
-        return [e for e in events if e.get("name") == CLICKS_QUERY]
+        return [e for e in events if e.get("name") == self.query]
 
     def commits(self) -> list[tuple[int, int, datetime]]:
         """(batch_id, rows, committed_at) of the clicks query's Postgres commits: the batch's rows over
@@ -125,7 +138,7 @@ class JobRun:
             return conn.execute(
                 "SELECT batch_id, sum(rows)::bigint, min(committed_at) FROM streamfold.sink_batches "
                 "WHERE query LIKE %s GROUP BY batch_id ORDER BY batch_id",
-                (f"{CLICKS_QUERY}:%",),
+                (f"{self.query}:%",),
             ).fetchall()
 
     def committed_rows(self) -> int:
@@ -183,7 +196,9 @@ class JobRun:
 
 
 def clicks_read(event: dict[str, Any]) -> int:
-    return sum(s["numInputRows"] for s in event["sources"] if CLICKS_SOURCE in s["description"])
+    """Clicks the batch read, from whichever source the job had (a progress event names its query)."""
+    marker = CLICKS_SOURCES[event["name"].removeprefix("clicks-")]
+    return sum(s["numInputRows"] for s in event["sources"] if marker in s["description"])
 
 
 def cdc_read_to(event: dict[str, Any]) -> int:
@@ -274,4 +289,4 @@ def dir_bytes(path: Path) -> int:
 
 def state_dir_bytes(run: JobRun) -> int:
     """The clicks query's state under its checkpoint (RocksDB snapshots of every retained version)."""
-    return dir_bytes(run.home / "checkpoints" / CLICKS_QUERY / "state")
+    return dir_bytes(run.home / "checkpoints" / run.query / "state")

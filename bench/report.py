@@ -336,6 +336,27 @@ def projection_rows(results: dict[str, Any]) -> list[list[str]]:
     ]
 
 
+def kinesis_rows(results: dict[str, Any]) -> list[list[str]]:
+    """The same clicks through Kinesis: the put rate, the job's clicks/s and its ratio to the Kafka path,
+    and the CPU a click of the JVM and of the python processes (the Kinesis reader's)."""
+    k, sf = results.get("kinesis") or {}, results.get("streamfold") or {}
+    if not k:
+        return []
+    return [
+        [
+            f"{k['clicks']:,}",
+            f"{k['put']['seconds']:.1f}",
+            rate(k["put"]["puts_per_s"]),
+            f"{k['seconds']:.1f}",
+            rate(k["clicks_per_s"]),
+            ratio(k["clicks_per_s"], sf.get("clicks_per_s")),
+            str(k["jvm_us_per_click"]),
+            str(k["python_us_per_click"]),
+            rate(k["unknown_region_clicks"]),
+        ]
+    ]
+
+
 LATENCY_HEADER = [
     "offered clicks/s",
     "sent/s",
@@ -376,6 +397,20 @@ TABLES = {
             "samples",
         ],
         breakdown_rows,
+    ),
+    "The Kinesis source (the same clicks, the same job with --source kinesis)": (
+        [
+            "clicks",
+            "put seconds",
+            "puts/s",
+            "job seconds",
+            "clicks/s",
+            "Kinesis / Kafka path",
+            "JVM CPU µs / click",
+            "python CPU µs / click (the reader)",
+            "clicks enriched UNKNOWN",
+        ],
+        kinesis_rows,
     ),
     "Peak memory (MiB)": (
         ["process tree", "driver", "JVM", "python workers", "total RSS", "total PSS"],

@@ -14,11 +14,14 @@ On its own local stack (a fresh STREAMFOLD_HOME, stopped at the end), in one run
   7. Kafka Streams, the seed's system (bench/kstreams.py): its throughput on the same preloaded clicks,
      before streamfold's run (the clicks topic holds just them then), and its latency at the same offered
      loads after streamfold's windows; side by side with streamfold, the ratios the headline
-  8. local vs cluster: `--cluster-clicks` clicks measured under local[*], then on the same input on a
+  8. the Kinesis source: the same clicks put into the Kinesis stream (the generator's concurrent sender,
+     its puts/s measured), then a fresh job with `--source kinesis`; its clicks/s beside the Kafka path's,
+     and the CPU a click of its JVM and of its python workers (where the Kinesis reader runs)
+  9. local vs cluster: `--cluster-clicks` clicks measured under local[*], then on the same input on a
      Spark standalone cluster of `--cluster-workers` one-core workers started for it (stopped after):
      the cost of distribution as a ratio and in CPU a click, and where a batch's time goes
      (bench/cluster.py); it runs after the naive baseline, before the steps that add users
-`--cluster-only` runs step 8 alone (a quick comparison for development).
+`--cluster-only` runs step 9 alone (a quick comparison for development).
 Results: tables on the console, bench/results/<date>.json (+ .md, and charts: <date>-*.png, bench/plots.py).
 """
 
@@ -102,6 +105,7 @@ class Params:
     limits: bool
     kstreams: bool
     kstreams_variant: str
+    kinesis: bool
     cluster_workers: int
     cluster_clicks: int
     cluster_only: bool
@@ -328,6 +332,46 @@ def main_measurement(bench: Bench, inputs: Inputs, p: Params) -> dict[str, Any]:
     return measured
 
 
+def put_kinesis(clicks: int, users: int) -> dict[str, Any]:
+    """The throughput run's clicks (the generator's seed) into the Kinesis stream, timed."""
+    ticker = Ticker(f"clicks -> Kinesis {names.CLICKS_STREAM}", clicks)
+    records = generate.encoded(generate.ClickSpec(count=clicks, users=users))
+    start = time.monotonic()
+    sent = generate.send_kinesis(records, ticker.advance, names.CLICKS_STREAM)
+    seconds = time.monotonic() - start
+    echo(f"  {sent:,} clicks put at {sent / seconds:,.0f}/s ({generate.KINESIS_SENDERS} requests in flight)")
+    return {"clicks": sent, "seconds": round(seconds, 1), "puts_per_s": round(sent / seconds)}
+
+
+def kinesis_path(bench: Bench, p: Params) -> dict[str, Any]:
+    """The Kafka path's clicks through Kinesis: a fresh job (`--source kinesis`) from TRIM_HORIZON, every
+    user's change events folded from Kafka as always. The CPU is split between the JVM and the python
+    processes (the driver's and the workers': the Kinesis reader is a Python data source)."""
+    echo(f"[bold]Kinesis source[/]: the same {p.clicks:,} clicks through Kinesis")
+    put = put_kinesis(p.clicks, p.users)
+    stack.truncate_sinks(bench)
+    with job.JobRun(bench, "kinesis", p.job_conf, source="kinesis") as run:
+        run.wait_first_batch()
+        groups = {"jvm": [run.jvm_pid()], "python": [run.pid]}
+        with CpuClock(groups, exact=frozenset({"jvm"})) as clock:
+            result = measure_clicks(run, "kinesis", put["clicks"], p.users, cdc_end(bench))
+    events = run.progress()
+    start = job.parse_ts(next(e for e in events if job.clicks_read(e) > 0)["timestamp"])
+    cpu = clock.between(start, start + result["seconds"])
+    core_s: dict[str, float] = cpu["core_s"]  # type: ignore[assignment]
+    keep = ("clicks", "seconds", "clicks_per_s", "launch_to_first_read_s", "batches", "duration_ms_total")
+    return {
+        "put": put,
+        **{k: result[k] for k in keep},
+        "unknown_region_clicks": result["unknown_region_clicks"],
+        "loadavg_after": result["loadavg_after"],
+        "memory": run.sampler.peaks.as_dict() if run.sampler else {},
+        "cpu": cpu,
+        "jvm_us_per_click": round(core_s["jvm"] / put["clicks"] * 1e6, 1),
+        "python_us_per_click": round(core_s["python"] / put["clicks"] * 1e6, 1),
+    }
+
+
 def pair_side(bench: Bench, mode: str, clicks: int, p: Params) -> dict[str, Any]:
     """One side of the local-vs-cluster pair: a fresh checkpoint over the preloaded clicks, with its memory
     (the cluster's workers and executors too), the CPU of every process, and its stages' times."""
@@ -438,6 +482,8 @@ def measure(p: Params, results: dict[str, Any]) -> None:
             results.update(limits(bench, offsets))
         if p.naive:
             results["naive"] = naive(bench, offsets)
+        if p.kinesis:
+            results["kinesis"] = kinesis_path(bench, p)
         if p.cluster_workers:  # before the larger user counts: the pair runs over `--users` users
             results["cluster"] = cluster_comparison(bench, inputs, p)
         results["scaling"] += [scaling_step(bench, inputs, u, p) for u in p.scaling_users if u >= p.users]
@@ -447,6 +493,7 @@ def measure(p: Params, results: dict[str, Any]) -> None:
             "streamfold_over_raw": _ratio(main, results.get("raw")),
             "streamfold_over_spark_read": _ratio(main, results.get("spark", {}).get("read")),
             "streamfold_over_kstreams": _ratio(main, results.get("kstreams")),
+            "kinesis_over_kafka": _ratio(results.get("kinesis"), main),
         }
 
 
@@ -495,6 +542,7 @@ def main(
     kstreams_variant: Annotated[
         str, typer.Option(help="Kafka Streams' users table: global (GlobalKTable) or table (KTable)")
     ] = "global",
+    skip_kinesis: Annotated[bool, typer.Option(help="no run of the same clicks through Kinesis")] = False,
     cluster_workers: Annotated[
         int, typer.Option(help="one-core Spark workers of the local-vs-cluster comparison")
     ] = 2,
@@ -538,6 +586,7 @@ def main(
         limits=not skip_limits,
         kstreams=not skip_kstreams,
         kstreams_variant=kstreams_variant,
+        kinesis=not skip_kinesis,
         cluster_workers=0 if skip_cluster else cluster_workers,
         cluster_clicks=clicks if cluster_clicks is None else cluster_clicks,
         cluster_only=cluster_only,

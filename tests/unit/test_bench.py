@@ -95,6 +95,7 @@ def test_sampler_reads_rss_every_sample_and_pss_less_often():
 
 def progress_event(batch: int, clicks: int, cdc: int, **durations: int) -> dict:
     return {
+        "name": "clicks-kafka",
         "batchId": batch,
         "numInputRows": clicks + cdc,
         "durationMs": durations,
@@ -125,6 +126,22 @@ def test_markdown_has_the_throughput_ratios():
     text = report.markdown(results)
     assert "| naive: PostgreSQL lookup per click | 100 | 5.0 | 20 | 0.50x |" in text
     assert "streamfold/naive: 0.50" in text
+
+
+def test_markdown_has_the_kinesis_path_beside_the_kafka_path():
+    results = {
+        "streamfold": {"clicks": 100, "seconds": 10.0, "clicks_per_s": 10},
+        "kinesis": {
+            "put": {"clicks": 100, "seconds": 2.0, "puts_per_s": 50},
+            "clicks": 100,
+            "seconds": 20.0,
+            "clicks_per_s": 5,
+            "jvm_us_per_click": 30.5,
+            "python_us_per_click": 12.0,
+            "unknown_region_clicks": 0,
+        },
+    }
+    assert "| 100 | 2.0 | 50 | 20.0 | 5 | 0.50x | 30.5 | 12.0 | 0 |" in report.markdown(results)
 
 
 def window(rate: float, p50: float, p99: float) -> dict:
