@@ -52,7 +52,7 @@ def test_a_short_bench_run_writes_its_charts_beside_its_json(
             cwd=ROOT,
             capture_output=True,
             text=True,
-            timeout=600,  # streamfold, then Kafka Streams, on the same short input
+            timeout=900,  # streamfold, Kafka Streams, then the Kinesis source, on the same short input
         )
     finally:
         lifecycle.down(home)  # bench.run stops it itself, unless it was killed
@@ -70,6 +70,9 @@ def test_a_short_bench_run_writes_its_charts_beside_its_json(
         "| clicks/s steady (first click read -> all outputs visible) |"
         in json_path.with_suffix(".md").read_text()
     )
+    # The same clicks through Kinesis: every one put, every one joined with its user.
+    k = results["kinesis"]
+    assert (k["put"]["clicks"], k["clicks"], k["unknown_region_clicks"]) == (20_000, 20_000, 0)
 
     charts = [
         json_path.with_name(f"{json_path.stem}-{name}.png")
