@@ -231,14 +231,22 @@ def stop_job(home: Path, name: str) -> bool:
     pid = job_pid(home, name)
     if pid is None:
         return False
-    os.killpg(pid, signal.SIGTERM)
+    _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_WAIT_S
     while job_pid(home, name) is not None and time.monotonic() < deadline:
         time.sleep(0.5)
     if job_pid(home, name) is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
+        _signal(pid, signal.SIGKILL)
     return True
+
+
+def _signal(pid: int, signum: int) -> None:
+    """The job's process group when it leads one (started by `reprocess`), else the job itself."""
+    with contextlib.suppress(ProcessLookupError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
 
 
 def drop_version(settings: config.Settings, name: str, echo: Callable[[str], None] = print) -> None:
