@@ -38,6 +38,7 @@ from pipeline import job
 from streamfold import status
 
 STOP_WAIT_S = 60.0
+SWAP_ATTEMPTS = 5
 
 
 def state_dir(home: Path, name: str) -> Path:
@@ -380,6 +381,14 @@ def swap(
         dropped = set(v.users_tables(_physical(live, before.version, True, old), before.version))
         views = v.users_tables(target, name)
         offsets = {f"{p.topic}:{p.partition}": p.processed for p in behind.partitions}
-        registry.swap(conn, base, before, name, views, dropped if before.live_moved else set(), move, offsets,
-                      config.READER_ROLE)  # fmt: skip
+        for attempt in range(SWAP_ATTEMPTS):  # a reader crossing the swap may deadlock with it
+            try:
+                registry.swap(conn, base, before, name, views, dropped if before.live_moved else set(), move,
+                              offsets, config.READER_ROLE)  # fmt: skip
+                break
+            except psycopg.errors.DeadlockDetected:
+                if attempt == SWAP_ATTEMPTS - 1:
+                    raise v.VersionError(
+                        "the swap deadlocked with readers every time: nothing changed"
+                    ) from None
     echo(f"swapped: {', '.join(views)} now read {name} (was {before.version})")

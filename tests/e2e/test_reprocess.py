@@ -280,7 +280,9 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
             by_segment = set(
                 conn.execute(f"SELECT segment, count FROM {v2.aggregate_table(v2.aggregates[3])}")
             )
-            sums = set(conn.execute(f"SELECT profile_segment, count(*) FROM {v2.enriched_table} GROUP BY 1"))
+            sums = set(
+                conn.execute(f"SELECT profile_segment, sum(views) FROM {v2.enriched_table} GROUP BY 1")
+            )
             through_views = conn.execute(f"SELECT count(*), sum(views) FROM {enriched}").fetchone()
             physical = conn.execute(f"SELECT count(*), sum(views) FROM {v2.enriched_table}").fetchone()
         assert by_segment == sums
