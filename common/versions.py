@@ -136,6 +136,32 @@ class Lag:
         )
 
 
+# --- refusals ---------------------------------------------------------------------------------------------
+
+
+def check_known(name: str, known: bool, pipeline: str) -> None:
+    if name != LIVE and not known:
+        raise VersionError(f"no version {name!r} of {pipeline}: `streamfold versions` lists them")
+
+
+def check_swap(name: str, current: str, lag: Lag, threshold: int = CAUGHT_UP_RECORDS) -> None:
+    """A swap to `name` (known), with `current` the version users' names read now."""
+    if name == current:
+        raise VersionError(f"{name!r} is the current version already")
+    if not lag.caught_up(threshold):
+        raise VersionError(
+            f"{name!r} is still catching up ({lag.describe()}); swap once every input partition is "
+            f"within {threshold} records of its end (`streamfold versions`)"
+        )
+
+
+def check_drop(name: str, current: str) -> None:
+    if name == current:
+        raise VersionError(f"{name!r} is the current version: swap to another before dropping it")
+    if name == LIVE:
+        raise VersionError(f"{LIVE!r} is the pipeline's own job and outputs: it is never dropped")
+
+
 # --- retention --------------------------------------------------------------------------------------------
 
 

@@ -193,10 +193,8 @@ def run_version(settings: config.Settings, name: str, echo: Callable[[str], None
     """The version's job, in the foreground: what `reprocess` starts, and how to restart it."""
     with _connect(settings) as conn:
         version = registry.get(conn, settings.pipeline.name, name)
-    if version is None:
-        raise v.VersionError(
-            f"no version {name!r} of {settings.pipeline.name}: `streamfold versions` lists them"
-        )
+    v.check_known(name, version is not None and name != v.LIVE, settings.pipeline.name)
+    assert version is not None
     folder = state_dir(settings.home, name)
     folder.mkdir(parents=True, exist_ok=True)
     _pid_file(settings.home, name).write_text(f"{os.getpid()}\n")
@@ -252,15 +250,10 @@ def _signal(pid: int, signum: int) -> None:
 
 def drop_version(settings: config.Settings, name: str, echo: Callable[[str], None] = print) -> None:
     with _connect(settings) as conn:
-        if registry.current(conn, settings.pipeline.name, v.LIVE).version == name:
-            raise v.VersionError(f"{name!r} is the current version: swap to another before dropping it")
-        if name == v.LIVE:
-            raise v.VersionError(f"{v.LIVE!r} is the pipeline's own job and outputs: it is never dropped")
+        v.check_drop(name, registry.current(conn, settings.pipeline.name, v.LIVE).version)
         version = registry.get(conn, settings.pipeline.name, name)
-        if version is None:
-            raise v.VersionError(
-                f"no version {name!r} of {settings.pipeline.name}: `streamfold versions` lists them"
-            )
+        v.check_known(name, version is not None, settings.pipeline.name)
+        assert version is not None
         if stop_job(settings.home, name):
             echo(f"stopped the job of {name}")
         tables = registry.drop_outputs(conn, version)
@@ -357,17 +350,10 @@ def swap(
     with _connect(settings) as conn:
         before = registry.current(conn, base, v.LIVE)
         found = None if name == v.LIVE else registry.get(conn, base, name)
-        if name != v.LIVE and found is None:
-            raise v.VersionError(f"no version {name!r} of {base}: `streamfold versions` lists them")
-        if before.version == name:
-            raise v.VersionError(f"{name!r} is the current version already")
+        v.check_known(name, found is not None, base)
         target = _physical(live, name, True, found)
         behind = lag(settings, target, found.source if found else "kafka")
-        if not behind.caught_up(threshold):
-            raise v.VersionError(
-                f"{name!r} is still catching up ({behind.describe()}); swap once every input partition is "
-                f"within {threshold} records of its end (`streamfold versions`)"
-            )
+        v.check_swap(name, before.version, behind, threshold)
         move = {}
         if not before.live_moved:
             started = status.job(settings.home)

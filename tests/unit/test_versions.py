@@ -103,3 +103,31 @@ def test_from_takes_earliest_or_an_iso_time() -> None:
     assert v.pf_time(T) == "2023-11-14T22:13:20.000Z"
     with pytest.raises(v.VersionError, match="--from takes"):
         v.parse_from("yesterday")
+
+
+def test_unknown_versions_are_refused_and_live_is_always_known() -> None:
+    v.check_known("live", False, "clicks")
+    v.check_known("v2", True, "clicks")
+    with pytest.raises(v.VersionError, match="no version 'v3' of clicks"):
+        v.check_known("v3", False, "clicks")
+
+
+def test_a_swap_is_refused_to_the_current_version_and_while_catching_up() -> None:
+    v.check_swap("v2", "live", lag((100, 100)))
+    with pytest.raises(v.VersionError, match="'v2' is the current version already"):
+        v.check_swap("v2", "v2", lag((100, 100)))
+    with pytest.raises(v.VersionError, match=r"still catching up \(5000 records behind in all"):
+        v.check_swap("v2", "live", lag((0, 5000)))
+    with pytest.raises(v.VersionError, match="no batch committed yet"):
+        v.check_swap("live", "v2", v.Lag(()))
+
+
+def test_the_current_version_and_live_are_never_dropped() -> None:
+    v.check_drop("v2", "live")
+    v.check_drop("v1", "v2")
+    with pytest.raises(v.VersionError, match="'v2' is the current version"):
+        v.check_drop("v2", "v2")
+    with pytest.raises(v.VersionError, match="'live' is the current version"):
+        v.check_drop("live", "live")
+    with pytest.raises(v.VersionError, match="never dropped"):
+        v.check_drop("live", "v2")
