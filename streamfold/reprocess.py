@@ -240,9 +240,11 @@ def stop_job(home: Path, name: str) -> bool:
 
 
 def _signal(pid: int, signum: int) -> None:
-    """The job's process group when it leads one (started by `reprocess`), else the job itself."""
+    """SIGTERM to the job alone: it stops its query between writes, then Spark's JVM (which, in the same
+    process group, would stop its SparkContext under the query at once). SIGKILL to the group it leads
+    (started by `reprocess`), JVM included."""
     with contextlib.suppress(ProcessLookupError):
-        if os.getpgid(pid) == pid:
+        if signum == signal.SIGKILL and os.getpgid(pid) == pid:
             os.killpg(pid, signum)
         else:
             os.kill(pid, signum)

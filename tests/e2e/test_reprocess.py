@@ -88,8 +88,8 @@ def landed(views: own.OwnPipeline, name: str) -> int:
 
 
 def stop(job: subprocess.Popen) -> None:
-    """SIGTERM: the job stops between writes (pipeline/job.py BatchGate)."""
-    os.killpg(job.pid, signal.SIGTERM)
+    """SIGTERM to the job, not its JVM: it stops between writes (pipeline/job.py BatchGate)."""
+    os.kill(job.pid, signal.SIGTERM)
     job.wait(timeout=180)
 
 
