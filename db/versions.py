@@ -3,8 +3,9 @@
 its events start, its --conf settings and when it was created. The live pipeline, the one `streamfold
 setup` applied, has no row: it is the version `live`.
 
-Created on first use (CREATE TABLE IF NOT EXISTS), as the history tables are: an installation that never
-reprocesses never has it. Each command opens its own short transaction.
+Created on first use (CREATE TABLE IF NOT EXISTS, by `reprocess` and `swap`; reading commands create
+nothing): an installation that never reprocesses never has them. Each command opens its own short
+transaction.
 """
 
 from __future__ import annotations
@@ -75,9 +76,16 @@ def _version(row: tuple[Any, ...]) -> Version:
 _COLUMNS = "name, pipeline_name, spec, source, from_ms, conf, created_at"
 
 
+def _exists(conn: psycopg.Connection, table: str) -> bool:
+    """Whether the table is there: reading commands (`versions`, `status`) create nothing."""
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+    return bool(row and row[0])
+
+
 def all_of(conn: psycopg.Connection, base: str) -> list[Version]:
     """The versions of the live pipeline `base`, oldest first."""
-    ensure(conn)
+    if not _exists(conn, TABLE):
+        return []
     rows = conn.execute(
         f"SELECT {_COLUMNS} FROM {TABLE} WHERE pipeline_name = %s ORDER BY created_at, name", (base,)
     )
@@ -85,7 +93,8 @@ def all_of(conn: psycopg.Connection, base: str) -> list[Version]:
 
 
 def get(conn: psycopg.Connection, base: str, name: str) -> Version | None:
-    ensure(conn)
+    if not _exists(conn, TABLE):
+        return None
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM {TABLE} WHERE pipeline_name = %s AND name = %s", (base, name)
     ).fetchone()
@@ -136,7 +145,8 @@ class Current:
 
 
 def current(conn: psycopg.Connection, base: str, live: str) -> Current:
-    conn.execute(_CREATE_SWAPS)
+    if not _exists(conn, SWAPS):
+        return Current(live, False, None)
     row = conn.execute(
         f"SELECT to_version, swapped_at FROM {SWAPS} WHERE pipeline_name = %s"
         " ORDER BY swapped_at DESC LIMIT 1",
@@ -167,6 +177,7 @@ def swap(
     name, held to the commit: a query reads either the old version or the new, never a mix; one that holds
     a name across the swap delays it, or (reading two names in an order the swap crosses) is aborted by
     PostgreSQL's deadlock detection."""
+    conn.execute(_CREATE_SWAPS)
     with conn.transaction():
         superuser = conn.execute("SELECT current_setting('is_superuser') = 'on'").fetchone()
         if superuser and superuser[0]:
@@ -195,8 +206,7 @@ def swap(
 def live_moved(conn: psycopg.Connection, base: str) -> bool:
     """Whether a swap has moved the live pipeline `base`'s tables to <table>__live (read-only: an
     installation that never swapped has no swaps table)."""
-    (exists,) = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (SWAPS,)).fetchone() or (False,)
-    if not exists:
+    if not _exists(conn, SWAPS):
         return False
     row = conn.execute(f"SELECT 1 FROM {SWAPS} WHERE pipeline_name = %s LIMIT 1", (base,)).fetchone()
     return row is not None
