@@ -57,6 +57,19 @@ def _record_limit(limits: dict[str, int], topic: str) -> dict[str, str]:
     return {"max.message.bytes": str(limits[topic])} if topic in limits else {}
 
 
+# What reprocessing needs retained (docs/reprocess.md, "Retention"). The CDC topic: every change forever,
+# since a version's fold must see every profile version however old (compaction would keep only the last).
+# The events topics setup creates: EVENTS_RETENTION_MS, how far back `streamfold reprocess --from` can go.
+CDC_RETENTION_MS = -1
+EVENTS_RETENTION_MS = 30 * 86_400_000
+
+
+def retention(pipeline: pf.Pipeline, events: set[str | None]) -> dict[str, int]:
+    """retention.ms of the topics setup creates: the CDC topic's, and the events topics'. The CDC topic's is
+    raised on a topic an older setup created too; an events topic that exists keeps its own."""
+    return {pipeline.cdc_topic: CDC_RETENTION_MS, **{t: EVENTS_RETENTION_MS for t in events if t}}
+
+
 class SetupError(RuntimeError):
     """A set-up step failed; the message says which and why (no stack trace for users)."""
 
@@ -115,8 +128,12 @@ def ensure_topics(bootstrap: str, pipeline: pf.Pipeline, events_topic: str | Non
     limits = record_limits(pipeline)
     events = {pipeline.events.kafka_topic, events_topic}
 
+    retained = retention(pipeline, events)
+
     def topic(name: str, partitions: int, compacted: bool = False) -> NewTopic:
         settings = {**({"cleanup.policy": "compact"} if compacted else {}), **_record_limit(limits, name)}
+        if name in retained:
+            settings["retention.ms"] = str(retained[name])
         return NewTopic(name, partitions, 1, config=settings)
 
     wanted = [
@@ -128,16 +145,19 @@ def ensure_topics(bootstrap: str, pipeline: pf.Pipeline, events_topic: str | Non
         ),
     ]
     existing = set(admin.list_topics(timeout=30).topics)
-    # Topics created by an older setup: raise their record size limits.
+    # Topics created by an older setup: raise their record size limits, and the CDC topic's retention.
+    raised: dict[str, dict[str, str]] = {t: {"max.message.bytes": str(n)} for t, n in limits.items()}
+    raised[pipeline.cdc_topic]["retention.ms"] = str(CDC_RETENTION_MS)
     resources = [
         ConfigResource(
             ResourceType.TOPIC,
             topic,
             incremental_configs=[
-                ConfigEntry("max.message.bytes", str(limit), incremental_operation=AlterConfigOpType.SET)
+                ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+                for key, value in settings.items()
             ],
         )
-        for topic, limit in limits.items()
+        for topic, settings in raised.items()
         if topic in existing
     ]
     if resources:

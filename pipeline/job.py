@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+import psycopg
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -20,7 +21,8 @@ from rich.markup import escape
 
 from common import pipeline_file as pf
 from common.config import Settings
-from db import pipeline_schema, schema
+from common.versions import moved_live
+from db import pipeline_schema, schema, versions
 from pipeline import spark as spark_session
 from pipeline import status_files, topology
 from pipeline.join_config import JoinConfig, parse_duration_ms
@@ -161,6 +163,14 @@ def check_applied(settings: Settings) -> None:
         pipeline_schema.check_applied(conn, settings.pipeline)
 
 
+def physical(settings: Settings) -> Settings:
+    """The settings whose pipeline names the tables the job writes: once a `streamfold swap` has made the
+    users' names views (db/versions.py), the live pipeline's tables are <table>__live."""
+    with psycopg.connect(settings.pg_dsn, connect_timeout=10) as conn:
+        moved = versions.live_moved(conn, settings.pipeline.name)
+    return replace(settings, pipeline=moved_live(settings.pipeline)) if moved else settings
+
+
 def file_join_conf(pipeline: pf.Pipeline) -> dict[str, str]:
     """The pipeline file's join settings as --conf keys (a --conf given to `run` overrides them)."""
     join = pipeline.join
@@ -172,12 +182,23 @@ def file_join_conf(pipeline: pf.Pipeline) -> dict[str, str]:
 
 
 def run(
-    settings: Settings, source: str, once: bool, conf: dict[str, str], echo: Callable[[str], None] = print
+    settings: Settings,
+    source: str,
+    once: bool,
+    conf: dict[str, str],
+    echo: Callable[[str], None] = print,
+    start_ms: int | None = None,
+    state_dir: Path | None = None,
 ) -> None:
+    """start_ms: where a new checkpoint starts on the events (default: the earliest retained).
+    state_dir: the job's lock and job status file, the home unless a version's job runs beside the live
+    one (streamfold/reprocess.py); every job's checkpoint is under the home's checkpoints/, by query name."""
     checkpoints = settings.home / "checkpoints"
+    state = state_dir or settings.home
     check_conf(conf)
     check_jars()
     check_applied(settings)
+    settings = physical(settings)
     try:
         join = JoinConfig.from_conf({**file_join_conf(settings.pipeline), **conf})
     except ValueError as exc:
@@ -186,7 +207,7 @@ def run(
     _log_sink_batches()
     stop = StopRequest()
     gate = BatchGate()
-    with exclusive(settings.home / "run.lock"):
+    with exclusive(state / "run.lock"):
         # The JVM listener (pipeline/spark.py) prints a line per batch and writes status/<query>.json.
         status = {spark_session.STATUS_DIR_CONF: str(status_files.status_dir(settings.home))}
         spark = spark_session.session(f"streamfold-{source}", {**conf, **status})
@@ -197,8 +218,8 @@ def run(
             # is, waiting on the query), that would break the Py4J connection and end Ctrl-C in a traceback.
             signal.signal(signal.SIGTERM, stop)
             signal.signal(signal.SIGINT, stop)
-        status_files.write_job(settings.home, source, spark)
-        clicks = topology.flow(spark, settings, source, join, once)
+        status_files.write_job(state, source, spark)
+        clicks = topology.flow(spark, settings, source, join, once, start_ms)
         try:
             if once:
                 run_once(spark, clicks, checkpoints, echo)
@@ -208,7 +229,7 @@ def run(
                 echo(f"running {query.name}; Ctrl-C stops")
                 echo(f"Spark UI {spark.sparkContext.uiWebUrl}, Prometheus metrics under /metrics/prometheus")
                 stalls = StallReporter(echo)
-                waiting = status_files.WaitingClicks(settings.home, checkpoints / clicks.name, echo)
+                waiting = status_files.WaitingClicks(state, checkpoints / clicks.name, echo)
 
                 def on_poll() -> None:
                     stalls.check(spark.streams.active)

@@ -24,13 +24,23 @@ DEFAULT_MAX_RECORDS_PER_BATCH = 500_000
 RECORDS_PER_TASK = 25_000
 
 
-def _kafka(spark: SparkSession, bootstrap: str, topics: str, max_records: int) -> DataFrame:
+def _kafka(
+    spark: SparkSession, bootstrap: str, topics: str, max_records: int, start_ms: int | None = None
+) -> DataFrame:
+    """start_ms: a new checkpoint starts at the first record of each partition stamped at or after it
+    (`streamfold reprocess --from`; a partition without one at its end); else at the earliest retained.
+    A checkpoint that exists resumes from its own offsets either way."""
+    start = (
+        {"startingTimestamp": str(start_ms), "startingOffsetsByTimestampStrategy": "latest"}
+        if start_ms is not None
+        else {"startingOffsets": "earliest"}
+    )
     return (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .options(**config.spark_kafka_options())
         .option("subscribe", topics)
-        .option("startingOffsets", "earliest")
+        .options(**start)
         .option("maxOffsetsPerTrigger", str(max_records))
         .option("maxRecordsPerPartition", str(RECORDS_PER_TASK))
         # Spark seeks its cached consumers each batch, and a consumer must first wait out the fetch it left
@@ -58,8 +68,9 @@ def kafka_clicks(
     bootstrap: str,
     topic: str = names.CLICKS_TOPIC,
     max_records: int = DEFAULT_MAX_RECORDS_PER_BATCH,
+    start_ms: int | None = None,
 ) -> DataFrame:
-    return from_kafka_clicks(_kafka(spark, bootstrap, topic, max_records), topic)
+    return from_kafka_clicks(_kafka(spark, bootstrap, topic, max_records, start_ms), topic)
 
 
 def from_kafka_clicks(raw: DataFrame, topic: str) -> DataFrame:

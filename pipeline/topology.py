@@ -50,11 +50,13 @@ class Flow:
     sink: Callable[[DataFrame, int], None]
 
 
-def read_clicks(spark: SparkSession, settings: Settings, source: str, once: bool) -> DataFrame:
+def read_clicks(
+    spark: SparkSession, settings: Settings, source: str, once: bool, start_ms: int | None = None
+) -> DataFrame:
     if source == "kinesis":
         cap = None if once else sources.DEFAULT_MAX_RECORDS_PER_BATCH
         return sources.kinesis_clicks(spark, settings.clicks_stream, cap)
-    return sources.kafka_clicks(spark, settings.kafka_bootstrap, settings.clicks_topic)
+    return sources.kafka_clicks(spark, settings.kafka_bootstrap, settings.clicks_topic, start_ms=start_ms)
 
 
 def enrich(raw_clicks: DataFrame, cdc_raw: DataFrame, join: JoinConfig, pipeline: pf.Pipeline) -> DataFrame:
@@ -66,8 +68,17 @@ def enrich(raw_clicks: DataFrame, cdc_raw: DataFrame, join: JoinConfig, pipeline
     return temporal_join(parsed, changes, join, pipeline)  # enriched clicks, dead letters, changelog rows
 
 
-def flow(spark: SparkSession, settings: Settings, source: str, join: JoinConfig, once: bool = False) -> Flow:
-    raw_clicks = read_clicks(spark, settings, source, once)
+def flow(
+    spark: SparkSession,
+    settings: Settings,
+    source: str,
+    join: JoinConfig,
+    once: bool = False,
+    start_ms: int | None = None,
+) -> Flow:
+    """start_ms: where a new checkpoint starts on the events (a reprocessed version's --from); the CDC topic
+    is always read from its beginning, since the fold needs every profile version."""
+    raw_clicks = read_clicks(spark, settings, source, once, start_ms)
     cdc_raw = sources.cdc(spark, settings.kafka_bootstrap, settings.pipeline)
     joined = enrich(raw_clicks, cdc_raw, join, settings.pipeline)
     totals = aggregate_specs(settings.pipeline, joined.schema)  # per key, from the rows each partition lands

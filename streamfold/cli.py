@@ -1,4 +1,4 @@
-"""The `streamfold` command: stack, setup, run, status, generate, query."""
+"""The `streamfold` command: stack, setup, run, status, generate, query, reprocess and its versions."""
 
 from __future__ import annotations
 
@@ -260,19 +260,129 @@ def run(
             help="KEY=VALUE: join.mode, join.max_wait, join.version_retention, trigger.interval, spark.*"
         ),
     ] = None,
+    version: Annotated[
+        str | None,
+        typer.Option(help="run (restart) the job of an output version `streamfold reprocess` made"),
+    ] = None,
 ) -> None:
     """The Spark job: CDC fold, temporal join, aggregates, sinks."""
+    from common.versions import VersionError
     from pipeline import job
 
+    settings = conf_pairs(conf)
     try:
-        settings = dict(item.split("=", 1) for item in conf or [])
-    except ValueError:
-        fail("--conf takes KEY=VALUE")
-    try:
-        job.run(config.load(), source.value, once=once, conf=settings, echo=console.print)
+        if version is not None:
+            if once or settings or source is not Source.kafka:
+                fail("run --version takes no other option: the version's settings are those it was made with")
+            from streamfold import reprocess
+
+            reprocess.run_version(config.load(), version, echo=console.print)
+        else:
+            job.run(config.load(), source.value, once=once, conf=settings, echo=console.print)
     except pf.PipelineFileError as exc:
         fail(str(exc), code=2)
-    except (config.ConfigError, job.JobError) as exc:
+    except (config.ConfigError, job.JobError, VersionError) as exc:
+        fail(str(exc))
+
+
+def conf_pairs(conf: list[str] | None) -> dict[str, str]:
+    try:
+        return dict(item.split("=", 1) for item in conf or [])
+    except ValueError:
+        fail("--conf takes KEY=VALUE")
+        raise  # unreachable: fail exits
+
+
+VersionArgument = Annotated[str, typer.Argument(help="the version's name, e.g. v2", show_default=False)]
+
+
+@app.command()
+def reprocess(
+    version: Annotated[
+        str, typer.Option("--version", help="the new version's name, e.g. v2", show_default=False)
+    ],
+    from_: Annotated[
+        str, typer.Option("--from", help="earliest, or an ISO-8601 time (the events' Kafka timestamps)")
+    ] = "earliest",
+    pipeline: Annotated[
+        Path | None, typer.Option(help="the pipeline file to reprocess with (default: the current one)")
+    ] = None,
+    conf: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="KEY=VALUE for the version's job: spark.* (e.g. spark.sql.shuffle.partitions), join.*"
+        ),
+    ] = None,
+) -> None:
+    """Rebuild every output under a new version's names from the retained input, in a job of its own that
+    then keeps up with the live input (docs/reprocess.md)."""
+    from common.versions import VersionError
+    from connectors.setup import SetupError
+    from pipeline import job
+    from streamfold import reprocess as versions
+
+    settings = conf_pairs(conf)
+    if pipeline is not None:
+        os.environ[pf.PIPELINE_VAR] = str(pipeline.resolve())
+    try:
+        log = versions.reprocess(
+            config.load(), version, from_, settings, echo=lambda m: console.print(f"[cyan]setup[/] {m}")
+        )
+    except pf.PipelineFileError as exc:
+        fail(str(exc), code=2)
+    except (config.ConfigError, job.JobError, VersionError, SetupError) as exc:
+        fail(str(exc))
+    console.print(f"[green]started[/] the job of {version} (log {log}); `streamfold versions` shows its lag")
+
+
+@app.command("versions")
+def list_versions(
+    as_json: Annotated[bool, typer.Option("--json", help="print the versions as JSON")] = False,
+) -> None:
+    """The output versions: which is current, whether each one's job runs, its lag."""
+    import json
+
+    from streamfold import reprocess as versions
+
+    try:
+        found = versions.rows(config.load())
+    except config.ConfigError as exc:
+        fail(str(exc))
+    if as_json:
+        print(json.dumps([row.as_json() for row in found], indent=2))
+        return
+    table = Table("version", "current", "created", "from", "running", "lag", "caught up")
+    for row in found:
+        caught = "yes" if row.lag.caught_up() else "no"
+        lag = row.lag.describe()
+        table.add_row(
+            row.name, "*" if row.current else "", row.created, row.start, str(row.running), lag, caught
+        )
+    Console().print(table)
+
+
+@app.command()
+def swap(version: VersionArgument) -> None:
+    """Make a caught-up version the one users' table names read, in one transaction; swap back to roll back
+    (`live` is the pipeline's own)."""
+    from common.versions import VersionError
+    from streamfold import reprocess as versions
+
+    try:
+        versions.swap(config.load(), version, echo=console.print)
+    except (config.ConfigError, VersionError) as exc:
+        fail(str(exc))
+
+
+@app.command("drop-version")
+def drop_version(version: VersionArgument) -> None:
+    """Stop a version's job and remove its tables, topics and checkpoint (never the current version's)."""
+    from common.versions import VersionError
+    from streamfold import reprocess as versions
+
+    try:
+        versions.drop_version(config.load(), version, echo=console.print)
+    except (config.ConfigError, VersionError) as exc:
         fail(str(exc))
 
 

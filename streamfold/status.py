@@ -6,6 +6,7 @@
 - batches and clicks waiting in the join: the files the running job writes (pipeline/status_files.py); the
   waiting count is taken when asked, so status asks the running job and waits up to COUNT_WAIT_S for it;
 - dead letters of the last hour (Postgres), and the Debezium connector's state (Kafka Connect REST);
+- each reprocessed output version: whether its job runs, its lag on every input partition, caught up or not;
 - the pipeline's replication slot (pg_replication_slots): whether Debezium reads it, the WAL it holds back,
   and a warning past STREAMFOLD_SLOT_WAL_WARN_MB or when PostgreSQL is about to invalidate it, or has.
 
@@ -60,7 +61,15 @@ def collect(settings: config.Settings) -> dict[str, Any]:
         "dead_letters_last_hour": section(lambda: dead_letters_last_hour(settings.reader_dsn)),
         "connector": section(lambda: connector(settings.connect_url, settings.pipeline.connector)),
         "replication_slot": section(lambda: replication_slot(settings.reader_dsn, settings.pipeline.slot)),
+        "versions": section(lambda: versions(settings)),
     }
+
+
+def versions(settings: config.Settings) -> list[dict[str, Any]]:
+    """Each output version `streamfold reprocess` made, its job and its lag (streamfold/reprocess.py)."""
+    from streamfold import reprocess
+
+    return [row.as_json() for row in reprocess.rows(settings)[1:]]
 
 
 def section(gather: Callable[[], Any]) -> Any:

@@ -23,6 +23,12 @@ def render(figures: dict[str, Any], console: Console) -> None:
             "Kinesis lag",
             rows_table(figures["kinesis_lag"], ("query", "shard", "millis_behind_latest", "records_behind")),
         ),
+        (
+            "output versions (streamfold reprocess)",
+            rows_table(
+                figures.get("versions", []), ("name", "running", "from", "behind", "caught_up", "lag")
+            ),
+        ),
     ):
         if isinstance(table, Table):
             table.title = title

@@ -203,6 +203,10 @@ def test_topics_exist_with_the_right_cleanup_policy_and_record_limit(streamfold_
         assert ("compact" in configs["cleanup.policy"].value) == compacted, topic
         limit = int(configs["max.message.bytes"].value)
         assert (limit == 4 * 1024 * 1024) if topic in big_records else (limit < 2 * 1024 * 1024), topic
+    # What reprocessing needs retained (docs/reprocess.md, "Retention"): every change, 30 days of clicks.
+    for topic, retention in ((names.CDC_USERS_TOPIC, "-1"), (names.CLICKS_TOPIC, str(30 * 86_400_000))):
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        assert admin.describe_configs([resource])[resource].result()["retention.ms"].value == retention, topic
 
 
 def test_a_2_mb_row_does_not_stop_the_connector(pg, streamfold_setup):

@@ -1,0 +1,216 @@
+"""Output versions (docs/reprocess.md): a version is a name; its job reads the same inputs as the live
+pipeline and writes every output under the version's own names. The pure parts: the names, the lag that
+decides whether a version has caught up, and the earliest start the retained input allows.
+
+A version's names, from the pipeline file it was reprocessed with:
+  pipeline name  <name>__<version>    (so its query, checkpoint folder, batch ledger rows, profile history
+                                        table, history view and profile_at function are its own)
+  tables         <table>__<version>   (the enriched table, each aggregate's table)
+  topics         <topic>.<version>    (the enriched topic, the changelog, the dead letters, the aggregates)
+The inputs keep theirs: the profile table, the CDC topic, connector, slot and publication, the events.
+
+The names users' SQL reads (the enriched table's, each aggregate table's) become views over the current
+version's tables at the first `streamfold swap`, which moves the live pipeline's tables to <table>__live
+(moved_live); an installation that never swaps keeps them as tables.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from common import pipeline_file as pf
+
+# The version every installation starts with: the pipeline's own, unversioned names.
+LIVE = "live"
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
+# A version has caught up when no input partition is more than this many records behind its end: a
+# continuous job always trails the live end by the records of the micro-batch in flight.
+CAUGHT_UP_RECORDS = 1000
+
+
+class VersionError(ValueError):
+    """A refused version command; the message says why and what to do."""
+
+
+def check_name(version: str) -> str:
+    if not _NAME.match(version) or "__" in version:
+        raise VersionError(
+            f"{version!r} is not a version name: a lower-case letter, then up to 15 of a-z, 0-9, _ "
+            "(no double underscore)"
+        )
+    if version == LIVE:
+        raise VersionError(f"{LIVE!r} is the name of the pipeline's own outputs: choose another")
+    return version
+
+
+def versioned(pipeline: pf.Pipeline, version: str) -> pf.Pipeline:
+    """The pipeline with every output named for `version` (the module's docstring); the inputs unchanged.
+    Raises VersionError when a name would pass a limit (a Postgres identifier has at most 63 characters)."""
+    check_name(version)
+    spec = pipeline.model_dump(mode="json")
+    spec["name"] = f"{pipeline.name}__{version}"
+    outputs = spec["outputs"]
+    outputs["enriched"]["table"] = f"{pipeline.enriched_table}__{version}"
+    outputs["enriched"]["topic"] = f"{pipeline.enriched_topic}.{version}"
+    outputs["changelog_topic"] = f"{pipeline.changelog_topic}.{version}"
+    outputs["dead_letters_topic"] = f"{pipeline.dead_letters_topic}.{version}"
+    # The inputs, named explicitly: a default derived from the pipeline's name must not follow the new one.
+    outputs["connector"], outputs["slot"], outputs["publication"] = (
+        pipeline.connector,
+        pipeline.slot,
+        pipeline.publication,
+    )
+    for given, aggregate in zip(spec["aggregates"], pipeline.aggregates, strict=True):
+        given["table"] = f"{pipeline.aggregate_table(aggregate)}__{version}"
+        given["topic"] = f"{pipeline.aggregate_topic(aggregate)}.{version}"
+    try:
+        return pf.Pipeline.model_validate(spec)
+    except ValueError as exc:
+        raise VersionError(f"version {version!r}: a name it needs is too long or invalid: {exc}") from None
+
+
+def moved_live(pipeline: pf.Pipeline) -> pf.Pipeline:
+    """The live pipeline once a swap has made its users' table names views (db/versions.py): its tables are
+    <table>__live. Its name, checkpoint, history and topics stay: the live job resumes where it was."""
+    spec = pipeline.model_dump(mode="json")
+    spec["outputs"]["enriched"]["table"] = f"{pipeline.enriched_table}__{LIVE}"
+    for given, aggregate in zip(spec["aggregates"], pipeline.aggregates, strict=True):
+        given["table"] = f"{pipeline.aggregate_table(aggregate)}__{LIVE}"
+    return pf.Pipeline.model_validate(spec)
+
+
+def users_tables(pipeline: pf.Pipeline, version: str) -> dict[str, str]:
+    """The names users' SQL reads -> the version's own tables: the enriched table and each aggregate's,
+    whose names are the users' names with the version's suffix (versioned, moved_live)."""
+    suffix = f"__{version}"
+    tables = [pipeline.enriched_table, *(pipeline.aggregate_table(a) for a in pipeline.aggregates)]
+    return {table.removesuffix(suffix): table for table in tables if table.endswith(suffix)}
+
+
+def query_name(pipeline: pf.Pipeline, source: str = "kafka") -> str:
+    """The streaming query (checkpoint folder, batch ledger prefix) of a pipeline's job."""
+    return f"{pipeline.name}-{source}"
+
+
+# --- lag --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    processed: int  # the next offset the version's job will process
+    end: int  # the partition's end offset
+
+    @property
+    def behind(self) -> int:
+        return max(0, self.end - self.processed)
+
+
+@dataclass(frozen=True)
+class Lag:
+    """A version's position on its inputs; `partitions` is empty before its first committed batch."""
+
+    partitions: tuple[PartitionLag, ...]
+
+    @property
+    def behind(self) -> int:
+        return sum(p.behind for p in self.partitions)
+
+    @property
+    def worst(self) -> PartitionLag | None:
+        return max(self.partitions, key=lambda p: p.behind, default=None)
+
+    def caught_up(self, threshold: int = CAUGHT_UP_RECORDS) -> bool:
+        """Every input partition within `threshold` records of its end, after at least one batch."""
+        return bool(self.partitions) and all(p.behind <= threshold for p in self.partitions)
+
+    def describe(self) -> str:
+        worst = self.worst
+        if worst is None:
+            return "no batch committed yet"
+        return (
+            f"{self.behind} records behind in all, at most {worst.behind} on {worst.topic}[{worst.partition}]"
+        )
+
+
+# --- refusals ---------------------------------------------------------------------------------------------
+
+
+def check_known(name: str, known: bool, pipeline: str) -> None:
+    if name != LIVE and not known:
+        raise VersionError(f"no version {name!r} of {pipeline}: `streamfold versions` lists them")
+
+
+def check_swap(name: str, current: str, lag: Lag, threshold: int = CAUGHT_UP_RECORDS) -> None:
+    """A swap to `name` (known), with `current` the version users' names read now."""
+    if name == current:
+        raise VersionError(f"{name!r} is the current version already")
+    if not lag.caught_up(threshold):
+        raise VersionError(
+            f"{name!r} is still catching up ({lag.describe()}); swap once every input partition is "
+            f"within {threshold} records of its end (`streamfold versions`)"
+        )
+
+
+def check_drop(name: str, current: str) -> None:
+    if name == current:
+        raise VersionError(f"{name!r} is the current version: swap to another before dropping it")
+    if name == LIVE:
+        raise VersionError(f"{LIVE!r} is the pipeline's own job and outputs: it is never dropped")
+
+
+# --- retention --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Retained:
+    """A partition's earliest retained record: its offset, and its timestamp (None: an empty partition)."""
+
+    partition: int
+    low: int
+    first_ms: int | None
+
+
+def earliest_start_ms(partitions: Iterable[Retained]) -> int | None:
+    """The earliest time a reprocess may start from without missing an event: the newest first-retained
+    timestamp among the partitions that lost records (low offset > 0); None when none has lost any."""
+    lost = [p.first_ms for p in partitions if p.low > 0 and p.first_ms is not None]
+    return max(lost, default=None)
+
+
+def check_start(from_ms: int | None, partitions: Iterable[Retained], topic: str) -> None:
+    """Refuses a start time before what the events topic retains. None (--from earliest) is every event
+    the topic retains, whatever that is: never refused."""
+    earliest = earliest_start_ms(partitions)
+    if from_ms is not None and earliest is not None and from_ms < earliest:
+        raise VersionError(
+            f"--from {pf_time(from_ms)} is before what {topic} retains: the earliest possible start is "
+            f"{pf_time(earliest)} (--from {pf_time(earliest)}, or --from earliest)"
+        )
+
+
+def pf_time(ms: int) -> str:
+    """An epoch-ms time as ISO-8601 UTC, as --from takes it."""
+    import datetime as dt
+
+    return (
+        dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
+
+
+def parse_from(text: str) -> int | None:
+    """--from: `earliest` (None) or an ISO-8601 time (UTC unless it names its zone) -> epoch ms."""
+    import datetime as dt
+
+    if text == "earliest":
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise VersionError(f"--from takes `earliest` or an ISO-8601 time, got {text!r}") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return int(parsed.timestamp() * 1000)

@@ -1,0 +1,358 @@
+"""Reprocess into a new output version, swap while events stream in and a reader queries the totals, and
+roll back (docs/reprocess.md), on a user's own pipeline (tests/support/own_pipeline.py) and its oracle.
+
+One story, since every step needs the one before: the live job runs under load; the file gains a carried
+column and an aggregate; `reprocess` rebuilds every output as version v2; v2's job is killed -9 mid
+catch-up (a swap is refused meanwhile, with its lag) and restarted; the live job stops for the first swap
+(which moves its tables to <table>__live) and starts again; `swap v2` happens under load with a reader
+checking, in one REPEATABLE READ transaction at a time, that the totals are the sums over the enriched
+table; after a drain v2 equals the oracle row by row (old events carry the new column) and `swap live`
+rolls back to a whole live version. Bad input is refused on the way."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psycopg
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from psycopg import sql
+
+from common import config, topics
+from common import pipeline_file as pf
+from common import versions as v
+from spec.events import Rejected, parse_event
+from tests.support import own_pipeline as own
+from tests.support import pipeline as sp
+
+pytestmark = pytest.mark.e2e
+
+KEYS = list(range(1, 21))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@pytest.fixture(scope="module")
+def views(streamfold_setup, tmp_path_factory):
+    made = own.create(streamfold_setup.pg_dsn, tmp_path_factory.mktemp("reprocess"))
+    yield made
+    p = made.pipeline
+    cli(made, "swap", "live")  # after a failure: best effort, so v2 can be dropped
+    cli(made, "drop-version", "v2")
+    with made.connect() as conn:  # the swap's views and the moved live tables, then the fixture's own
+        for users_name, table in v.users_tables(v.moved_live(p), v.LIVE).items():
+            with contextlib.suppress(psycopg.Error):
+                conn.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(sql.SQL(users_name)))
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.SQL(table)))
+        conn.execute(sql.SQL("DROP VIEW IF EXISTS streamfold.{}").format(sql.Identifier(segments(p))))
+    own.drop(made, streamfold_setup.connect_url)
+
+
+def segments(p: pf.Pipeline) -> str:
+    return f"views_per_segment_{p.name.removeprefix('views_')}"
+
+
+def cli(views: own.OwnPipeline, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "streamfold", *args],
+        capture_output=True, text=True, timeout=600, env=env or views.env(), cwd=own.ROOT,
+    )  # fmt: skip
+
+
+def refused(views: own.OwnPipeline, *args: str) -> str:
+    result = cli(views, *args)
+    assert result.returncode == 1, (args, result.stdout, result.stderr[-2000:])
+    return " ".join(result.stderr.split())
+
+
+def listed(views: own.OwnPipeline) -> dict[str, dict]:
+    result = views.streamfold("versions", "--json")
+    return {row["name"]: row for row in json.loads(result.stdout)}
+
+
+def landed(views: own.OwnPipeline, name: str) -> int:
+    with views.connect() as conn:
+        return conn.execute(
+            "SELECT count(*) FROM streamfold.sink_batches WHERE starts_with(query, %s)", (f"{name}-kafka:",)
+        ).fetchone()[0]
+
+
+def stop(job: subprocess.Popen) -> None:
+    """SIGTERM to the job, not its JVM: it stops between writes (pipeline/job.py BatchGate)."""
+    os.kill(job.pid, signal.SIGTERM)
+    job.wait(timeout=180)
+
+
+def version_pid(views: own.OwnPipeline, name: str) -> int:
+    return int((views.home / "versions" / name / "job.pid").read_text().split()[0])
+
+
+class Traffic:
+    """Page views for KEYS and a country change every few batches, until stopped."""
+
+    def __init__(self, views: own.OwnPipeline, bootstrap: str) -> None:
+        self.views, self.bootstrap = views, bootstrap
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        import random
+
+        rng, p = random.Random(37), self.views.pipeline
+        assert p.events.kafka_topic
+        with self.views.connect() as pg:
+            while not self.stopped.is_set():
+                batch = [(str(k), own.view(k, now_ms(), rng.choice(["/a", "/b"]), rng.randrange(1000)))
+                         for k in rng.choices(KEYS, k=20)]  # fmt: skip
+                produce(self.bootstrap, p.events.kafka_topic, batch)
+                change = (rng.choice(["NO", "SE", "DK"]), rng.choice(["pro", "new", None]), rng.choice(KEYS))
+                pg.execute(f"UPDATE {p.profile.table} SET country = %s, segment = %s WHERE id = %s", change)
+                time.sleep(0.2)
+
+    def __enter__(self) -> Traffic:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=60)
+
+
+def produce(
+    bootstrap: str, topic: str, records: list[tuple[str, bytes]], partition: int | None = None
+) -> None:
+    producer = topics.producer(bootstrap, {"linger.ms": 10})
+    for key, value in records:
+        if partition is None:
+            producer.produce(topic, key=key, value=value)
+        else:
+            producer.produce(topic, key=key, value=value, partition=partition)
+    assert producer.flush(30) == 0
+
+
+class Reader:
+    """Queries the users' names in a loop: in each REPEATABLE READ transaction, the totals must be the sums
+    over the enriched table (some committed state of one version, never a mix)."""
+
+    def __init__(self, dsn: str, enriched: str, totals: str) -> None:
+        self.dsn, self.enriched, self.totals = dsn, enriched, totals
+        self.snapshots, self.wrong, self.errors, self.retried = 0, [], [], 0
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn) as conn:
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            while not self.stopped.is_set():
+                try:
+                    with conn.transaction():
+                        (total,) = conn.execute(
+                            f"SELECT coalesce(sum(views), 0) FROM {self.totals}"
+                        ).fetchone()
+                        (rows,) = conn.execute(
+                            f"SELECT coalesce(sum(views), 0) FROM {self.enriched}"
+                        ).fetchone()
+                except psycopg.errors.DeadlockDetected:  # crossed the swap's locks: PostgreSQL aborted it
+                    self.retried += 1
+                    continue
+                except psycopg.Error as exc:  # anything else: the swap was not atomic for this reader
+                    self.errors.append(str(exc))
+                    continue
+                self.snapshots += 1
+                if total != rows:
+                    self.wrong.append((total, rows))
+
+    def __enter__(self) -> Reader:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=60)
+
+
+def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
+    bootstrap, p = streamfold_setup.kafka_bootstrap, views.pipeline
+    assert p.events.kafka_topic
+    topic = p.events.kafka_topic
+    with views.connect() as pg:
+        pg.execute(f"ALTER TABLE {p.profile.table} ADD COLUMN segment text")  # not carried yet
+        for i in KEYS:
+            own.insert_customer(pg, p, i, "NO", tier="gold" if i % 2 else "", vip=i % 3 == 0, segment="pro")
+    # Records Kafka no longer retains: partition 0 starts at offset 3.
+    produce(bootstrap, topic, [("1", own.view(1, now_ms()))] * 3, partition=0)
+    admin = AdminClient(config.kafka_client_settings(bootstrap))
+    for future in admin.delete_records([TopicPartition(topic, 0, 3)]).values():
+        future.result()
+
+    live_log = views.home / "live.log"
+    live = views.start("kafka", live_log)
+    v2_job: subprocess.Popen | None = None
+    try:
+        with Traffic(views, bootstrap):
+            sp.wait_until(lambda: landed(views, p.name) > 0, 300, "a batch of the live job")
+            # The changed file: a carried column and an aggregate over it.
+            text = views.file.read_text().replace(
+                "    prefs: jsonb\n", "    prefs: jsonb\n    segment: {type: text, if_missing: unsegmented}\n"
+            )
+            changed = views.home / "v2.yaml"
+            changed.write_text(text + f"  - name: {segments(p)}\n    group_by: {{segment: segment}}\n")
+            v2 = v.versioned(pf.load(changed), "v2")
+            result = views.streamfold("reprocess", "--version", "v2", "--pipeline", str(changed))
+            assert "started the job of v2" in " ".join(result.stderr.split())
+
+            # Bad input, refused with its reason.
+            assert "exists already" in refused(
+                views, "reprocess", "--version", "v2", "--pipeline", str(changed)
+            )
+            assert "no version 'nope'" in refused(views, "swap", "nope")
+            assert "'live' is the current version" in refused(views, "drop-version", "live")
+            too_early = refused(views, "reprocess", "--version", "v9", "--from", "2000-01-01T00:00:00Z")
+            first = first_retained_ms(bootstrap, topic, 0)
+            assert f"earliest possible start is {v.pf_time(first)}" in too_early, too_early
+            assert set(listed(views)) == {"live", "v2"}
+
+            # kill -9 mid catch-up; meanwhile a swap is refused with the lag.
+            committed = lambda: listed(views)["v2"]["lag"] != "no batch committed yet"  # noqa: E731
+            sp.wait_until(committed, 300, "a committed batch of v2's job")
+            os.killpg(version_pid(views, "v2"), signal.SIGKILL)
+            for partition in range(3):  # more than the caught-up threshold behind, on every partition
+                burst = [(str(k), own.view(k, now_ms(), "/burst", 1)) for k in KEYS] * 60
+                produce(bootstrap, topic, burst, partition=partition)
+            lagging = refused(views, "swap", "v2")
+            assert "still catching up" in lagging and "records behind" in lagging, lagging
+            v2_job = subprocess.Popen(
+                [sys.executable, "-m", "streamfold", "run", "--version", "v2"],
+                stdout=(views.home / "v2-restarted.log").open("a"), stderr=subprocess.STDOUT,
+                env=views.env(), cwd=own.ROOT, start_new_session=True,
+            )  # fmt: skip
+            sp.wait_until(lambda: listed(views)["v2"]["caught_up"], 600, "v2 caught up")
+
+            # The first swap moves the live tables: the live job stops for it, and starts again after.
+            stop(live)
+            enriched, tier = p.enriched_table, p.aggregate_table(p.aggregates[2])
+            with Reader(streamfold_setup.pg_dsn, enriched, tier) as reader:
+                sp.wait_until(lambda: reader.snapshots > 20, 60, "reader snapshots")
+                swapped = views.streamfold("swap", "v2")
+                assert "now read v2" in " ".join(swapped.stderr.split())
+                before = reader.snapshots
+                sp.wait_until(lambda: reader.snapshots > before + 20, 60, "reader snapshots after the swap")
+            assert not reader.wrong, (
+                f"totals that were not the sums over one enriched state: {reader.wrong[:5]}"
+            )
+            assert not reader.errors, reader.errors[:3]
+            with views.connect() as conn:
+                swaps = conn.execute(
+                    "SELECT from_version, to_version, offsets FROM streamfold.output_swaps"
+                    " WHERE pipeline_name = %s",
+                    (p.name,),
+                ).fetchall()
+            assert [s[:2] for s in swaps] == [("live", "v2")] and f"{topic}:0" in swaps[0][2]
+            assert listed(views)["v2"]["current"]
+            assert "current version" in refused(views, "drop-version", "v2")
+            live = views.start("kafka", live_log)
+            sp.wait_until(lambda: listed(views)["v2"]["caught_up"], 300, "v2 caught up again")
+
+        # Drained: every event in v2 as the oracle has it, with the new column on old events too.
+        versions, cdc_dead = own.history(bootstrap, v2)
+        inputs = views.inputs("kafka", bootstrap)
+        want = own.expected(inputs, versions, cdc_dead, v2)
+
+        def v2_complete() -> bool:
+            with views.connect() as conn:
+                (n,) = conn.execute(f"SELECT count(*) FROM {v2.enriched_table}").fetchone()
+            return n == len(want.rows)
+
+        sp.wait_until(v2_complete, 600, "v2 to land every event")
+        with views.connect() as conn:
+            own.assert_matches(conn, want, v2)
+            segment = dict(conn.execute(f"SELECT event_id, profile_segment FROM {v2.enriched_table}"))
+            by_segment = set(
+                conn.execute(f"SELECT segment, count FROM {v2.aggregate_table(v2.aggregates[3])}")
+            )
+            sums = set(
+                conn.execute(f"SELECT profile_segment, sum(views) FROM {v2.enriched_table} GROUP BY 1")
+            )
+            through_views = conn.execute(f"SELECT count(*), sum(views) FROM {enriched}").fetchone()
+            physical = conn.execute(f"SELECT count(*), sum(views) FROM {v2.enriched_table}").fetchone()
+        assert by_segment == sums
+        assert through_views == physical
+        # Old events carry the new column too: the version they joined has it, or if_missing says it lacks it.
+        assert segment == expected_segments(inputs, versions, v2)
+        assert "unsegmented" in segment.values() and len(set(segment.values())) > 1
+
+        # Roll back: live caught up, swapped back, whole.
+        sp.wait_until(lambda: listed(views)["live"]["caught_up"], 600, "the live job caught up")
+        views.streamfold("swap", "live")
+        assert listed(views)["live"]["current"]
+        moved = v.moved_live(p)
+        live_want = own.expected(inputs, versions, cdc_dead, p)  # the same input, the live file
+
+        def live_complete() -> bool:
+            with views.connect() as conn:
+                (n,) = conn.execute(f"SELECT count(*) FROM {moved.enriched_table}").fetchone()
+            return n == len(live_want.rows)
+
+        sp.wait_until(live_complete, 600, "the live job to land every event")
+        stop(live)
+        with views.connect() as conn:
+            own.assert_matches(conn, live_want, moved)
+            through_views = conn.execute(f"SELECT count(*), sum(views) FROM {enriched}").fetchone()
+            physical = conn.execute(f"SELECT count(*), sum(views) FROM {moved.enriched_table}").fetchone()
+            (has_column,) = conn.execute(
+                "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'streamfold' "
+                "AND table_name = %s AND column_name = 'profile_segment'", (enriched.partition(".")[2],)
+            ).fetchone()  # fmt: skip
+        assert through_views == physical and has_column == 0  # the live version's columns, not v2's
+
+        views.streamfold("drop-version", "v2")
+        assert set(listed(views)) == {"live"}
+        with views.connect() as conn:
+            (left,) = conn.execute("SELECT to_regclass(%s) IS NULL", (v2.enriched_table,)).fetchone()
+        assert left
+        sp.wait_until(
+            lambda: v2.enriched_topic not in admin.list_topics(timeout=30).topics, 60, "v2's topics deleted"
+        )
+    finally:
+        for job in (live, v2_job):
+            if job is not None and job.poll() is None:
+                sp.kill9(job)
+        with contextlib.suppress(OSError, ValueError):
+            os.killpg(version_pid(views, "v2"), signal.SIGKILL)
+
+
+def first_retained_ms(bootstrap: str, topic: str, partition: int) -> int:
+    """The timestamp of the first record Kafka still holds in the partition."""
+    consumer = Consumer({**config.kafka_client_settings(bootstrap), "group.id": "test-reprocess"})
+    try:
+        low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        consumer.assign([TopicPartition(topic, partition, low)])
+        message = sp.wait_until_value(lambda: consumer.poll(1.0), 60, "the first retained record")
+        return message.timestamp()[1]
+    finally:
+        consumer.close()
+
+
+def expected_segments(
+    inputs: list[sp.Input], versions: own.Versions, pipeline: pf.Pipeline
+) -> dict[str, str]:
+    """The oracle's new column, per event: the profile version valid at the event's time (if_missing)."""
+    spec, now = pipeline.event_spec(), now_ms()
+    found = {}
+    for item in inputs:
+        try:
+            event = parse_event(item.payload, now, spec)
+        except Rejected:
+            continue
+        found[item.event_id] = own.profile_at(versions, event.key, event.time_ms, pipeline)["segment"]
+    return found

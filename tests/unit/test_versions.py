@@ -1,0 +1,133 @@
+"""Output versions' pure logic (common/versions.py): names, lag and caught-up, the earliest start."""
+
+from __future__ import annotations
+
+import pytest
+
+from common import pipeline_file as pf
+from common import versions as v
+
+DEFAULT = pf.load(pf.DEFAULT_PATH)
+
+
+def test_a_version_renames_every_output_and_keeps_every_input() -> None:
+    got = v.versioned(DEFAULT, "v2")
+    assert got.name == "clicks__v2"
+    assert got.enriched_table == "streamfold.enriched_clicks__v2"
+    assert [got.aggregate_table(a) for a in got.aggregates] == [
+        "streamfold.clicks_per_region__v2",
+        "streamfold.url_region_click_count__v2",
+    ]
+    assert got.history_table == "streamfold.profile_history_clicks__v2"
+    outputs = {got.enriched_topic, got.changelog_topic, got.dead_letters_topic}
+    assert outputs == {"user_clicks.v2", "users_changelog.v2", "clicks_dlq.v2"}
+    assert [got.aggregate_topic(a) for a in got.aggregates] == [
+        "clicks_per_region.v2",
+        "url_region_click_count.v2",
+    ]
+    inputs = ("cdc_topic", "heartbeat_topic", "connector", "slot", "publication")
+    assert [getattr(got, n) for n in inputs] == [getattr(DEFAULT, n) for n in inputs]
+    assert got.events == DEFAULT.events and got.profile == DEFAULT.profile
+    assert v.query_name(got) == "clicks__v2-kafka"
+
+
+def test_defaulted_input_names_do_not_follow_the_versions_name() -> None:
+    bare = DEFAULT.model_copy(update={"outputs": pf.Outputs()})
+    got = v.versioned(bare, "v2")
+    assert (got.connector, got.slot, got.publication) == (bare.connector, bare.slot, bare.publication)
+
+
+@pytest.mark.parametrize("name", ["", "V2", "2v", "a-b", "live", "a__b", "x" * 17])
+def test_bad_version_names_are_refused(name: str) -> None:
+    with pytest.raises(v.VersionError):
+        v.check_name(name)
+
+
+def test_a_name_that_would_make_a_table_name_too_long_is_refused() -> None:
+    long = DEFAULT.model_copy(update={"name": "p" * 60})
+    with pytest.raises(v.VersionError, match="too long or invalid"):
+        v.versioned(long, "v2")
+
+
+def test_the_users_names_map_to_the_versions_tables() -> None:
+    assert v.users_tables(v.versioned(DEFAULT, "v2"), "v2") == {
+        "streamfold.enriched_clicks": "streamfold.enriched_clicks__v2",
+        "streamfold.clicks_per_region": "streamfold.clicks_per_region__v2",
+        "streamfold.url_region_click_count": "streamfold.url_region_click_count__v2",
+    }
+    moved = v.moved_live(DEFAULT)
+    assert moved.name == DEFAULT.name and moved.enriched_topic == DEFAULT.enriched_topic  # same checkpoint
+    assert v.users_tables(moved, v.LIVE)["streamfold.enriched_clicks"] == "streamfold.enriched_clicks__live"
+
+
+def lag(*behind: tuple[int, int]) -> v.Lag:
+    return v.Lag(tuple(v.PartitionLag("clicks", i, done, end) for i, (done, end) in enumerate(behind)))
+
+
+def test_caught_up_means_every_partition_within_the_threshold() -> None:
+    assert lag((100, 100), (90, 1000)).caught_up(threshold=910)
+    assert not lag((100, 100), (89, 1000)).caught_up(threshold=910)
+    assert not v.Lag(()).caught_up()  # no batch committed yet
+    assert lag((10, 5)).behind == 0  # a partition read past an end fetched earlier
+
+
+def test_the_lag_names_the_partition_furthest_behind() -> None:
+    assert lag((0, 10), (0, 500)).describe() == "510 records behind in all, at most 500 on clicks[1]"
+    assert v.Lag(()).describe() == "no batch committed yet"
+
+
+T = 1_700_000_000_000
+
+
+def test_any_start_is_fine_while_no_partition_has_lost_records() -> None:
+    whole = [v.Retained(0, 0, T), v.Retained(1, 0, None)]
+    assert v.earliest_start_ms(whole) is None
+    v.check_start(None, whole, "clicks")
+    v.check_start(T - 10**9, whole, "clicks")
+
+
+def test_a_start_before_what_kafka_retains_is_refused_naming_the_earliest() -> None:
+    trimmed = [v.Retained(0, 5, T), v.Retained(1, 7, T + 1000), v.Retained(2, 0, T - 5000)]
+    assert v.earliest_start_ms(trimmed) == T + 1000
+    v.check_start(T + 1000, trimmed, "clicks")
+    with pytest.raises(v.VersionError, match=r"earliest possible start is 2023-11-14T22:13:21.000Z"):
+        v.check_start(T, trimmed, "clicks")
+    v.check_start(None, trimmed, "clicks")  # --from earliest: whatever Kafka retains
+
+
+def test_from_takes_earliest_or_an_iso_time() -> None:
+    assert v.parse_from("earliest") is None
+    assert v.parse_from("2023-11-14T22:13:20Z") == T
+    assert v.parse_from("2023-11-14T22:13:20") == T  # UTC unless it says
+    assert v.parse_from("2023-11-14T23:13:20+01:00") == T
+    assert v.pf_time(T) == "2023-11-14T22:13:20.000Z"
+    with pytest.raises(v.VersionError, match="--from takes"):
+        v.parse_from("yesterday")
+
+
+def test_unknown_versions_are_refused_and_live_is_always_known() -> None:
+    v.check_known("live", False, "clicks")
+    v.check_known("v2", True, "clicks")
+    with pytest.raises(v.VersionError, match="no version 'v3' of clicks"):
+        v.check_known("v3", False, "clicks")
+
+
+def test_a_swap_is_refused_to_the_current_version_and_while_catching_up() -> None:
+    v.check_swap("v2", "live", lag((100, 100)))
+    with pytest.raises(v.VersionError, match="'v2' is the current version already"):
+        v.check_swap("v2", "v2", lag((100, 100)))
+    with pytest.raises(v.VersionError, match=r"still catching up \(5000 records behind in all"):
+        v.check_swap("v2", "live", lag((0, 5000)))
+    with pytest.raises(v.VersionError, match="no batch committed yet"):
+        v.check_swap("live", "v2", v.Lag(()))
+
+
+def test_the_current_version_and_live_are_never_dropped() -> None:
+    v.check_drop("v2", "live")
+    v.check_drop("v1", "v2")
+    with pytest.raises(v.VersionError, match="'v2' is the current version"):
+        v.check_drop("v2", "v2")
+    with pytest.raises(v.VersionError, match="'live' is the current version"):
+        v.check_drop("live", "live")
+    with pytest.raises(v.VersionError, match="never dropped"):
+        v.check_drop("live", "v2")
