@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient
 from common import config
 from common import pipeline_file as pf
 from common import versions as v
-from connectors.setup import run_setup
+from connectors.setup import pipeline_topics, run_setup
 from db import pipeline_schema, schema
 from db import versions as registry
 from pipeline import job
@@ -101,12 +101,8 @@ def delete_topics(bootstrap: str, topics: list[str]) -> None:
 
 
 def output_topics(pipeline: pf.Pipeline) -> list[str]:
-    return [
-        pipeline.enriched_topic,
-        pipeline.changelog_topic,
-        pipeline.dead_letters_topic,
-        *(pipeline.aggregate_topic(a) for a in pipeline.aggregates),
-    ]
+    """The topics a version writes: setup's pipeline topics but the events, an input it shares."""
+    return [name for name, _ in pipeline_topics(pipeline) if name != pipeline.events.kafka_topic]
 
 
 # --- commands ---------------------------------------------------------------------------------------------

@@ -131,3 +131,18 @@ def test_the_current_version_and_live_are_never_dropped() -> None:
         v.check_drop("live", "live")
     with pytest.raises(v.VersionError, match="never dropped"):
         v.check_drop("live", "v2")
+
+
+def test_a_versions_output_topics_are_its_own_never_the_shared_events() -> None:
+    from streamfold.reprocess import output_topics
+
+    version = v.versioned(DEFAULT, "v2")
+    assert sorted(output_topics(version)) == sorted(
+        [
+            "users_changelog.v2",
+            "user_clicks.v2",
+            "clicks_per_region.v2",
+            "url_region_click_count.v2",
+            "clicks_dlq.v2",
+        ]
+    )
