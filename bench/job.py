@@ -131,13 +131,14 @@ class JobRun:
 
     def commits(self) -> list[tuple[int, int, datetime]]:
         """(batch_id, rows, committed_at) of the clicks query's Postgres commits: the batch's rows over
-        its partitions, and when its first partition started its transaction. The first, not the last: a
-        click becomes visible when its own partition commits, and the last would attribute clicks of an
-        early partition to the batch before (negative segments in the latency breakdown)."""
+        its partitions, and when its first partition committed (its ledger row's commit timestamp). The
+        first, not the last: a click becomes visible when its own partition commits, and the last would
+        attribute clicks of an early partition to the batch before (negative segments in the latency
+        breakdown)."""
         with psycopg.connect(self.bench.admin_dsn) as conn:
             return conn.execute(
-                "SELECT batch_id, sum(rows)::bigint, min(committed_at) FROM streamfold.sink_batches "
-                "WHERE query LIKE %s GROUP BY batch_id ORDER BY batch_id",
+                "SELECT batch_id, sum(rows)::bigint, min(pg_xact_commit_timestamp(xmin)) "
+                "FROM streamfold.sink_batches WHERE query LIKE %s GROUP BY batch_id ORDER BY batch_id",
                 (f"{self.query}:%",),
             ).fetchall()
 

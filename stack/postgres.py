@@ -150,6 +150,9 @@ class Postgres(Service):
                 # A slot no consumer reads keeps its WAL; past this much the slot is invalidated instead of
                 # filling the disk (docs/guarantees.md, "Replication slots").
                 f"max_slot_wal_keep_size = {MAX_SLOT_WAL_KEEP_SIZE}",
+                # When each transaction committed (pg_xact_commit_timestamp): when a row became visible,
+                # which the benchmark's latency reads.
+                "track_commit_timestamp = on",
                 "",
             ]
         )

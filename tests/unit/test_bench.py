@@ -32,7 +32,7 @@ def test_summary_counts_censored_samples_and_names_some():
     observed = Observations()
     observed.add("a", 10.0)
     observed.add("b", 10.0)
-    observed.mark(["a"], 12.5)
+    observed.mark({"a": 12.5})
     result = summary(observed)
     assert (result["samples"], result["censored"], result["censored_examples"]) == (2, 1, ["b"])
     assert result["max_s"] == 2.5

@@ -124,7 +124,7 @@ def test_the_cdf_follows_the_kept_quantiles_and_stops_at_censored_ones() -> None
     for i in range(200):
         observed.add(f"c{i}", 0.0)
         if i < 190:
-            observed.mark([f"c{i}"], (i + 1) / 10)
+            observed.mark({f"c{i}": (i + 1) / 10})
     latency = summary(observed)
     xs, ys = plots.cdf_from_quantiles(latency["quantiles_s"], "w")
     assert (xs[0], ys[0]) == (0.1, 0.0)
