@@ -12,6 +12,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from common import config
+from pipeline import class_archive
 
 # Jars resolved by pom.xml's `spark` profile (Kafka connector, Postgres JDBC); nothing downloads at run time.
 DEFAULT_JARS_DIR = Path(__file__).resolve().parents[1] / "lib" / "spark"
@@ -106,7 +107,12 @@ LOOPBACK_MASTERS = ("spark://127.0.0.1:", "spark://localhost:")
 
 def local_master(folder: Path) -> dict[str, str]:
     class_path = [str(folder / JOIN_JAR), *(j for j in jars_in(folder) if not j.endswith(JOIN_JAR))]
-    return {**LOCAL_MASTER, "spark.driver.extraClassPath": ":".join(class_path)}
+    where = {**LOCAL_MASTER, "spark.driver.extraClassPath": ":".join(class_path)}
+    # The class-data archive `make setup` builds for this class path (pipeline/class_archive.py).
+    if (archive := folder / class_archive.ARCHIVE).exists():
+        options = f"{DEFAULTS['spark.driver.extraJavaOptions']} {class_archive.use(archive)}"
+        where["spark.driver.extraJavaOptions"] = options
+    return where
 
 
 def jars_dir() -> Path:

@@ -111,3 +111,18 @@ def test_python_workers_run_under_the_daemon_that_keeps_zip_directories(spark: S
 
     seen = spark.range(4).mapInArrow(worker_patch, "id long, invalidate string").select(F.col("invalidate"))
     assert {r["invalidate"] for r in seen.collect()} == {"_keep_directory"}
+
+
+def test_a_local_driver_maps_the_class_archive_when_there_is_one(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("STREAMFOLD_JARS", str(tmp_path))
+    local, cluster = {"spark.master": "local[2]"}, {"spark.master": "spark://m:7077"}
+    assert "SharedArchiveFile" not in spark_session.settings(local)["spark.driver.extraJavaOptions"]
+    (tmp_path / "streamfold.jsa").write_bytes(b"")
+    options = spark_session.settings(local)["spark.driver.extraJavaOptions"]
+    assert f"-XX:SharedArchiveFile={tmp_path / 'streamfold.jsa'}" in options
+    assert options.startswith(spark_session.DEFAULTS["spark.driver.extraJavaOptions"])
+    # a cluster's driver has another class path: the archive would not match it
+    assert "SharedArchiveFile" not in spark_session.settings(cluster)["spark.driver.extraJavaOptions"]
+    # the user's own options win, as for every key
+    mine = spark_session.settings({**local, "spark.driver.extraJavaOptions": "-Xss4m"})
+    assert mine["spark.driver.extraJavaOptions"] == "-Xss4m"
