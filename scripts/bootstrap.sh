@@ -118,7 +118,10 @@ archive=lib/spark/streamfold.jsa
 if [ ! -f "$archive" ] || [ .venv/.installed -nt "$archive" ] \
   || [ -n "$(find lib/spark -name '*.jar' -newer "$archive")" ]; then
   say "class-data archive -> $archive"
-  .venv/bin/python -m pipeline.class_archive "$archive" >/dev/null
+  log=$(mktemp)
+  .venv/bin/python -m pipeline.class_archive "$archive" >/dev/null 2>"$log" \
+    || { cat "$log" >&2; die "the class-data archive could not be built"; }
+  rm -f "$log"
 fi
 
 # --- the benchmark's Kafka Streams contender (jvm-kstreams/, a module of its own) -> lib/kstreams -----
