@@ -13,10 +13,11 @@ from options.
 Exactly-once: an offset records, per shard, the sequence number of the last record in the batch. Kinesis
 has no API for a shard's end, so the driver decides the end of every batch in `latestOffset()` by reading
 ahead from the previous end. It keeps the records it read (up to `maxCachedBytesPerBatch` a batch) and
-`partitions()` embeds them in the input partitions, so the endpoint serves each record once; `read()`
-fetches from Kinesis only what was not embedded, up to the end sequence number. A batch is defined by its
-two offsets alone: a batch Spark replays after a crash (a new driver, nothing kept) is fetched whole, and
-gets the same records. Spark keeps the offsets in its checkpoint; no state lives in Kinesis.
+`partitions()` embeds them in the input partitions; `read()` fetches from Kinesis only what was not
+embedded, up to the end sequence number. So within the cap the endpoint serves each record once. A batch
+is defined by its two offsets alone: a batch Spark replays after a crash (a new driver, nothing kept) is
+fetched whole, and gets the same records. Spark keeps the offsets in its checkpoint; no state lives in
+Kinesis.
 
 Trigger.AvailableNow: a Python source cannot implement SupportsTriggerAvailableNow in Spark 4.0, so Spark
 falls back to a single batch: `maxRecordsPerBatch` then caps the whole run, and a run that finds a batch
