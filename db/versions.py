@@ -22,11 +22,13 @@ from common import pipeline_file as pf
 
 TABLE = "streamfold.output_versions"
 
+# spec is json, not jsonb: json keeps the order of the file's columns and fields, which the version's
+# tables, history view and join state follow.
 _CREATE = f"""
 CREATE TABLE IF NOT EXISTS {TABLE} (
   name text NOT NULL,
   pipeline_name text NOT NULL,
-  spec jsonb NOT NULL,
+  spec json NOT NULL,
   source text NOT NULL,
   from_ms bigint,
   conf jsonb NOT NULL,
