@@ -81,6 +81,16 @@ def moved_live(pipeline: pf.Pipeline) -> pf.Pipeline:
     return pf.Pipeline.model_validate(spec)
 
 
+def physical(live: pf.Pipeline, version: str, registered: pf.Pipeline | None) -> pf.Pipeline:
+    """The pipeline whose tables `version` writes once a swap has moved the live tables: the live file's
+    with <table>__live, or the version's registered file (`registered`, None for live)."""
+    if version == LIVE:
+        return moved_live(live)
+    if registered is None:
+        raise VersionError(f"no version {version!r} of {live.name}: `streamfold versions` lists them")
+    return registered
+
+
 def users_tables(pipeline: pf.Pipeline, version: str) -> dict[str, str]:
     """The names users' SQL reads -> the version's own tables: the enriched table and each aggregate's,
     whose names are the users' names with the version's suffix (versioned, moved_live)."""

@@ -18,7 +18,7 @@ from psycopg import sql
 
 from common import config
 from common import pipeline_file as pf
-from db import introspect, pipeline_schema, tables
+from db import introspect, pipeline_schema, tables, versions
 
 _ROLES = (
     (config.DEBEZIUM_ROLE, "LOGIN REPLICATION"),
@@ -85,10 +85,12 @@ def upgrade(dsn: str) -> tuple[str | None, str]:
 def apply(
     admin_dsn: str, pipeline: pf.Pipeline | None = None, echo: Callable[[str], None] = lambda _: None
 ) -> tuple[str | None, str]:
-    """Upgrade streamfold's tables, bring the pipeline's sink tables to its file (db/pipeline_schema.py),
-    then roles, grants and the publication of its profile table, in one transaction: a file the database
-    contradicts, or a change it cannot absorb, changes nothing. Safe to run any number of times. Returns
-    the revisions before and after; `echo` hears each change to the sink tables."""
+    """Upgrade streamfold's tables, bring the pipeline's sink tables to its file (db/pipeline_schema.py;
+    once a swap has moved them, the <table>__live ones, and the users' names then point at the current
+    version: db/versions.py ensure_views), then roles, grants and the publication of its profile table, in
+    one transaction: a file the database contradicts, or a change it cannot absorb, changes nothing. Safe
+    to run any number of times. Returns the revisions before and after; `echo` hears each change to the
+    sink tables and views."""
     pipeline = pipeline or pf.load()
     with _locked(admin_dsn) as connection:
         revisions = _upgrade(connection)
@@ -96,10 +98,14 @@ def apply(
         assert isinstance(conn, psycopg.Connection)
         # Before any grant or publication: a file the database contradicts changes nothing.
         introspect.check(conn, pipeline)
-        for change in pipeline_schema.apply(connection, pipeline):
+        moved = versions.live_moved(conn, pipeline.name)
+        for change in pipeline_schema.apply(connection, pipeline, moved):
             echo(change)
         for role, attributes in _ROLES:
             _ensure_role(conn, role, config.lookup(config.PASSWORD_VARS[role]), attributes)
+        if moved:  # after the roles: the views are granted to the reader
+            for change in versions.ensure_views(conn, pipeline, config.READER_ROLE):
+                echo(change)
         _grant(conn, pipeline)
         _ensure_publication(conn, pipeline)
     return revisions

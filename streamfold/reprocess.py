@@ -327,14 +327,6 @@ def rows(settings: config.Settings) -> list[Row]:
 # --- swap -------------------------------------------------------------------------------------------------
 
 
-def _physical(live: pf.Pipeline, name: str, moved: bool, found: registry.Version | None) -> pf.Pipeline:
-    """The pipeline whose tables the version `name` writes."""
-    if name == v.LIVE:
-        return v.moved_live(live) if moved else live
-    assert found is not None
-    return found.pipeline
-
-
 def swap(
     settings: config.Settings,
     name: str,
@@ -349,30 +341,27 @@ def swap(
         before = registry.current(conn, base, v.LIVE)
         found = None if name == v.LIVE else registry.get(conn, base, name)
         v.check_known(name, found is not None, base)
-        target = _physical(live, name, True, found)
+        target = v.physical(live, name, found.pipeline if found else None)
         behind = lag(settings, target, found.source if found else "kafka")
         v.check_swap(name, before.version, behind, threshold)
-        move = {}
         if not before.live_moved:
             started = status.job(settings.home)
             if started and started["running"]:
                 raise v.VersionError(
-                    "the first swap moves the live tables to <table>__live, and the live job writes them by "
-                    "name: stop `streamfold run` first, and start it again after the swap"
+                    "the first swap moves the live tables to <table>__live, and the live job writes them "
+                    "by name: stop `streamfold run` first, and start it again after the swap"
                 )
-            move = v.users_tables(v.moved_live(live), v.LIVE)
         old = None if before.version == v.LIVE else registry.get(conn, base, before.version)
-        dropped = set(v.users_tables(_physical(live, before.version, True, old), before.version))
-        views = v.users_tables(target, name)
+        previous = v.physical(live, before.version, old.pipeline if old else None)
         offsets = {f"{p.topic}:{p.partition}": p.processed for p in behind.partitions}
+        switch = registry.Switch.of(live, before, name, (previous, target), offsets)
         for attempt in range(SWAP_ATTEMPTS):  # a reader crossing the swap may deadlock with it
             try:
-                registry.swap(conn, base, before, name, views, dropped if before.live_moved else set(), move,
-                              offsets, config.READER_ROLE)  # fmt: skip
+                registry.swap(conn, base, before, switch, config.READER_ROLE)
                 break
             except psycopg.errors.DeadlockDetected:
                 if attempt == SWAP_ATTEMPTS - 1:
                     raise v.VersionError(
                         "the swap deadlocked with readers every time: nothing changed"
                     ) from None
-    echo(f"swapped: {', '.join(views)} now read {name} (was {before.version})")
+    echo(f"swapped: {', '.join(switch.views)} now read {name} (was {before.version})")

@@ -1,4 +1,5 @@
-"""Output versions' pure logic (common/versions.py): names, lag and caught-up, the earliest start."""
+"""Output versions' pure logic (common/versions.py, db/versions.py Switch): names, lag and caught-up, what a
+swap changes, the earliest start."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 
 from common import pipeline_file as pf
 from common import versions as v
+from db import versions as registry
 
 DEFAULT = pf.load(pf.DEFAULT_PATH)
 
@@ -58,6 +60,32 @@ def test_the_users_names_map_to_the_versions_tables() -> None:
     moved = v.moved_live(DEFAULT)
     assert moved.name == DEFAULT.name and moved.enriched_topic == DEFAULT.enriched_topic  # same checkpoint
     assert v.users_tables(moved, v.LIVE)["streamfold.enriched_clicks"] == "streamfold.enriched_clicks__live"
+
+
+def test_once_the_live_tables_moved_each_version_writes_its_own() -> None:
+    v2 = v.versioned(DEFAULT, "v2")
+    assert v.physical(DEFAULT, v.LIVE, None).enriched_table == "streamfold.enriched_clicks__live"
+    assert v.physical(DEFAULT, "v2", v2) == v2
+    with pytest.raises(v.VersionError, match="no version 'v3' of clicks"):
+        v.physical(DEFAULT, "v3", None)
+
+
+def test_the_first_swap_moves_the_live_tables_with_their_indexes_later_ones_switch_views() -> None:
+    v2, moved = v.versioned(DEFAULT, "v2"), v.moved_live(DEFAULT)
+    first = registry.Switch.of(DEFAULT, registry.Current(v.LIVE, False, None), "v2", (moved, v2), {})
+    assert first.move_live == {
+        "streamfold.enriched_clicks": "streamfold.enriched_clicks__live",
+        "streamfold.clicks_per_region": "streamfold.clicks_per_region__live",
+        "streamfold.url_region_click_count": "streamfold.url_region_click_count__live",
+    }
+    # As setup names the index of a table called enriched_clicks__live (db/pipeline_tables.py).
+    assert first.move_indexes == {"streamfold.enriched_clicks_uid_time": "enriched_clicks__live_uid_time"}
+    assert first.dropped == set() and first.views == v.users_tables(v2, "v2")
+    back = registry.Switch.of(DEFAULT, registry.Current("v2", True, None), v.LIVE, (v2, moved), {})
+    assert back.move_live == {} and back.move_indexes == {}
+    assert back.dropped == set(v.users_tables(v2, "v2"))
+    assert back.views["streamfold.enriched_clicks"] == "streamfold.enriched_clicks__live"
+    assert (back.live, back.target) == (DEFAULT, moved)  # the users' history names, over live's history
 
 
 def lag(*behind: tuple[int, int]) -> v.Lag:
