@@ -4,8 +4,9 @@ its events start, its --conf settings and when it was created. The live pipeline
 setup` applied, has no row: it is the version `live`.
 
 The swap log, streamfold.output_swaps, and the swap itself: the users' names switched to views over a
-version's tables in one transaction. And what `streamfold setup` needs once a swap has moved the live
-tables: the users' names kept on the current version (ensure_views).
+version's tables in one transaction. And what `streamfold setup` needs of both: the users' names kept on the
+current version once a swap has moved the live tables (ensure_views), the files whose jobs share the inputs
+(sharing_inputs).
 
 Created on first use (CREATE TABLE IF NOT EXISTS, by `reprocess` and `swap`; reading commands create
 nothing): an installation that never reprocesses never has them. Each command opens its own short
@@ -99,6 +100,23 @@ def all_of(conn: psycopg.Connection, base: str) -> list[Version]:
         f"SELECT {_COLUMNS} FROM {TABLE} WHERE pipeline_name = %s ORDER BY created_at, name", (base,)
     )
     return [_version(row) for row in rows]
+
+
+def sharing_inputs(conn: psycopg.Connection, pipeline: pf.Pipeline) -> list[pf.Pipeline]:
+    """`pipeline`, then the other files whose jobs read its inputs (the connector, publication and CDC
+    topic): for the live file its registered versions; for a version's file the live file setup applied
+    and the other versions. Just `pipeline` for an installation that never reprocessed."""
+    if not _exists(conn, TABLE):
+        return [pipeline]
+    row = conn.execute(
+        f"SELECT pipeline_name FROM {TABLE} WHERE spec->>'name' = %s", (pipeline.name,)
+    ).fetchone()
+    base = pipeline.name if row is None else str(row[0])
+    live = None
+    if base != pipeline.name:
+        applied = conn.execute("SELECT spec FROM streamfold.pipelines WHERE name = %s", (base,)).fetchone()
+        live = None if applied is None else pf.Pipeline.model_validate(applied[0])
+    return [pipeline, *([live] if live else []), *(version.pipeline for version in all_of(conn, base))]
 
 
 def get(conn: psycopg.Connection, base: str, name: str) -> Version | None:

@@ -88,6 +88,17 @@ def kinds_and_oids(conn: psycopg.Connection, names: list[str]) -> dict[str, tupl
     return found
 
 
+def published(conn: psycopg.Connection, p: pf.Pipeline) -> list[str]:
+    """The profile table's columns the publication carries and Debezium's role may read."""
+    row = conn.execute(
+        "SELECT array(SELECT c FROM unnest(attnames) c WHERE has_column_privilege(%s, %s, c, 'SELECT'))"
+        " FROM pg_publication_tables WHERE pubname = %s AND tablename = %s",
+        (config.DEBEZIUM_ROLE, p.profile.table, p.publication, p.profile.table_name),
+    ).fetchone()
+    assert row is not None
+    return list(row[0])
+
+
 def users_names(p: pf.Pipeline) -> list[str]:
     return [p.enriched_table, *(p.aggregate_table(a) for a in p.aggregates), p.versions_view]
 
@@ -120,6 +131,8 @@ def test_setup_after_swaps_keeps_the_users_names_on_the_current_version(admin: s
     with psycopg.connect(admin, autocommit=True) as conn:
         assert kinds_and_oids(conn, users_names(live)) == swapped
         assert "profile_notes" in registry.columns(conn, live.enriched_table)
+        assert "notes" in published(conn, live)  # v2's job still gets its column from the live file's setup
+    assert schema.shared_columns(admin, live)[-1] == "notes"  # and so does the connector
 
     swap(admin, live, v.LIVE, None)  # the rollback
     with psycopg.connect(admin, autocommit=True) as conn:
