@@ -146,6 +146,30 @@ class Lag:
         )
 
 
+# --- Kafka consumers across a swap ---------------------------------------------------------------------
+
+# The events are stamped by their producers' clocks, a version's output records by its job's: consumers of
+# the new version's topics start this much earlier, for the skew between them.
+CLOCK_MARGIN_MS = 60_000
+
+
+def consumers_from_ms(
+    old: Lag, unread_ms: dict[tuple[str, int], int | None], now_ms: int, max_wait_ms: int
+) -> int | None:
+    """Where the consumers of the new version's topics start so as to miss nothing the old version had not
+    written when the swap happened (docs/reprocess.md "Kafka consumers across a swap"): its next input
+    record's timestamp on each partition it had not read to the end (`unread_ms`, by (topic, partition);
+    now where it had), the earliest, less its join.max_wait (how long a click may wait in its join) and
+    CLOCK_MARGIN_MS. The new version writes every later event at or after its input's timestamp. None (the
+    topics' beginning) when the old version never committed a batch or a next record could not be read."""
+    if not old.partitions:
+        return None
+    unread = [unread_ms.get((p.topic, p.partition)) for p in old.partitions if p.behind > 0]
+    if None in unread:
+        return None
+    return min([now_ms, *(t for t in unread if t is not None)]) - max_wait_ms - CLOCK_MARGIN_MS
+
+
 # --- refusals ---------------------------------------------------------------------------------------------
 
 

@@ -157,6 +157,7 @@ CREATE TABLE IF NOT EXISTS {SWAPS} (
   from_version text NOT NULL,
   to_version text NOT NULL,
   offsets jsonb NOT NULL,
+  consumers_from timestamptz,
   PRIMARY KEY (pipeline_name, swapped_at)
 )"""
 
@@ -164,22 +165,23 @@ CREATE TABLE IF NOT EXISTS {SWAPS} (
 @dataclass(frozen=True)
 class Current:
     """The version users' names read, and whether the live tables have moved to <table>__live (they have
-    from the first swap on)."""
+    from the first swap on); since when, and where its topics' consumers start (the swap's record)."""
 
     version: str
     live_moved: bool
     swapped_at: datetime | None
+    consumers_from: datetime | None = None
 
 
 def current(conn: psycopg.Connection, base: str, live: str) -> Current:
     if not _exists(conn, SWAPS):
         return Current(live, False, None)
     row = conn.execute(
-        f"SELECT to_version, swapped_at FROM {SWAPS} WHERE pipeline_name = %s"
+        f"SELECT to_version, swapped_at, consumers_from FROM {SWAPS} WHERE pipeline_name = %s"
         " ORDER BY swapped_at DESC LIMIT 1",
         (base,),
     ).fetchone()
-    return Current(live, False, None) if row is None else Current(row[0], True, row[1])
+    return Current(live, False, None) if row is None else Current(row[0], True, row[1], row[2])
 
 
 def _qualified(name: str) -> sql.Composable:
@@ -192,7 +194,8 @@ class Switch:
     and `move_indexes` each of their indexes -> the name setup gives it on the moved table.
     `dropped`: the users' names whose views go; `views`: users' name -> the target version's table.
     `live`, `target`: the live file, whose history view and function are the users' names, and the target's
-    pipeline, whose history they read from then on. `offsets`: the target's committed input offsets."""
+    pipeline, whose history they read from then on. `offsets`: the target's committed input offsets;
+    `consumers_from`: where its topics' consumers start (streamfold/reprocess.py)."""
 
     to_version: str
     views: dict[str, str]
@@ -202,6 +205,7 @@ class Switch:
     live: pf.Pipeline
     target: pf.Pipeline
     offsets: dict[str, Any]
+    consumers_from: datetime | None
 
     @classmethod
     def of(
@@ -211,6 +215,7 @@ class Switch:
         to_version: str,
         tables: tuple[pf.Pipeline, pf.Pipeline],
         offsets: dict[str, Any],
+        consumers_from: datetime | None,
     ) -> Switch:
         """The swap from `before` to `to_version`; `tables`: the pipelines whose tables the current version
         and the target write once the live tables moved (common/versions.py physical). The first swap
@@ -226,6 +231,7 @@ class Switch:
             live=live,
             target=target,
             offsets=offsets,
+            consumers_from=consumers_from,
         )
 
 
@@ -276,8 +282,9 @@ def swap(conn: psycopg.Connection, base: str, before: Current, switch: Switch, r
             _create_view(conn, name, table, reader)
         _point_history(conn, switch.live, switch.target, reader)
         conn.execute(
-            f"INSERT INTO {SWAPS} (pipeline_name, from_version, to_version, offsets) VALUES (%s, %s, %s, %s)",
-            (base, before.version, switch.to_version, json.dumps(switch.offsets)),
+            f"INSERT INTO {SWAPS} (pipeline_name, from_version, to_version, offsets, consumers_from)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            (base, before.version, switch.to_version, json.dumps(switch.offsets), switch.consumers_from),
         )
 
 

@@ -63,7 +63,7 @@ def swap(admin: str, live: pf.Pipeline, to: str, version: pf.Pipeline | None) ->
             v.physical(live, before.version, old.pipeline if old else None),
             v.physical(live, to, version),
         )
-        switch = registry.Switch.of(live, before, to, tables, {})
+        switch = registry.Switch.of(live, before, to, tables, {}, None)
         registry.swap(conn, live.name, before, switch, config.READER_ROLE)
 
 
