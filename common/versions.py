@@ -81,6 +81,16 @@ def moved_live(pipeline: pf.Pipeline) -> pf.Pipeline:
     return pf.Pipeline.model_validate(spec)
 
 
+def physical(live: pf.Pipeline, version: str, registered: pf.Pipeline | None) -> pf.Pipeline:
+    """The pipeline whose tables `version` writes once a swap has moved the live tables: the live file's
+    with <table>__live, or the version's registered file (`registered`, None for live)."""
+    if version == LIVE:
+        return moved_live(live)
+    if registered is None:
+        raise VersionError(f"no version {version!r} of {live.name}: `streamfold versions` lists them")
+    return registered
+
+
 def users_tables(pipeline: pf.Pipeline, version: str) -> dict[str, str]:
     """The names users' SQL reads -> the version's own tables: the enriched table and each aggregate's,
     whose names are the users' names with the version's suffix (versioned, moved_live)."""
@@ -134,6 +144,30 @@ class Lag:
         return (
             f"{self.behind} records behind in all, at most {worst.behind} on {worst.topic}[{worst.partition}]"
         )
+
+
+# --- Kafka consumers across a swap ---------------------------------------------------------------------
+
+# The events are stamped by their producers' clocks, a version's output records by its job's: consumers of
+# the new version's topics start this much earlier, for the skew between them.
+CLOCK_MARGIN_MS = 60_000
+
+
+def consumers_from_ms(
+    old: Lag, unread_ms: dict[tuple[str, int], int | None], now_ms: int, max_wait_ms: int
+) -> int | None:
+    """Where the consumers of the new version's topics start so as to miss nothing the old version had not
+    written when the swap happened (docs/reprocess.md "Kafka consumers across a swap"): its next input
+    record's timestamp on each partition it had not read to the end (`unread_ms`, by (topic, partition);
+    now where it had), the earliest, less its join.max_wait (how long a click may wait in its join) and
+    CLOCK_MARGIN_MS. The new version writes every later event at or after its input's timestamp. None (the
+    topics' beginning) when the old version never committed a batch or a next record could not be read."""
+    if not old.partitions:
+        return None
+    unread = [unread_ms.get((p.topic, p.partition)) for p in old.partitions if p.behind > 0]
+    if None in unread:
+        return None
+    return min([now_ms, *(t for t in unread if t is not None)]) - max_wait_ms - CLOCK_MARGIN_MS
 
 
 # --- refusals ---------------------------------------------------------------------------------------------

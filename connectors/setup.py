@@ -74,15 +74,16 @@ class SetupError(RuntimeError):
     """A set-up step failed; the message says which and why (no stack trace for users)."""
 
 
-def connector_config(settings: config.Settings) -> dict[str, str]:
+def connector_config(settings: config.Settings, columns: tuple[str, ...] | None = None) -> dict[str, str]:
     """connectors/debezium-postgres.json with endpoints and the pipeline file's names filled in. The
     password stays a reference (`${env:STREAMFOLD_DEBEZIUM_PASSWORD}`) that the Connect worker resolves
-    from its own environment, so neither the REST API nor the config topic ever holds it."""
+    from its own environment, so neither the REST API nor the config topic ever holds it. `columns`: the
+    profile columns it carries (default: the file's; setup passes those of every version reading them)."""
     template = resources.files("connectors").joinpath("debezium-postgres.json").read_text()
     dsn = conninfo_to_dict(settings.pg_dsn)
     pipeline = settings.pipeline
     table = pipeline.profile.table
-    columns = schema.carried_columns(pipeline)
+    columns = columns or schema.carried_columns(pipeline)
     heartbeat = f"{pf.HEARTBEAT_SCHEMA}.{pf.HEARTBEAT_TABLE}"
     prefix = pipeline.outputs.cdc_topic_prefix
     values = {
@@ -269,7 +270,8 @@ def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[
         kinesis.ensure_stream(kinesis.client(), settings.clicks_stream, shards=CLICK_PARTITIONS)
         echo(f"kinesis stream {settings.clicks_stream}: active")
     connector = settings.pipeline.connector
-    changed = register_connector(settings.connect_url, connector, connector_config(settings))
+    columns = schema.shared_columns(settings.pg_dsn, settings.pipeline)
+    changed = register_connector(settings.connect_url, connector, connector_config(settings, columns))
     echo(f"connector {connector}: {'registered' if changed else 'unchanged'}; waiting until it runs")
     wait_until_running(settings.connect_url, connector, timeout_s)
     echo(f"connector {connector}: RUNNING")

@@ -7,6 +7,10 @@ updates a row: a version's end, valid_to, is the next version's valid_from, deri
 function Pipeline.profile_at_function(key, at) returns the version valid at `at`, as the join would pick it
 for an event then: the greatest (valid_from, lsn) <= `at`, nothing when that is a delete or there is none.
 `streamfold setup` creates both (CREATE OR REPLACE: a column the file adds goes at the end of the view).
+
+The live pipeline's view and function are the names users' SQL and `streamfold query` read. From the first
+`streamfold swap` on they read the current version's history table (db/versions.py): `replace_sql` drops
+and creates them over another version's table, as the swap does for the enriched and aggregate names.
 """
 
 from __future__ import annotations
@@ -29,11 +33,17 @@ def key_type(pipeline: pf.Pipeline) -> str:
     return str(COLUMN_TYPES[pipeline.key_type].compile(dialect=postgresql.dialect()))
 
 
-def view_sql(pipeline: pf.Pipeline) -> str:
+def view_columns(pipeline: pf.Pipeline) -> list[str]:
+    """The view's columns, in view_sql's order."""
+    return [pipeline.profile.key, *FIXED, *pipeline.profile.columns]
+
+
+def view_sql(pipeline: pf.Pipeline, named: pf.Pipeline | None = None) -> str:
+    """The view over `pipeline`'s history table, under `named`'s view name (default: its own)."""
     key = _quoted(pipeline.profile.key)
     carried = "".join(f", h.{_quoted(c)}" for c in pipeline.profile.columns)
     return (
-        f"CREATE OR REPLACE VIEW {pipeline.versions_view} AS"
+        f"CREATE OR REPLACE VIEW {(named or pipeline).versions_view} AS"
         f" SELECT h.{key}, h.valid_from,"
         f" lead(h.valid_from) OVER (PARTITION BY h.{key} ORDER BY h.valid_from, h.lsn) AS valid_to,"
         f" h.op, h.lsn, h.incomplete{carried}"
@@ -41,16 +51,29 @@ def view_sql(pipeline: pf.Pipeline) -> str:
     )
 
 
-def function_sql(pipeline: pf.Pipeline) -> str:
-    """valid_to > at also skips a version another one replaces at the same instant (a higher lsn)."""
+def function_sql(pipeline: pf.Pipeline, named: pf.Pipeline | None = None) -> str:
+    """valid_to > at also skips a version another one replaces at the same instant (a higher lsn).
+    `named`: whose function and view names (default: the pipeline's own)."""
+    names = named or pipeline
     key = _quoted(pipeline.profile.key)
     parameters = f"wanted_key {key_type(pipeline)}, at_time timestamptz"
     return (
-        f"CREATE OR REPLACE FUNCTION {pipeline.profile_at_function}({parameters})"
-        f" RETURNS SETOF {pipeline.versions_view} LANGUAGE sql STABLE AS $$"
-        f" SELECT * FROM {pipeline.versions_view} v WHERE v.{key} = wanted_key AND v.valid_from <= at_time"
+        f"CREATE OR REPLACE FUNCTION {names.profile_at_function}({parameters})"
+        f" RETURNS SETOF {names.versions_view} LANGUAGE sql STABLE AS $$"
+        f" SELECT * FROM {names.versions_view} v WHERE v.{key} = wanted_key AND v.valid_from <= at_time"
         " AND (v.valid_to IS NULL OR v.valid_to > at_time) AND v.op <> 'd' $$"
     )
+
+
+def replace_sql(pipeline: pf.Pipeline, named: pf.Pipeline) -> list[str]:
+    """`named`'s view and function dropped and created over `pipeline`'s history: versions differ in their
+    columns, which CREATE OR REPLACE VIEW cannot drop. The function first: its result type is the view's."""
+    return [
+        f"DROP FUNCTION IF EXISTS {named.profile_at_function}",
+        f"DROP VIEW IF EXISTS {named.versions_view}",
+        view_sql(pipeline, named),
+        function_sql(pipeline, named),
+    ]
 
 
 def create(conn: sa.Connection, pipeline: pf.Pipeline) -> list[str]:

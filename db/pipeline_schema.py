@@ -22,6 +22,7 @@ from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
 
 from common import pipeline_file as pf
+from common.versions import moved_live
 from db import history, pipeline_tables, tables
 
 _RESTART = (
@@ -108,19 +109,24 @@ def _check_list(after: pf.Pipeline, path: str, old: dict[str, Any], new: dict[st
             )
 
 
-def apply(conn: sa.Connection, pipeline: pf.Pipeline) -> list[str]:
+def apply(conn: sa.Connection, pipeline: pf.Pipeline, moved: bool = False) -> list[str]:
     """Creates the sink tables that are missing and adds new columns (nullable: older rows have none);
     records the file. Returns what changed, one line each. Refuses (IncompatibleChange) before changing
-    anything when the file changed in a way the installation cannot absorb."""
+    anything when the file changed in a way the installation cannot absorb.
+
+    moved: a swap has moved the live pipeline's tables to <table>__live (common/versions.py moved_live):
+    those are the tables to apply the file to, and the users' names, views by then (the history's view and
+    function among them), are db/versions.py ensure_views' to keep."""
     before = applied(conn, pipeline.name)
     if before is not None:
         check_change(before, pipeline)
-    wanted = pipeline_tables.metadata(pipeline)
+    wanted = pipeline_tables.metadata(moved_live(pipeline) if moved else pipeline)
     done: list[str] = []
     operations = Operations(MigrationContext.configure(conn))
     for diff in _differences(conn, wanted):
         done += _apply(operations, conn, wanted, diff)
-    done += history.create(conn, pipeline)
+    if not moved:
+        done += history.create(conn, pipeline)
     record = {"name": pipeline.name, "spec": pipeline.model_dump(mode="json")}
     statement = sa.dialects.postgresql.insert(tables.pipelines).values(record)
     conn.execute(

@@ -18,7 +18,7 @@ from psycopg import sql
 
 from common import config
 from common import pipeline_file as pf
-from db import introspect, pipeline_schema, tables
+from db import introspect, pipeline_schema, tables, versions
 
 _ROLES = (
     (config.DEBEZIUM_ROLE, "LOGIN REPLICATION"),
@@ -85,10 +85,12 @@ def upgrade(dsn: str) -> tuple[str | None, str]:
 def apply(
     admin_dsn: str, pipeline: pf.Pipeline | None = None, echo: Callable[[str], None] = lambda _: None
 ) -> tuple[str | None, str]:
-    """Upgrade streamfold's tables, bring the pipeline's sink tables to its file (db/pipeline_schema.py),
-    then roles, grants and the publication of its profile table, in one transaction: a file the database
-    contradicts, or a change it cannot absorb, changes nothing. Safe to run any number of times. Returns
-    the revisions before and after; `echo` hears each change to the sink tables."""
+    """Upgrade streamfold's tables, bring the pipeline's sink tables to its file (db/pipeline_schema.py;
+    once a swap has moved them, the <table>__live ones, and the users' names then point at the current
+    version: db/versions.py ensure_views), then roles, grants and the publication of its profile table, in
+    one transaction: a file the database contradicts, or a change it cannot absorb, changes nothing. Safe
+    to run any number of times. Returns the revisions before and after; `echo` hears each change to the
+    sink tables and views."""
     pipeline = pipeline or pf.load()
     with _locked(admin_dsn) as connection:
         revisions = _upgrade(connection)
@@ -96,12 +98,17 @@ def apply(
         assert isinstance(conn, psycopg.Connection)
         # Before any grant or publication: a file the database contradicts changes nothing.
         introspect.check(conn, pipeline)
-        for change in pipeline_schema.apply(connection, pipeline):
+        moved = versions.live_moved(conn, pipeline.name)
+        for change in pipeline_schema.apply(connection, pipeline, moved):
             echo(change)
         for role, attributes in _ROLES:
             _ensure_role(conn, role, config.lookup(config.PASSWORD_VARS[role]), attributes)
-        _grant(conn, pipeline)
-        _ensure_publication(conn, pipeline)
+        if moved:  # after the roles: the views are granted to the reader
+            for change in versions.ensure_views(conn, pipeline, config.READER_ROLE):
+                echo(change)
+        columns = carried_columns(*versions.sharing_inputs(conn, pipeline))
+        _grant(conn, pipeline, columns)
+        _ensure_publication(conn, pipeline, columns)
     return revisions
 
 
@@ -132,22 +139,31 @@ def _ensure_role(conn: psycopg.Connection, role: str, password: str, attributes:
     )
 
 
-def carried_columns(pipeline: pf.Pipeline) -> tuple[str, ...]:
-    """The profile table's columns that may leave the database: the key and the declared columns. Every
-    other column (PII by default) stays behind."""
-    return (pipeline.profile.key, *pipeline.profile.columns)
+def carried_columns(pipeline: pf.Pipeline, *others: pf.Pipeline) -> tuple[str, ...]:
+    """The profile table's columns that may leave the database: the key and the declared columns, then
+    those only `others` declare (the files of other versions reading the same inputs). Every other column
+    (PII by default) stays behind."""
+    return tuple(dict.fromkeys(c for p in (pipeline, *others) for c in (p.profile.key, *p.profile.columns)))
+
+
+def shared_columns(dsn: str, pipeline: pf.Pipeline) -> tuple[str, ...]:
+    """The columns the connector and the publication carry for `pipeline`: those of every file that reads
+    its inputs (db/versions.py sharing_inputs), so that setup of one version (the live file's at every
+    compose up) never stops a column another version's job carries."""
+    with psycopg.connect(dsn) as conn:
+        return carried_columns(*versions.sharing_inputs(conn, pipeline))
 
 
 def _profile_table(pipeline: pf.Pipeline) -> sql.Composable:
     return sql.Identifier(pipeline.profile.schema_name, pipeline.profile.table_name)
 
 
-def _grant(conn: psycopg.Connection, pipeline: pf.Pipeline) -> None:
+def _grant(conn: psycopg.Connection, pipeline: pf.Pipeline, carried: tuple[str, ...]) -> None:
     db = conn.info.dbname
     debezium, writer, reader = (
         sql.Identifier(r) for r in (config.DEBEZIUM_ROLE, config.WRITER_ROLE, config.READER_ROLE)
     )
-    columns = sql.SQL(", ").join(sql.Identifier(c) for c in carried_columns(pipeline))
+    columns = sql.SQL(", ").join(sql.Identifier(c) for c in carried)
     profile = _profile_table(pipeline)
     statements = [
         sql.SQL("GRANT CONNECT ON DATABASE {} TO {}, {}, {}").format(
@@ -178,14 +194,14 @@ def _grant(conn: psycopg.Connection, pipeline: pf.Pipeline) -> None:
         conn.execute(statement)
 
 
-def _ensure_publication(conn: psycopg.Connection, pipeline: pf.Pipeline) -> None:
+def _ensure_publication(conn: psycopg.Connection, pipeline: pf.Pipeline, carried: tuple[str, ...]) -> None:
     """A publication with a column list (PostgreSQL 15+): pgoutput never decodes the PII columns.
 
     It also carries streamfold.cdc_heartbeat (CDC progress, see pipeline/cdc_fold.py)."""
     # The heartbeat table too: its change events are CDC progress, in commit order with the profiles'.
     table = sql.SQL("{} ({}), {}").format(
         _profile_table(pipeline),
-        sql.SQL(", ").join(sql.Identifier(c) for c in carried_columns(pipeline)),
+        sql.SQL(", ").join(sql.Identifier(c) for c in carried),
         sql.Identifier(pf.HEARTBEAT_SCHEMA, pf.HEARTBEAT_TABLE),
     )
     name = sql.Identifier(pipeline.publication)

@@ -1,4 +1,5 @@
-"""The `streamfold` command: stack, setup, run, status, generate, query, reprocess and its versions."""
+"""The `streamfold` command: stack, setup, run, status, generate, query, reprocess and its versions, swap,
+topics."""
 
 from __future__ import annotations
 
@@ -384,6 +385,28 @@ def drop_version(version: VersionArgument) -> None:
         versions.drop_version(config.load(), version, echo=console.print)
     except (config.ConfigError, VersionError) as exc:
         fail(str(exc))
+
+
+@app.command()
+def topics(as_json: Annotated[bool, typer.Option("--json", help="print them as JSON")] = False) -> None:
+    """The output topics to consume now: the current version's, by the live pipeline's names, and where a
+    consumer that follows a swap starts on them (docs/reprocess.md, "Kafka consumers across a swap")."""
+    import json
+
+    from common.versions import VersionError
+    from streamfold import reprocess as versions
+
+    try:
+        now = versions.current_topics(config.load())
+    except (config.ConfigError, VersionError) as exc:
+        fail(str(exc))
+    if as_json:
+        print(json.dumps(now, indent=2))
+        return
+    since = f" since {now['swapped_at']}, consumers from {now['consumers_from']}" if now["swapped_at"] else ""
+    print(f"current version {now['version']}{since}")
+    for name, topic in now["topics"].items():
+        print(f"{name} -> {topic}")
 
 
 def _generate_profiles(count: int) -> None:

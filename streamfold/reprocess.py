@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from connectors.setup import pipeline_topics, run_setup
 from db import pipeline_schema, schema
 from db import versions as registry
 from pipeline import job
+from pipeline.join_config import JoinConfig
 from streamfold import status
 
 STOP_WAIT_S = 60.0
@@ -327,14 +329,6 @@ def rows(settings: config.Settings) -> list[Row]:
 # --- swap -------------------------------------------------------------------------------------------------
 
 
-def _physical(live: pf.Pipeline, name: str, moved: bool, found: registry.Version | None) -> pf.Pipeline:
-    """The pipeline whose tables the version `name` writes."""
-    if name == v.LIVE:
-        return v.moved_live(live) if moved else live
-    assert found is not None
-    return found.pipeline
-
-
 def swap(
     settings: config.Settings,
     name: str,
@@ -349,30 +343,70 @@ def swap(
         before = registry.current(conn, base, v.LIVE)
         found = None if name == v.LIVE else registry.get(conn, base, name)
         v.check_known(name, found is not None, base)
-        target = _physical(live, name, True, found)
+        target = v.physical(live, name, found.pipeline if found else None)
         behind = lag(settings, target, found.source if found else "kafka")
         v.check_swap(name, before.version, behind, threshold)
-        move = {}
         if not before.live_moved:
             started = status.job(settings.home)
             if started and started["running"]:
                 raise v.VersionError(
-                    "the first swap moves the live tables to <table>__live, and the live job writes them by "
-                    "name: stop `streamfold run` first, and start it again after the swap"
+                    "the first swap moves the live tables to <table>__live, and the live job writes them "
+                    "by name: stop `streamfold run` first, and start it again after the swap"
                 )
-            move = v.users_tables(v.moved_live(live), v.LIVE)
         old = None if before.version == v.LIVE else registry.get(conn, base, before.version)
-        dropped = set(v.users_tables(_physical(live, before.version, True, old), before.version))
-        views = v.users_tables(target, name)
+        previous = v.physical(live, before.version, old.pipeline if old else None)
         offsets = {f"{p.topic}:{p.partition}": p.processed for p in behind.partitions}
+        switch = registry.Switch.of(
+            live, before, name, (previous, target), offsets, consumers_from(settings, previous, old)
+        )
         for attempt in range(SWAP_ATTEMPTS):  # a reader crossing the swap may deadlock with it
             try:
-                registry.swap(conn, base, before, name, views, dropped if before.live_moved else set(), move,
-                              offsets, config.READER_ROLE)  # fmt: skip
+                registry.swap(conn, base, before, switch, config.READER_ROLE)
                 break
             except psycopg.errors.DeadlockDetected:
                 if attempt == SWAP_ATTEMPTS - 1:
                     raise v.VersionError(
                         "the swap deadlocked with readers every time: nothing changed"
                     ) from None
-    echo(f"swapped: {', '.join(views)} now read {name} (was {before.version})")
+    echo(f"swapped: {', '.join(switch.views)} now read {name} (was {before.version})")
+
+
+def consumers_from(
+    settings: config.Settings, old: pf.Pipeline, registered: registry.Version | None
+) -> datetime | None:
+    """Where consumers of the new version's topics start (common/versions.py consumers_from_ms), from the
+    old version's position on its inputs and its join.max_wait (its file's, and a version's --conf)."""
+    behind = lag(settings, old, registered.source if registered else "kafka")
+    conf = registered.conf if registered else {}
+    max_wait = JoinConfig.from_conf({**job.file_join_conf(old), **conf}).max_wait_ms
+    client = status.consumer(settings.kafka_bootstrap)
+    try:
+        unread = {
+            (p.topic, p.partition): _timestamp_at(client, p.topic, p.partition, p.processed, p.end)
+            for p in behind.partitions
+            if p.behind > 0
+        }
+    finally:
+        client.close()
+    found = v.consumers_from_ms(behind, unread, int(time.time() * 1000), max_wait)
+    return None if found is None else datetime.fromtimestamp(found / 1000, UTC)
+
+
+def current_topics(settings: config.Settings) -> dict[str, Any]:
+    """`streamfold topics`: the current version, when it became current and where its topics' consumers
+    start (the newest swap's record; none before the first swap), and its output topics by the live
+    pipeline's names (`user_clicks` -> `user_clicks.v2`; the live version's are its own)."""
+    base = settings.pipeline.name
+    live = _live(settings, base)
+    with _connect(settings) as conn:
+        now = registry.current(conn, base, v.LIVE)
+        found = None if now.version == v.LIVE else registry.get(conn, base, now.version)
+    suffix = "" if found is None else f".{now.version}"
+    topics = output_topics(live if found is None else found.pipeline)
+    return {
+        "pipeline": base,
+        "version": now.version,
+        "swapped_at": now.swapped_at.isoformat() if now.swapped_at else None,
+        "consumers_from": now.consumers_from.isoformat() if now.consumers_from else None,
+        "topics": {topic.removesuffix(suffix): topic for topic in topics},
+    }

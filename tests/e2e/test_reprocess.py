@@ -7,7 +7,10 @@ catch-up (a swap is refused meanwhile, with its lag) and restarted; the live job
 (which moves its tables to <table>__live) and starts again; `swap v2` happens under load with a reader
 checking, in one REPEATABLE READ transaction at a time, that the totals are the sums over the enriched
 table; after a drain v2 equals the oracle row by row (old events carry the new column) and `swap live`
-rolls back to a whole live version. Bad input is refused on the way."""
+rolls back to a whole live version. After each swap `streamfold setup` of the live file changes nothing:
+the users' names, the history's view among them, keep reading the current version while the jobs land.
+A Kafka consumer follows both swaps with `streamfold topics`: every event once, none lost. Bad input is
+refused on the way."""
 
 from __future__ import annotations
 
@@ -19,9 +22,13 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
+from collections import Counter
+from datetime import datetime
 
 import psycopg
 import pytest
+import requests
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
@@ -29,6 +36,7 @@ from psycopg import sql
 from common import config, topics
 from common import pipeline_file as pf
 from common import versions as v
+from db import versions as registry
 from spec.events import Rejected, parse_event
 from tests.support import own_pipeline as own
 from tests.support import pipeline as sp
@@ -181,6 +189,123 @@ class Reader:
         self.thread.join(timeout=60)
 
 
+class Follower:
+    """A Kafka consumer of the enriched events that follows the current version as docs/reprocess.md
+    ("Kafka consumers across a swap") says: `streamfold topics --json` names the version and its topic;
+    at a swap it reads the old topic up to `swapped_at`, then the new one from `consumers_from`, and drops
+    the event_ids it has processed already."""
+
+    CHECK_S = 10.0  # how often it asks which version is current (a CLI call: a couple of seconds of CPU)
+
+    def __init__(self, views: own.OwnPipeline, bootstrap: str) -> None:
+        self.views, self.bootstrap = views, bootstrap
+        self.processed: set[str] = set()
+        self.dropped = 0
+        self.followed: list[str] = []  # the versions, in the order it followed them
+        self.per_topic: Counter[str] = Counter()
+        self.next: dict[tuple[str, int], int] = {}  # the next offset it reads, per partition
+        self.errors: list[str] = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.guarded, daemon=True)
+
+    def current(self) -> dict:
+        return json.loads(self.views.streamfold("topics", "--json").stdout)
+
+    def guarded(self) -> None:
+        try:
+            self.run()
+        except Exception as exc:  # the test asserts there was none
+            self.errors.append(repr(exc))
+
+    def run(self) -> None:
+        wanted = self.views.pipeline.enriched_topic  # the users' name of the enriched topic
+        group = {"group.id": f"follower-{uuid.uuid4().hex}", "enable.auto.commit": False}
+        consumer = Consumer({**config.kafka_client_settings(self.bootstrap), **group})
+        try:
+            now = self.current()
+            topic, self.followed = now["topics"][wanted], [now["version"]]
+            self.assign(consumer, topic, None)
+            checked = time.monotonic()
+            while not self.stopped.is_set():
+                self.take(consumer.poll(0.5))
+                if time.monotonic() - checked < self.CHECK_S:
+                    continue
+                checked, now = time.monotonic(), self.current()
+                if now["version"] != self.followed[-1]:
+                    ends = self.offsets(consumer, topic, millis(now["swapped_at"]))
+                    self.drain(consumer, topic, ends)
+                    topic = now["topics"][wanted]
+                    self.assign(consumer, topic, now["consumers_from"] and millis(now["consumers_from"]))
+                    self.followed.append(now["version"])
+        finally:
+            consumer.close()
+
+    def take(self, message) -> None:
+        if message is None or message.error() is not None:
+            return
+        self.next[(message.topic(), message.partition())] = message.offset() + 1
+        self.per_topic[message.topic()] += 1
+        event_id = json.loads(message.value())["event_id"]
+        if event_id in self.processed:
+            self.dropped += 1
+        self.processed.add(event_id)
+
+    def offsets(self, consumer: Consumer, topic: str, time_ms: int | None) -> dict[int, int]:
+        """Per partition: its first record stamped at or after time_ms (its end when none is yet), or its
+        beginning."""
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        found = {}
+        for partition in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+            found[partition] = low
+            if time_ms is not None:
+                (at,) = consumer.offsets_for_times([TopicPartition(topic, partition, time_ms)], timeout=30)
+                found[partition] = at.offset if at.offset >= 0 else high
+        return found
+
+    def assign(self, consumer: Consumer, topic: str, time_ms: int | None) -> None:
+        start = self.offsets(consumer, topic, time_ms)
+        self.next.update({(topic, partition): offset for partition, offset in start.items()})
+        consumer.assign([TopicPartition(topic, partition, offset) for partition, offset in start.items()])
+
+    def drain(self, consumer: Consumer, topic: str, ends: dict[int, int]) -> None:
+        """The old topic, up to `ends`."""
+        deadline = time.monotonic() + 120
+        while any(self.next[(topic, p)] < end for p, end in ends.items()):
+            assert time.monotonic() < deadline, f"could not read {topic} up to the swap"
+            self.take(consumer.poll(0.5))
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=60)
+
+
+def millis(iso: str) -> int:
+    return int(datetime.fromisoformat(iso).timestamp() * 1000)
+
+
+def oids(views: own.OwnPipeline, names: list[str]) -> dict[str, int | None]:
+    """Each relation's oid: a view setup replaced would have a new one."""
+    with views.connect() as conn:
+        return {n: conn.execute("SELECT to_regclass(%s)::oid", (n,)).fetchone()[0] for n in names}
+
+
+def setup_changes_nothing(views: own.OwnPipeline, names: list[str]) -> None:
+    """`streamfold setup` of the live file after a swap: it succeeds, and since the swap pointed the users'
+    names at the current version already, it replaces none of them and reports no change."""
+    before = oids(views, names)
+    assert None not in before.values(), before
+    result = views.streamfold("setup")
+    assert "tables:" not in result.stderr, result.stderr
+    assert oids(views, names) == before
+
+
+def columns(views: own.OwnPipeline, relation: str) -> list[str]:
+    with views.connect() as conn:
+        return registry.columns(conn, relation)
+
+
 def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
     bootstrap, p = streamfold_setup.kafka_bootstrap, views.pipeline
     assert p.events.kafka_topic
@@ -198,9 +323,11 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
     live_log = views.home / "live.log"
     live = views.start("kafka", live_log)
     v2_job: subprocess.Popen | None = None
+    follower = Follower(views, bootstrap)  # a consumer of the enriched events, across both swaps
     try:
         with Traffic(views, bootstrap):
             sp.wait_until(lambda: landed(views, p.name) > 0, 300, "a batch of the live job")
+            follower.thread.start()
             # The changed file: a carried column and an aggregate over it.
             text = views.file.read_text().replace(
                 "    prefs: jsonb\n", "    prefs: jsonb\n    segment: {type: text, if_missing: unsegmented}\n"
@@ -263,6 +390,20 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
             live = views.start("kafka", live_log)
             sp.wait_until(lambda: listed(views)["v2"]["caught_up"], 300, "v2 caught up again")
 
+            # `streamfold setup` of the live file after the swap (the compose stack runs it at every up): the
+            # users' names keep reading v2, history included; v2's column keeps flowing; both jobs land.
+            setup_changes_nothing(views, [*v.users_tables(v2, "v2"), p.versions_view])
+            assert "profile_segment" in columns(views, enriched)
+            assert "segment" in columns(views, p.versions_view)
+            assert "segment" in views.streamfold("query", "versions", "1").stdout
+            connector = requests.get(
+                f"{streamfold_setup.connect_url}/connectors/{p.connector}/config",
+                timeout=30, auth=config.connect_auth(),
+            ).json()  # fmt: skip
+            assert f"{p.profile.table}.segment," in connector["column.include.list"]
+            jobs = {name: landed(views, name) for name in (p.name, v2.name)}
+            sp.wait_until(lambda: all(landed(views, n) > jobs[n] for n in jobs), 300, "both jobs landing")
+
         # Drained: every event in v2 as the oracle has it, with the new column on old events too.
         versions, cdc_dead = own.history(bootstrap, v2)
         inputs = views.inputs("kafka", bootstrap)
@@ -296,6 +437,12 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
         views.streamfold("swap", "live")
         assert listed(views)["live"]["current"]
         moved = v.moved_live(p)
+        setup_changes_nothing(views, [*v.users_tables(moved, v.LIVE), p.versions_view])
+        assert "segment" not in columns(views, p.versions_view)  # the history's names are live's again
+        assert "segment" not in views.streamfold("query", "versions", "1").stdout
+        # The live job keeps landing events, read below through the users' names.
+        produce(bootstrap, topic, [(str(k), own.view(k, now_ms(), "/after", 1)) for k in KEYS])
+        inputs = views.inputs("kafka", bootstrap)
         live_want = own.expected(inputs, versions, cdc_dead, p)  # the same input, the live file
 
         def live_complete() -> bool:
@@ -315,6 +462,17 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
             ).fetchone()  # fmt: skip
         assert through_views == physical and has_column == 0  # the live version's columns, not v2's
 
+        # The consumer followed both swaps: every event once, none lost; it read v2's topic in between and
+        # dropped the events it had processed already.
+        everything = set(live_want.rows)
+        done = lambda: follower.errors or follower.processed >= everything  # noqa: E731
+        sp.wait_until(done, 180, "the consumer to process every event")
+        follower.stop()
+        assert not follower.errors, follower.errors
+        assert follower.followed == ["live", "v2", "live"]
+        assert follower.processed == everything
+        assert follower.per_topic[v2.enriched_topic] > 0 and follower.dropped > 0, follower.per_topic
+
         views.streamfold("drop-version", "v2")
         assert set(listed(views)) == {"live"}
         with views.connect() as conn:
@@ -324,6 +482,7 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
             lambda: v2.enriched_topic not in admin.list_topics(timeout=30).topics, 60, "v2's topics deleted"
         )
     finally:
+        follower.stop()
         for job in (live, v2_job):
             if job is not None and job.poll() is None:
                 sp.kill9(job)

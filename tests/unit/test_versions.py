@@ -1,4 +1,5 @@
-"""Output versions' pure logic (common/versions.py): names, lag and caught-up, the earliest start."""
+"""Output versions' pure logic (common/versions.py, db/versions.py Switch): names, lag and caught-up, where
+consumers start after a swap, what a swap changes, the earliest start."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 
 from common import pipeline_file as pf
 from common import versions as v
+from db import versions as registry
 
 DEFAULT = pf.load(pf.DEFAULT_PATH)
 
@@ -60,6 +62,32 @@ def test_the_users_names_map_to_the_versions_tables() -> None:
     assert v.users_tables(moved, v.LIVE)["streamfold.enriched_clicks"] == "streamfold.enriched_clicks__live"
 
 
+def test_once_the_live_tables_moved_each_version_writes_its_own() -> None:
+    v2 = v.versioned(DEFAULT, "v2")
+    assert v.physical(DEFAULT, v.LIVE, None).enriched_table == "streamfold.enriched_clicks__live"
+    assert v.physical(DEFAULT, "v2", v2) == v2
+    with pytest.raises(v.VersionError, match="no version 'v3' of clicks"):
+        v.physical(DEFAULT, "v3", None)
+
+
+def test_the_first_swap_moves_the_live_tables_with_their_indexes_later_ones_switch_views() -> None:
+    v2, moved = v.versioned(DEFAULT, "v2"), v.moved_live(DEFAULT)
+    first = registry.Switch.of(DEFAULT, registry.Current(v.LIVE, False, None), "v2", (moved, v2), {}, None)
+    assert first.move_live == {
+        "streamfold.enriched_clicks": "streamfold.enriched_clicks__live",
+        "streamfold.clicks_per_region": "streamfold.clicks_per_region__live",
+        "streamfold.url_region_click_count": "streamfold.url_region_click_count__live",
+    }
+    # As setup names the index of a table called enriched_clicks__live (db/pipeline_tables.py).
+    assert first.move_indexes == {"streamfold.enriched_clicks_uid_time": "enriched_clicks__live_uid_time"}
+    assert first.dropped == set() and first.views == v.users_tables(v2, "v2")
+    back = registry.Switch.of(DEFAULT, registry.Current("v2", True, None), v.LIVE, (v2, moved), {}, None)
+    assert back.move_live == {} and back.move_indexes == {}
+    assert back.dropped == set(v.users_tables(v2, "v2"))
+    assert back.views["streamfold.enriched_clicks"] == "streamfold.enriched_clicks__live"
+    assert (back.live, back.target) == (DEFAULT, moved)  # the users' history names, over live's history
+
+
 def lag(*behind: tuple[int, int]) -> v.Lag:
     return v.Lag(tuple(v.PartitionLag("clicks", i, done, end) for i, (done, end) in enumerate(behind)))
 
@@ -77,6 +105,18 @@ def test_the_lag_names_the_partition_furthest_behind() -> None:
 
 
 T = 1_700_000_000_000
+
+
+def test_consumers_of_the_new_version_start_before_anything_the_old_one_had_not_written() -> None:
+    margin = v.CLOCK_MARGIN_MS
+    caught_up = lag((100, 100), (50, 50))
+    assert v.consumers_from_ms(caught_up, {}, T, max_wait_ms=10_000) == T - 10_000 - margin
+    # Partition 1's next record, the first the old version had not processed, arrived 5 minutes ago (its
+    # job stopped then, say): the new version wrote that event and every later one after that.
+    behind = lag((100, 100), (40, 50))
+    assert v.consumers_from_ms(behind, {("clicks", 1): T - 300_000}, T, 10_000) == T - 310_000 - margin
+    assert v.consumers_from_ms(v.Lag(()), {}, T, 0) is None  # it never committed: from the beginning
+    assert v.consumers_from_ms(behind, {("clicks", 1): None}, T, 0) is None  # a record it could not read
 
 
 def test_any_start_is_fine_while_no_partition_has_lost_records() -> None:
