@@ -4,6 +4,10 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import java.io.File;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.file.Files;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -55,11 +59,25 @@ class ClicksTopologyTest {
 
   record Outputs(List<JsonNode> enriched, Map<String, Long> counts) {}
 
+  /**
+   * A state directory of the run's own: the default, /tmp/kafka-streams/APPLICATION_ID, is shared by
+   * every run on the machine, and two runs at once break each other's stores.
+   */
+  static File stateDir() {
+    try {
+      return Files.createTempDirectory("clicks-topology-test").toFile();
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
   /** Pipes the CDC records, then the clicks, and reads both outputs. */
   static Outputs run(ClicksTopology.Variant variant, List<String[]> cdc, List<String> clicks) {
     Properties props = new Properties();
     props.put(StreamsConfig.APPLICATION_ID_CONFIG, "test");
     props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, "unused:9092");
+    File stateDir = stateDir();
+    props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.getPath());
     try (TopologyTestDriver driver =
         new TopologyTestDriver(ClicksTopology.build(variant, TOPICS), props)) {
       TestInputTopic<String, String> users =
@@ -79,6 +97,8 @@ class ClicksTopologyTest {
       List<JsonNode> enriched =
           out.readValuesToList().stream().map(v -> Json.read(v.getBytes())).toList();
       return new Outputs(enriched, counts.readKeyValuesToMap());
+    } finally {
+      stateDir.delete(); // emptied by the driver's close
     }
   }
 
