@@ -5,8 +5,11 @@
 
 Options: `streamName` (required), `endpointUrl` and `region` (default: the standard AWS settings, with
 STREAMFOLD_KINESIS_ENDPOINT as endpoint), `startingPosition` TRIM_HORIZON (default) or LATEST,
-`maxRecordsPerBatch` (records per micro-batch across all shards; default unlimited). Credentials come only
-from the standard AWS settings (environment, profile, instance role), never from options.
+`startingTimestamp` (epoch ms, instead of startingPosition: every shard from its first record that arrived at
+or after it, AT_TIMESTAMP on ApproximateArrivalTimestamp; not in the future), `maxRecordsPerBatch` (records
+per micro-batch across all shards; default unlimited). The start applies to a new checkpoint only: one that
+exists resumes its own offsets. Credentials come only from the standard AWS settings (environment, profile,
+instance role), never from options.
 
 Exactly-once: an offset records, per shard, the sequence number of the last record in the batch. The driver
 decides the end of every batch in `latestOffset()` by reading ahead from the previous end, and `read()`
@@ -79,7 +82,7 @@ class ShardState:
 
     parents: tuple[str, ...] = ()
     after: str | None = None  # sequence number of the last record read; None: nothing read yet
-    since_ms: int | None = None  # startingPosition LATEST: start at this arrival time, not TRIM_HORIZON
+    since_ms: int | None = None  # LATEST or startingTimestamp: start at this arrival time, not TRIM_HORIZON
     done: bool = False  # closed and read to its end
 
     def to_json(self) -> dict[str, Any]:
@@ -139,6 +142,11 @@ def sync_states(states: States, shards: list[Shard]) -> States:
         if sid not in listed and not state.done:
             log.warning("shard %s expired before it was read to its end: its remaining records are lost", sid)
     return {s.shard_id: states.get(s.shard_id, ShardState(parents=s.parents)) for s in shards}
+
+
+def starting_at(shards: list[Shard], since_ms: int) -> States:
+    """The initial states of a start at an arrival time: each shard from its first record at or after it."""
+    return {s.shard_id: ShardState(s.parents, since_ms=since_ms) for s in shards}
 
 
 def readable(states: States) -> list[str]:
@@ -311,6 +319,7 @@ class ReaderOptions:
     region: str | None
     starting: str
     max_records: int | None
+    starting_ms: int | None = None  # startingTimestamp
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReaderOptions:
@@ -323,6 +332,11 @@ class ReaderOptions:
         max_records = options.get("maxRecordsPerBatch")
         if max_records is not None and (not max_records.isdigit() or int(max_records) < 1):
             raise ValueError(f"maxRecordsPerBatch must be a positive integer, not {max_records!r}")
+        starting_ms = options.get("startingTimestamp")
+        if starting_ms is not None and not starting_ms.isdigit():
+            raise ValueError(f"startingTimestamp must be epoch milliseconds, not {starting_ms!r}")
+        if starting_ms is not None and "startingPosition" in options:
+            raise ValueError("give startingPosition or startingTimestamp, not both")
         defaults = aws_settings()
         return cls(
             stream=stream,
@@ -330,6 +344,7 @@ class ReaderOptions:
             region=options.get("region") or defaults.get("region_name"),
             starting=starting,
             max_records=int(max_records) if max_records else None,
+            starting_ms=int(starting_ms) if starting_ms is not None else None,
         )
 
 
@@ -367,10 +382,14 @@ class KinesisStreamReader(DataSourceStreamReader):
         return encode_offset(self.initial_states())
 
     def initial_states(self) -> States:
-        """TRIM_HORIZON: every shard from its start. LATEST: open shards from the server's current second
-        (kept for the reader's lifetime: Spark may ask twice)."""
+        """TRIM_HORIZON: every shard from its start. startingTimestamp: every listed shard, closed ones too,
+        from that arrival time (shards made later hold only later records: they start unread). LATEST: open
+        shards from the server's current second (kept for the reader's lifetime: Spark may ask twice)."""
         if self._initial is None:
-            if self.options.starting == "TRIM_HORIZON":
+            if self.options.starting_ms is not None:
+                shards, _ = list_shards(self.client(), self.options.stream)
+                self._initial = starting_at(shards, self.options.starting_ms)
+            elif self.options.starting == "TRIM_HORIZON":
                 self._initial = {}
             else:
                 shards, now_ms = list_shards(self.client(), self.options.stream)

@@ -88,17 +88,23 @@ def kinesis_clicks(
     spark: SparkSession,
     stream: str = names.CLICKS_STREAM,
     max_records: int | None = DEFAULT_MAX_RECORDS_PER_BATCH,
+    start_ms: int | None = None,
 ) -> DataFrame:
     """The same columns as kafka_clicks, from the Kinesis stream through our Python data source.
 
     max_records=None reads everything available in one batch: `--once` runs are single batches
     (Python sources cannot support Trigger.AvailableNow), so a cap would leave records unread.
+    start_ms: a new checkpoint starts each shard at its first record that arrived at or after it
+    (`streamfold reprocess --from`); else at the earliest retained (TRIM_HORIZON).
     """
     from pipeline.kinesis_source import KinesisDataSource
 
     spark.dataSource.register(KinesisDataSource)
     reader = spark.readStream.format("kinesis").option("streamName", stream)
-    reader = reader.option("startingPosition", "TRIM_HORIZON")
+    if start_ms is not None:
+        reader = reader.option("startingTimestamp", str(start_ms))
+    else:
+        reader = reader.option("startingPosition", "TRIM_HORIZON")
     if max_records is not None:
         reader = reader.option("maxRecordsPerBatch", str(max_records))
     return from_kinesis_clicks(reader.load(), stream)

@@ -55,7 +55,7 @@ def read_clicks(
 ) -> DataFrame:
     if source == "kinesis":
         cap = None if once else sources.DEFAULT_MAX_RECORDS_PER_BATCH
-        return sources.kinesis_clicks(spark, settings.clicks_stream, cap)
+        return sources.kinesis_clicks(spark, settings.clicks_stream, cap, start_ms)
     return sources.kafka_clicks(spark, settings.kafka_bootstrap, settings.clicks_topic, start_ms=start_ms)
 
 
