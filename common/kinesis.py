@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 MAX_BATCH_RECORDS = 500
 MAX_BATCH_BYTES = 5 * 1024 * 1024
 MAX_RECORD_BYTES = 1024 * 1024
+# What a new stream keeps its records for unless told otherwise.
+DEFAULT_RETENTION_HOURS = 24
 # Retries of records PutRecords reports as failed (throttled shards, internal errors).
 PUT_ATTEMPTS = 10
 PUT_BACKOFF_S = 0.1
@@ -41,13 +43,25 @@ def client(retries: Config = RETRY_CONFIG, **overrides: Any) -> Any:
     return boto3.client("kinesis", config=retries, **settings)
 
 
-def ensure_stream(kinesis: Any, name: str, shards: int) -> None:
-    """Create the stream unless it exists, then wait until it is ACTIVE. Safe to run again."""
+def ensure_stream(kinesis: Any, name: str, shards: int, retention_hours: int | None = None) -> bool:
+    """Create the stream unless it exists, then wait until it is ACTIVE; a stream it creates gets
+    `retention_hours` (IncreaseStreamRetentionPeriod; None: Kinesis's default, 24), one that exists keeps
+    its own. Returns whether it created the stream. Safe to run again."""
     try:
         kinesis.create_stream(StreamName=name, ShardCount=shards)
         log.info("created Kinesis stream %s with %d shards", name, shards)
+        created = True
     except kinesis.exceptions.ResourceInUseException:
         log.info("Kinesis stream %s exists", name)
+        created = False
+    _wait_active(kinesis, name)
+    if created and retention_hours is not None and retention_hours > DEFAULT_RETENTION_HOURS:
+        kinesis.increase_stream_retention_period(StreamName=name, RetentionPeriodHours=retention_hours)
+        _wait_active(kinesis, name)  # the stream is UPDATING meanwhile
+    return created
+
+
+def _wait_active(kinesis: Any, name: str) -> None:
     kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 120})
 
 

@@ -62,6 +62,9 @@ def _record_limit(limits: dict[str, int], topic: str) -> dict[str, str]:
 # The events topics setup creates: EVENTS_RETENTION_MS, how far back `streamfold reprocess --from` can go.
 CDC_RETENTION_MS = -1
 EVENTS_RETENTION_MS = 30 * 86_400_000
+# The Kinesis stream setup creates: 7 days, the longest of AWS's extended retention (billed per shard-hour;
+# beyond it long-term retention is billed per GB-month). A stream that exists keeps its own.
+STREAM_RETENTION_HOURS = 168
 
 
 def retention(pipeline: pf.Pipeline, events: set[str | None]) -> dict[str, int]:
@@ -267,8 +270,12 @@ def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[
     if settings.kinesis_endpoint or config.aws_settings()["region_name"]:
         from common import kinesis
 
-        kinesis.ensure_stream(kinesis.client(), settings.clicks_stream, shards=CLICK_PARTITIONS)
-        echo(f"kinesis stream {settings.clicks_stream}: active")
+        stream = settings.clicks_stream
+        made = kinesis.ensure_stream(
+            kinesis.client(), stream, shards=CLICK_PARTITIONS, retention_hours=STREAM_RETENTION_HOURS
+        )
+        kept = f"created, retention {STREAM_RETENTION_HOURS} h" if made else "exists, keeps its retention"
+        echo(f"kinesis stream {stream}: active ({kept})")
     connector = settings.pipeline.connector
     columns = schema.shared_columns(settings.pg_dsn, settings.pipeline)
     changed = register_connector(settings.connect_url, connector, connector_config(settings, columns))
