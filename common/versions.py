@@ -109,14 +109,24 @@ def query_name(pipeline: pf.Pipeline, source: str = "kafka") -> str:
 
 @dataclass(frozen=True)
 class PartitionLag:
-    topic: str
-    partition: int
-    processed: int  # the next offset the version's job will process
-    end: int  # the partition's end offset
+    """A version's position on one input partition: a Kafka topic's partition or a Kinesis stream's shard."""
 
-    @property
-    def behind(self) -> int:
-        return max(0, self.end - self.processed)
+    topic: str  # the Kafka topic, or the Kinesis stream
+    partition: int | str  # the Kafka partition, or the Kinesis shard id
+    # Kafka: the next offset the job will process. Kinesis: the sequence number of the last record it
+    # processed (None: none yet on that shard).
+    processed: int | str | None
+    behind: int  # the records after `processed`
+    source: str = "kafka"  # or "kinesis"
+
+    @classmethod
+    def kafka(cls, topic: str, partition: int, processed: int, end: int) -> PartitionLag:
+        """end: the partition's end offset (a job may have read past an end fetched earlier)."""
+        return cls(topic, partition, processed, max(0, end - processed))
+
+    @classmethod
+    def kinesis(cls, stream: str, shard: str, processed: str | None, behind: int) -> PartitionLag:
+        return cls(stream, shard, processed, behind, "kinesis")
 
 
 @dataclass(frozen=True)
@@ -154,14 +164,15 @@ CLOCK_MARGIN_MS = 60_000
 
 
 def consumers_from_ms(
-    old: Lag, unread_ms: dict[tuple[str, int], int | None], now_ms: int, max_wait_ms: int
+    old: Lag, unread_ms: dict[tuple[str, int | str], int | None], now_ms: int, max_wait_ms: int
 ) -> int | None:
     """Where the consumers of the new version's topics start so as to miss nothing the old version had not
     written when the swap happened (docs/reprocess.md "Kafka consumers across a swap"): its next input
     record's timestamp on each partition it had not read to the end (`unread_ms`, by (topic, partition);
-    now where it had), the earliest, less its join.max_wait (how long a click may wait in its join) and
-    CLOCK_MARGIN_MS. The new version writes every later event at or after its input's timestamp. None (the
-    topics' beginning) when the old version never committed a batch or a next record could not be read."""
+    by (stream, shard) a Kinesis record's ApproximateArrivalTimestamp; now where it had), the earliest,
+    less its join.max_wait (how long a click may wait in its join) and CLOCK_MARGIN_MS. The new version
+    writes every later event at or after its input's timestamp. None (the topics' beginning) when the old
+    version never committed a batch or a next record could not be read."""
     if not old.partitions:
         return None
     unread = [unread_ms.get((p.topic, p.partition)) for p in old.partitions if p.behind > 0]
@@ -215,14 +226,26 @@ def earliest_start_ms(partitions: Iterable[Retained]) -> int | None:
     return max(lost, default=None)
 
 
-def check_start(from_ms: int | None, partitions: Iterable[Retained], topic: str) -> None:
-    """Refuses a start time before what the events topic retains. None (--from earliest) is every event
-    the topic retains, whatever that is: never refused."""
-    earliest = earliest_start_ms(partitions)
-    if from_ms is not None and earliest is not None and from_ms < earliest:
+HOUR_MS = 3_600_000
+
+
+def stream_earliest_ms(created_ms: int, retention_hours: int, now_ms: int) -> int | None:
+    """The earliest time a reprocess may start from on a Kinesis stream (DescribeStreamSummary's
+    StreamCreationTimestamp and RetentionPeriodHours): None while the stream is younger than its retention
+    (it lost nothing); else now less the retention, since Kinesis makes older records inaccessible. A
+    retention raised later is taken as if it had always been (the API does not say when it changed)."""
+    horizon = now_ms - retention_hours * HOUR_MS
+    return horizon if horizon > created_ms else None
+
+
+def check_start(from_ms: int | None, earliest_ms: int | None, source: str) -> None:
+    """Refuses a start time before what the events topic or stream `source` retains (`earliest_ms`:
+    earliest_start_ms, stream_earliest_ms; None: it lost nothing). None (--from earliest) is every event
+    it retains, whatever that is: never refused."""
+    if from_ms is not None and earliest_ms is not None and from_ms < earliest_ms:
         raise VersionError(
-            f"--from {pf_time(from_ms)} is before what {topic} retains: the earliest possible start is "
-            f"{pf_time(earliest)} (--from {pf_time(earliest)}, or --from earliest)"
+            f"--from {pf_time(from_ms)} is before what {source} retains: the earliest possible start is "
+            f"{pf_time(earliest_ms)} (--from {pf_time(earliest_ms)}, or --from earliest)"
         )
 
 

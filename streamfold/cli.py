@@ -303,8 +303,18 @@ def reprocess(
         str, typer.Option("--version", help="the new version's name, e.g. v2", show_default=False)
     ],
     from_: Annotated[
-        str, typer.Option("--from", help="earliest, or an ISO-8601 time (the events' Kafka timestamps)")
+        str,
+        typer.Option(
+            "--from",
+            help="earliest, or an ISO-8601 time (the events' Kafka timestamps, or Kinesis arrival times)",
+        ),
     ] = "earliest",
+    source: Annotated[
+        Source | None,
+        typer.Option(
+            help="where the events come from (default: kafka if the file names a topic, else kinesis)"
+        ),
+    ] = None,
     pipeline: Annotated[
         Path | None, typer.Option(help="the pipeline file to reprocess with (default: the current one)")
     ] = None,
@@ -327,7 +337,12 @@ def reprocess(
         os.environ[pf.PIPELINE_VAR] = str(pipeline.resolve())
     try:
         log = versions.reprocess(
-            config.load(), version, from_, settings, echo=lambda m: console.print(f"[cyan]setup[/] {m}")
+            config.load(),
+            version,
+            from_,
+            settings,
+            echo=lambda m: console.print(f"[cyan]setup[/] {m}"),
+            source=source.value if source else None,
         )
     except pf.PipelineFileError as exc:
         fail(str(exc), code=2)

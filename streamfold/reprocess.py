@@ -1,12 +1,12 @@
 """`streamfold reprocess`, `versions`, `drop-version` and `run --version` (docs/reprocess.md).
 
-reprocess: checks the name, the file and the start against what Kafka retains, registers the version
-(db/versions.py: the registry refuses a second one of a name), sets up its outputs as `streamfold setup`
-does for a file (its tables, history, topics; the connector and publication carry the file's columns), and
-starts its job as a process of its own (`streamfold run --version NAME`, its log and pid under
-$STREAMFOLD_HOME/versions/NAME/). The job has its own checkpoint (checkpoints/<pipeline>__<version>-kafka),
-reads the events from the chosen start and the CDC topic from its beginning, and keeps up with the live
-input after catching up.
+reprocess: checks the name, the file and the start against what the events' source retains (the Kafka
+topic, or the Kinesis stream), registers the version with its source (db/versions.py: the registry refuses
+a second one of a name), sets up its outputs as `streamfold setup` does for a file (its tables, history,
+topics; the connector and publication carry the file's columns), and starts its job as a process of its own
+(`streamfold run --version NAME`, its log and pid under $STREAMFOLD_HOME/versions/NAME/). The job has its
+own checkpoint (checkpoints/<pipeline>__<version>-<source>), reads the events from the chosen start and the
+CDC topic from its beginning, and keeps up with the live input after catching up.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import psycopg
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from common import config
+from common import config, kinesis
 from common import pipeline_file as pf
 from common import versions as v
 from connectors.setup import pipeline_topics, run_setup
@@ -84,13 +84,32 @@ def _timestamp_at(client: Any, topic: str, partition: int, offset: int, end: int
 
 
 def lag(settings: config.Settings, pipeline: pf.Pipeline, source: str = "kafka") -> v.Lag:
-    """The version's job's position on every Kafka partition it reads, from its checkpoint."""
+    """The version's job's position on every input partition it reads, from its checkpoint: the Kafka
+    partitions (the events' for a Kafka source, the CDC and heartbeat topics') and the Kinesis shards."""
     query = v.query_name(pipeline, source)
     committed = status.committed_offsets(settings.home / "checkpoints").get(query)
     if committed is None or committed.batch_id is None:
         return v.Lag(())
     rows = status.kafka_lag(settings.kafka_bootstrap, {query: committed})
-    return v.Lag(tuple(v.PartitionLag(r["topic"], r["partition"], r["processed"], r["end"]) for r in rows))
+    partitions = [v.PartitionLag.kafka(r["topic"], r["partition"], r["processed"], r["end"]) for r in rows]
+    if source == "kinesis":
+        stream = settings.clicks_stream
+        shards = status.kinesis_lag(stream, {query: committed})
+        partitions += [
+            v.PartitionLag.kinesis(stream, r["shard"], r["processed"], r["records_behind"]) for r in shards
+        ]
+    return v.Lag(tuple(partitions))
+
+
+def default_source(pipeline: pf.Pipeline) -> str:
+    """Where a version's events come from unless `--source` says: Kafka when the file names a topic."""
+    return "kafka" if pipeline.events.kafka_topic else "kinesis"
+
+
+def live_source(settings: config.Settings, pipeline: pf.Pipeline) -> str:
+    """The source of the live job: the last one started in this home, else the file's default."""
+    started = status.job(settings.home)
+    return str(started["source"]) if started else default_source(pipeline)
 
 
 def delete_topics(bootstrap: str, topics: list[str]) -> None:
@@ -125,15 +144,48 @@ def _live(settings: config.Settings, name: str) -> pf.Pipeline:
     return live
 
 
-def check_inputs(settings: config.Settings, pipeline: pf.Pipeline, from_ms: int | None) -> None:
-    """The events topic still holds the start; the CDC topic still holds every change (the fold needs the
-    whole profile history: `setup` creates it with unlimited retention)."""
-    topic = pipeline.events.kafka_topic
-    if topic is None:
+# --- Kinesis ----------------------------------------------------------------------------------------------
+
+
+def stream_earliest_ms(stream: str) -> int | None:
+    """The earliest start the stream still holds (common/versions.py stream_earliest_ms); None: any."""
+    client = kinesis.client(status.KINESIS_CONFIG)
+    try:
+        summary = client.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]
+    except client.exceptions.ResourceNotFoundException:
         raise v.VersionError(
-            "reprocess reads the events from Kafka: the pipeline file names no events.kafka_topic"
-        )
-    v.check_start(from_ms, retained(settings.kafka_bootstrap, settings.clicks_topic), settings.clicks_topic)
+            f"Kinesis stream {stream} does not exist: run `streamfold setup` first"
+        ) from None
+    created_ms = int(summary["StreamCreationTimestamp"].timestamp() * 1000)
+    return v.stream_earliest_ms(created_ms, summary["RetentionPeriodHours"], _now_ms())
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def check_inputs(settings: config.Settings, pipeline: pf.Pipeline, from_ms: int | None, source: str) -> None:
+    """The events' topic or stream still holds the start; the CDC topic still holds every change (the fold
+    needs the whole profile history: `setup` creates it with unlimited retention)."""
+    if source == "kafka":
+        if pipeline.events.kafka_topic is None:
+            raise v.VersionError(
+                "reprocess --source kafka reads events.kafka_topic: the pipeline file names none"
+            )
+        partitions = retained(settings.kafka_bootstrap, settings.clicks_topic)
+        v.check_start(from_ms, v.earliest_start_ms(partitions), settings.clicks_topic)
+    elif source == "kinesis":
+        if pipeline.events.kinesis_stream is None:
+            raise v.VersionError(
+                "reprocess --source kinesis reads events.kinesis_stream: the pipeline file names none"
+            )
+        if from_ms is not None and from_ms > _now_ms():
+            raise v.VersionError(
+                f"--from {v.pf_time(from_ms)} is in the future: Kinesis starts at a past time"
+            )
+        v.check_start(from_ms, stream_earliest_ms(settings.clicks_stream), settings.clicks_stream)
+    else:
+        raise v.VersionError(f"--source is kafka or kinesis, not {source!r}")
     lost = [p for p in retained(settings.kafka_bootstrap, pipeline.cdc_topic) if p.low > 0]
     if lost:
         raise v.VersionError(
@@ -148,9 +200,10 @@ def reprocess(
     from_text: str,
     conf: dict[str, str],
     echo: Callable[[str], None] = print,
+    source: str | None = None,
 ) -> Path:
     """Sets the version up and starts its job; returns the job's log file. settings.pipeline: the file to
-    reprocess with (a changed one, or the live one to rescale)."""
+    reprocess with (a changed one, or the live one to rescale); source: the events' (default_source)."""
     v.check_name(name)
     job.check_conf(conf)
     new = settings.pipeline
@@ -162,8 +215,9 @@ def reprocess(
             raise v.VersionError(
                 f"version {name!r} of {new.name} exists already: drop it first, or pick a new name"
             )
-        check_inputs(settings, new, from_ms)
-        version = registry.Version(name, new.name, versioned, "kafka", from_ms, conf)
+        source = source or default_source(new)
+        check_inputs(settings, new, from_ms, source)
+        version = registry.Version(name, new.name, versioned, source, from_ms, conf)
         if not registry.add(conn, version):
             raise v.VersionError(f"version {name!r} of {new.name} exists already (another reprocess made it)")
     run_setup(dataclasses.replace(settings, pipeline=versioned), echo=echo)
@@ -306,7 +360,7 @@ def rows(settings: config.Settings) -> list[Row]:
         "-",
         "earliest",
         bool(started and started["running"]),
-        lag(settings, live_pipeline),
+        lag(settings, live_pipeline, live_source(settings, live_pipeline)),
         {},
     )
     return [
@@ -344,7 +398,7 @@ def swap(
         found = None if name == v.LIVE else registry.get(conn, base, name)
         v.check_known(name, found is not None, base)
         target = v.physical(live, name, found.pipeline if found else None)
-        behind = lag(settings, target, found.source if found else "kafka")
+        behind = lag(settings, target, found.source if found else live_source(settings, live))
         v.check_swap(name, before.version, behind, threshold)
         if not before.live_moved:
             started = status.job(settings.home)
@@ -376,20 +430,54 @@ def consumers_from(
 ) -> datetime | None:
     """Where consumers of the new version's topics start (common/versions.py consumers_from_ms), from the
     old version's position on its inputs and its join.max_wait (its file's, and a version's --conf)."""
-    behind = lag(settings, old, registered.source if registered else "kafka")
+    behind = lag(settings, old, registered.source if registered else live_source(settings, old))
     conf = registered.conf if registered else {}
     max_wait = JoinConfig.from_conf({**job.file_join_conf(old), **conf}).max_wait_ms
+    pending = [p for p in behind.partitions if p.behind > 0]
+    unread = {
+        **_kafka_unread(settings, [p for p in pending if p.source == "kafka"]),
+        **_kinesis_unread([p for p in pending if p.source == "kinesis"]),
+    }
+    found = v.consumers_from_ms(behind, unread, _now_ms(), max_wait)
+    return None if found is None else datetime.fromtimestamp(found / 1000, UTC)
+
+
+Unread = dict[tuple[str, int | str], int | None]
+
+
+def _kafka_unread(settings: config.Settings, partitions: list[v.PartitionLag]) -> Unread:
+    """The Kafka timestamp of the next record to process on each partition."""
     client = status.consumer(settings.kafka_bootstrap)
     try:
-        unread = {
-            (p.topic, p.partition): _timestamp_at(client, p.topic, p.partition, p.processed, p.end)
-            for p in behind.partitions
-            if p.behind > 0
-        }
+        found: Unread = {}
+        for p in partitions:
+            offset = int(p.processed or 0)  # a Kafka position is the next offset
+            found[(p.topic, p.partition)] = _timestamp_at(
+                client, p.topic, int(p.partition), offset, offset + p.behind
+            )
+        return found
     finally:
         client.close()
-    found = v.consumers_from_ms(behind, unread, int(time.time() * 1000), max_wait)
-    return None if found is None else datetime.fromtimestamp(found / 1000, UTC)
+
+
+def _kinesis_unread(shards: list[v.PartitionLag]) -> Unread:
+    """The ApproximateArrivalTimestamp of the next record to process on each shard. A shard not read yet
+    gives its first retained record's (its committed start time is not in the lag): earlier, never later,
+    than the next one to process, so consumers start no later than they must."""
+    from pipeline.kinesis_source import ShardState
+
+    if not shards:
+        return {}
+    client = kinesis.client(status.KINESIS_CONFIG)
+    return {
+        (p.topic, p.partition): status.next_arrival_ms(
+            client,
+            p.topic,
+            str(p.partition),
+            ShardState(after=None if p.processed is None else str(p.processed)),
+        )
+        for p in shards
+    }
 
 
 def current_topics(settings: config.Settings) -> dict[str, Any]:

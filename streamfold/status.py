@@ -273,7 +273,8 @@ def envelope_ts(raw: bytes) -> int | None:
 
 
 def kinesis_lag(stream: str, checkpoints: dict[str, Committed]) -> list[dict[str, Any]]:
-    """Per shard: MillisBehindLatest at the committed position, and how many records follow it."""
+    """Per shard: the committed position (the last sequence number processed; None: none yet),
+    MillisBehindLatest there, and how many records follow it."""
     from pipeline.kinesis_source import decode_offset
 
     rows = []
@@ -291,6 +292,7 @@ def kinesis_lag(stream: str, checkpoints: dict[str, Committed]) -> list[dict[str
                     {
                         "query": query,
                         "shard": shard_id,
+                        "processed": None if state is None else state.after,
                         "millis_behind_latest": behind_ms,
                         "records_behind": records,
                     }
@@ -298,15 +300,14 @@ def kinesis_lag(stream: str, checkpoints: dict[str, Committed]) -> list[dict[str
     return rows
 
 
+def shard_iterator(client: Any, stream: str, shard_id: str, state: Any) -> str:
+    """An iterator right after a committed ShardState (pipeline/kinesis_source.py); None: from the start."""
+    start = state.iterator_args() if state is not None else {"ShardIteratorType": "TRIM_HORIZON"}
+    return str(client.get_shard_iterator(StreamName=stream, ShardId=shard_id, **start)["ShardIterator"])
+
+
 def shard_behind(client: Any, stream: str, shard_id: str, state: Any) -> tuple[int | None, int]:
-    if state is not None and state.after:
-        start = {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": state.after}
-    elif state is not None and state.since_ms is not None:
-        start = {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": state.since_ms / 1000}
-    else:
-        start = {"ShardIteratorType": "TRIM_HORIZON"}
-    iterator = client.get_shard_iterator(StreamName=stream, ShardId=shard_id, **start)
-    iterator = iterator["ShardIterator"]
+    iterator: str | None = shard_iterator(client, stream, shard_id, state)
     behind_ms, records = None, 0
     while iterator and records < KINESIS_COUNT_CAP:
         page = client.get_records(ShardIterator=iterator, Limit=10_000)
@@ -317,6 +318,22 @@ def shard_behind(client: Any, stream: str, shard_id: str, state: Any) -> tuple[i
         if not page["Records"] and page.get("MillisBehindLatest") == 0:
             break
     return behind_ms, records
+
+
+def next_arrival_ms(client: Any, stream: str, shard_id: str, state: Any, pages: int = 20) -> int | None:
+    """The ApproximateArrivalTimestamp of the first record after `state`, within `pages` GetRecords calls
+    (Kinesis may answer empty pages before records); None when there is none yet or it was not found."""
+    iterator: str | None = shard_iterator(client, stream, shard_id, state)
+    for _ in range(pages):
+        if not iterator:
+            return None
+        page = client.get_records(ShardIterator=iterator, Limit=1)
+        if page["Records"]:
+            return int(page["Records"][0]["ApproximateArrivalTimestamp"].timestamp() * 1000)
+        if page.get("MillisBehindLatest") == 0:
+            return None
+        iterator = page.get("NextShardIterator")
+    return None
 
 
 # --- Postgres and Kafka Connect --------------------------------------------------------------------------

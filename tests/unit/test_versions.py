@@ -89,7 +89,7 @@ def test_the_first_swap_moves_the_live_tables_with_their_indexes_later_ones_swit
 
 
 def lag(*behind: tuple[int, int]) -> v.Lag:
-    return v.Lag(tuple(v.PartitionLag("clicks", i, done, end) for i, (done, end) in enumerate(behind)))
+    return v.Lag(tuple(v.PartitionLag.kafka("clicks", i, done, end) for i, (done, end) in enumerate(behind)))
 
 
 def test_caught_up_means_every_partition_within_the_threshold() -> None:
@@ -122,17 +122,52 @@ def test_consumers_of_the_new_version_start_before_anything_the_old_one_had_not_
 def test_any_start_is_fine_while_no_partition_has_lost_records() -> None:
     whole = [v.Retained(0, 0, T), v.Retained(1, 0, None)]
     assert v.earliest_start_ms(whole) is None
-    v.check_start(None, whole, "clicks")
-    v.check_start(T - 10**9, whole, "clicks")
+    v.check_start(None, v.earliest_start_ms(whole), "clicks")
+    v.check_start(T - 10**9, v.earliest_start_ms(whole), "clicks")
 
 
 def test_a_start_before_what_kafka_retains_is_refused_naming_the_earliest() -> None:
     trimmed = [v.Retained(0, 5, T), v.Retained(1, 7, T + 1000), v.Retained(2, 0, T - 5000)]
-    assert v.earliest_start_ms(trimmed) == T + 1000
-    v.check_start(T + 1000, trimmed, "clicks")
+    earliest = v.earliest_start_ms(trimmed)
+    assert earliest == T + 1000
+    v.check_start(T + 1000, earliest, "clicks")
     with pytest.raises(v.VersionError, match=r"earliest possible start is 2023-11-14T22:13:21.000Z"):
-        v.check_start(T, trimmed, "clicks")
-    v.check_start(None, trimmed, "clicks")  # --from earliest: whatever Kafka retains
+        v.check_start(T, earliest, "clicks")
+    v.check_start(None, earliest, "clicks")  # --from earliest: whatever Kafka retains
+
+
+HOUR = 3_600_000
+
+
+def test_a_stream_younger_than_its_retention_lost_nothing() -> None:
+    assert v.stream_earliest_ms(created_ms=T - 23 * HOUR, retention_hours=24, now_ms=T) is None
+    assert v.stream_earliest_ms(created_ms=T - 100 * HOUR, retention_hours=168, now_ms=T) is None
+    v.check_start(T - 10**9, None, "clicks")  # before the stream existed: every record it has
+
+
+def test_a_start_before_what_the_stream_retains_is_refused_naming_the_earliest() -> None:
+    earliest = v.stream_earliest_ms(created_ms=T - 30 * 24 * HOUR, retention_hours=168, now_ms=T)
+    assert earliest == T - 168 * HOUR
+    v.check_start(T - 168 * HOUR, earliest, "clicks")
+    with pytest.raises(v.VersionError, match=r"before what clicks retains: .* 2023-11-07T22:13:20.000Z"):
+        v.check_start(T - 168 * HOUR - 1, earliest, "clicks")
+    v.check_start(None, earliest, "clicks")  # --from earliest: whatever the stream retains
+
+
+def test_a_kinesis_version_lags_by_the_records_after_its_sequence_number_on_each_shard() -> None:
+    lag = v.Lag(
+        (
+            v.PartitionLag.kafka("cdc.public.users", 0, 40, 40),
+            v.PartitionLag.kinesis("clicks", "shardId-000000000001", "4961", 1200),
+            v.PartitionLag.kinesis("clicks", "shardId-000000000002", None, 3),  # nothing read yet
+        )
+    )
+    assert lag.behind == 1203 and not lag.caught_up()
+    assert lag.describe() == "1203 records behind in all, at most 1200 on clicks[shardId-000000000001]"
+    assert lag.caught_up(threshold=1200)
+    # Consumers of the new version start before the next unprocessed record's arrival on every shard.
+    unread = {("clicks", "shardId-000000000001"): T - 60_000, ("clicks", "shardId-000000000002"): T - 5_000}
+    assert v.consumers_from_ms(lag, unread, T, max_wait_ms=0) == T - 60_000 - v.CLOCK_MARGIN_MS
 
 
 def test_from_takes_earliest_or_an_iso_time() -> None:
