@@ -1,5 +1,6 @@
 """Where a new Kinesis checkpoint starts: the startingTimestamp option -> the initial shard states
-(`streamfold reprocess --source kinesis --from TIME`), and the retention a stream setup creates gets."""
+(`streamfold reprocess --source kinesis --from TIME`), the retention a stream setup creates gets, and the
+next record a swap reads the arrival time of."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from common import kinesis
 from pipeline.kinesis_source import KinesisStreamReader, ReaderOptions, Shard, ShardState, starting_at
+from streamfold import status
 
 OPTIONS = {"streamName": "clicks", "endpointUrl": "http://localhost:1", "region": "eu-west-1"}
 T = 1_700_000_000_000
@@ -121,3 +123,30 @@ def test_a_stream_setup_creates_gets_the_retention_one_that_exists_keeps_its_own
     default = Streams(exists=False)
     kinesis.ensure_stream(default, "clicks", shards=3)
     assert [name for name, _ in default.calls] == ["create", "wait"]
+
+
+class Pages:
+    """GetShardIterator and GetRecords answering the given pages in turn."""
+
+    def __init__(self, *pages: dict[str, Any]) -> None:
+        self.pages, self.started = list(pages), {}
+
+    def get_shard_iterator(self, **kwargs: Any) -> dict[str, str]:
+        self.started = kwargs
+        return {"ShardIterator": "it-0"}
+
+    def get_records(self, ShardIterator: str, Limit: int) -> dict[str, Any]:  # noqa: N803 (boto3's names)
+        return self.pages.pop(0)
+
+
+def test_the_next_record_to_process_is_found_past_empty_pages() -> None:
+    arrived = datetime.fromtimestamp(T / 1000, UTC)
+    client = Pages(
+        {"Records": [], "MillisBehindLatest": 5000, "NextShardIterator": "it-1"},  # Kinesis may answer so
+        {"Records": [{"ApproximateArrivalTimestamp": arrived}], "NextShardIterator": "it-2"},
+    )
+    assert status.next_arrival_ms(client, "clicks", "s0", ShardState(after="42")) == T
+    assert client.started["ShardIteratorType"] == "AFTER_SEQUENCE_NUMBER"
+    at_tip = Pages({"Records": [], "MillisBehindLatest": 0, "NextShardIterator": "it-1"})
+    assert status.next_arrival_ms(at_tip, "clicks", "s0", None) is None  # read to the end: none yet
+    assert at_tip.started["ShardIteratorType"] == "TRIM_HORIZON"
