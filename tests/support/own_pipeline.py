@@ -111,15 +111,17 @@ class OwnPipeline:
         return kafka_inputs(bootstrap, events.kafka_topic)
 
 
-def create(admin_dsn: str, home: Path) -> OwnPipeline:
+def create(admin_dsn: str, home: Path, kinesis_only: bool = False) -> OwnPipeline:
     """The customers table, the pipeline file, and `streamfold setup` run on them, in the session's
-    database (the local stack lets Debezium's role reach that one only); every name is new."""
+    database (the local stack lets Debezium's role reach that one only); every name is new.
+    kinesis_only: the file names the events' Kinesis stream and no Kafka topic."""
     tag = uuid.uuid4().hex[:8]
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(TABLE.format(tag=tag))
     home.mkdir(parents=True, exist_ok=True)
     file = home / "pipeline.yaml"
-    file.write_text(pipeline_text(tag))
+    text = pipeline_text(tag)
+    file.write_text(text.replace(f"  kafka_topic: page_views_{tag}\n", "") if kinesis_only else text)
     own = OwnPipeline(admin_dsn, file, home, pf.load(file))
     own.streamfold("setup")
     return own
