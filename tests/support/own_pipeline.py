@@ -93,6 +93,19 @@ class OwnPipeline:
         assert result.returncode == 0, result.stderr[-4000:]
         return result
 
+    def refused(self, *args: str) -> str:
+        """The reason a `streamfold` command gives for refusing (exit 1), on one line."""
+        result = subprocess.run(
+            [sys.executable, "-m", "streamfold", *args],
+            capture_output=True, text=True, timeout=600, env=self.env(), cwd=ROOT,
+        )  # fmt: skip
+        assert result.returncode == 1, (args, result.stdout, result.stderr[-2000:])
+        return " ".join(result.stderr.split())
+
+    def versions(self) -> dict[str, dict[str, Any]]:
+        """`streamfold versions --json`, by name."""
+        return {row["name"]: row for row in json.loads(self.streamfold("versions", "--json").stdout)}
+
     def start(self, source: str, log: Path) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "-m", "streamfold", "run", "--source", source],
