@@ -7,14 +7,19 @@ Options: `streamName` (required), `endpointUrl` and `region` (default: the stand
 STREAMFOLD_KINESIS_ENDPOINT as endpoint), `startingPosition` TRIM_HORIZON (default) or LATEST,
 `startingTimestamp` (epoch ms, instead of startingPosition: every shard from its first record that arrived at
 or after it, AT_TIMESTAMP on ApproximateArrivalTimestamp; not in the future), `maxRecordsPerBatch` (records
-per micro-batch across all shards; default unlimited). The start applies to a new checkpoint only: one that
-exists resumes its own offsets. Credentials come only from the standard AWS settings (environment, profile,
-instance role), never from options.
+per micro-batch across all shards; default unlimited), `maxCachedBytesPerBatch` (read-ahead records handed
+to the executors, see below; default 64 MiB, 0 hands none). The start applies to a new checkpoint only: one
+that exists resumes its own offsets. Credentials come only from the standard AWS settings (environment,
+profile, instance role), never from options.
 
-Exactly-once: an offset records, per shard, the sequence number of the last record in the batch. The driver
-decides the end of every batch in `latestOffset()` by reading ahead from the previous end, and `read()`
-re-reads exactly the records after the start and up to the end sequence number, so Spark replaying a batch
-after a crash gets the same records. Spark keeps the offsets in its checkpoint; no state lives in Kinesis.
+Exactly-once: an offset records, per shard, the sequence number of the last record in the batch. Kinesis
+has no API for a shard's end, so the driver decides the end of every batch in `latestOffset()` by reading
+ahead from the previous end. It keeps the records it read (up to `maxCachedBytesPerBatch` a batch) and
+`partitions()` embeds them in the input partitions; `read()` fetches from Kinesis only what was not
+embedded, up to the end sequence number. So within the cap the endpoint serves each record once. A batch
+is defined by its two offsets alone: a batch Spark replays after a crash (a new driver, nothing kept) is
+fetched whole, and gets the same records. Spark keeps the offsets in its checkpoint; no state lives in
+Kinesis.
 
 Trigger.AvailableNow: a Python source cannot implement SupportsTriggerAvailableNow in Spark 4.0, so Spark
 falls back to a single batch: `maxRecordsPerBatch` then caps the whole run, and a run that finds a batch
@@ -36,10 +41,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from itertools import takewhile
 from typing import Any, TypeVar
 
 from botocore.exceptions import (
@@ -67,6 +73,12 @@ SCHEMA = (
 STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST")
 OFFSET_VERSION = 1
 GET_RECORDS_MAX = 10_000  # the API's Limit ceiling
+# Bounds the driver's memory and each task's size (a cluster refuses tasks over spark.rpc.message.maxSize,
+# 128 MiB by default, and one shard's records can make one task).
+DEFAULT_CACHED_BYTES_PER_BATCH = 64 * 1024 * 1024
+# What a kept record costs beyond its partition key, sequence number and data: about the pickled row
+# around them (the tuple, the arrival time, the shared shard id), so the cap also bounds what is shipped.
+ROW_OVERHEAD_BYTES = 64
 FIRST_READ_LIMIT = 500  # executors grow it page by page, so a short range does not fetch 10 000 records
 EXPIRED_ITERATOR_ATTEMPTS = 6
 EXPIRED_BACKOFF_S = 0.2
@@ -158,13 +170,27 @@ def readable(states: States) -> list[str]:
     )
 
 
+Row = tuple[str, str, str, datetime, bytes]  # SCHEMA's columns
+
+
 @dataclass(frozen=True)
 class Segment:
-    """Records of one shard after `start` up to and including sequence number `end`."""
+    """Records of one shard after `start` up to and including sequence number `end`; `rows`: the first of
+    them, already read by the driver, in order."""
 
     shard_id: str
     start: ShardState
     end: str
+    rows: tuple[Row, ...] = ()
+
+    def remainder(self) -> Segment | None:
+        """The records still to fetch after the embedded rows; None when the rows reach the end."""
+        if not self.rows:
+            return self
+        last = self.rows[-1][1]
+        if int(last) >= int(self.end):
+            return None
+        return Segment(self.shard_id, ShardState(after=last), self.end)
 
 
 def plan_segments(start: States, end: States) -> list[list[Segment]]:
@@ -299,14 +325,72 @@ def read_segment(client: Any, stream: str, segment: Segment) -> Iterator[tuple[A
         limit = min(limit * 2, GET_RECORDS_MAX)
 
 
-def to_row(shard_id: str, record: Mapping[str, Any]) -> tuple[str, str, str, datetime, bytes]:
+def to_row(shard_id: str, record: Mapping[str, Any]) -> Row:
+    # In UTC: botocore gives the arrival time in the local zone of the process that read it, and a row
+    # the driver read is pickled to an executor whose zone (and its daylight saving rules) may differ.
     return (
         record["PartitionKey"],
         record["SequenceNumber"],
         shard_id,
-        record["ApproximateArrivalTimestamp"],
+        record["ApproximateArrivalTimestamp"].astimezone(UTC),
         record["Data"],
     )
+
+
+def row_bytes(row: Row) -> int:
+    """What keeping a row costs against maxCachedBytesPerBatch."""
+    return len(row[0]) + len(row[1]) + len(row[4]) + ROW_OVERHEAD_BYTES
+
+
+@dataclass
+class ShardRun:
+    """Records of one shard read one after another, right after position `origin`."""
+
+    origin: ShardState
+    rows: list[Row] = field(default_factory=list)
+
+    def follows(self, state: ShardState) -> bool:
+        """Whether records read after `state` continue this run without a gap."""
+        tail = ShardState(after=self.rows[-1][1]) if self.rows else self.origin
+        return tail.iterator_args() == state.iterator_args()
+
+
+@dataclass
+class ReadAheadCache:
+    """The records the driver read ahead for the next batch, per shard, within `cap_bytes`: past the cap it
+    keeps nothing more until the batch is planned, so every shard's run is a prefix of its records."""
+
+    cap_bytes: int
+    runs: dict[str, ShardRun] = field(default_factory=dict)
+    size: int = 0
+    full: bool = False
+
+    def keep(self, shard_id: str, after: ShardState, records: Sequence[Mapping[str, Any]]) -> None:
+        """Records of `shard_id` read right after position `after`."""
+        if self.full or not records:
+            return
+        run = self.runs.get(shard_id)
+        if run is None or not run.follows(after):
+            run = self.runs[shard_id] = ShardRun(after)
+        for record in records:
+            row = to_row(shard_id, record)
+            cost = row_bytes(row)
+            if self.size + cost > self.cap_bytes:
+                self.full = True
+                return
+            run.rows.append(row)
+            self.size += cost
+
+    def embed(self, segment: Segment) -> Segment:
+        """The segment with the kept rows that lie in it; none unless a run starts exactly at its start."""
+        run = self.runs.get(segment.shard_id)
+        if run is None or run.origin.iterator_args() != segment.start.iterator_args():
+            return segment
+        end = int(segment.end)
+        return replace(segment, rows=tuple(takewhile(lambda row: int(row[1]) <= end, run.rows)))
+
+    def clear(self) -> None:
+        self.runs, self.size, self.full = {}, 0, False
 
 
 # --- Spark -----------------------------------------------------------------------------------------------
@@ -320,6 +404,7 @@ class ReaderOptions:
     starting: str
     max_records: int | None
     starting_ms: int | None = None  # startingTimestamp
+    max_cached_bytes: int = DEFAULT_CACHED_BYTES_PER_BATCH
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReaderOptions:
@@ -337,6 +422,9 @@ class ReaderOptions:
             raise ValueError(f"startingTimestamp must be epoch milliseconds, not {starting_ms!r}")
         if starting_ms is not None and "startingPosition" in options:
             raise ValueError("give startingPosition or startingTimestamp, not both")
+        max_cached = options.get("maxCachedBytesPerBatch", str(DEFAULT_CACHED_BYTES_PER_BATCH))
+        if not max_cached.isdigit():
+            raise ValueError(f"maxCachedBytesPerBatch must be a whole number of bytes, not {max_cached!r}")
         defaults = aws_settings()
         return cls(
             stream=stream,
@@ -345,6 +433,7 @@ class ReaderOptions:
             starting=starting,
             max_records=int(max_records) if max_records else None,
             starting_ms=int(starting_ms) if starting_ms is not None else None,
+            max_cached_bytes=int(max_cached),
         )
 
 
@@ -355,11 +444,13 @@ class KinesisPartition(InputPartition):
 
 
 class KinesisStreamReader(DataSourceStreamReader):
-    """Driver side: decides batch ends by reading ahead. Executor side: `read()` replays a planned range.
+    """Driver side: decides batch ends by reading ahead, and hands what it read to the batch's partitions.
+    Executor side: `read()` yields a partition's embedded rows and fetches the rest of its planned range.
 
     Spark 4.0 calls `latestOffset()` without a start, so the reader remembers the end it returned last.
     A restarted query first gets `partitions(last, last)` for the last logged batch (Spark's
-    setLatestSeenOffset), which tells the reader where to go on.
+    setLatestSeenOffset), which tells the reader where to go on. Spark plans each batch once, right after
+    the `latestOffset()` that ended it, in the same long-lived Python process.
     """
 
     def __init__(self, options: ReaderOptions) -> None:
@@ -368,10 +459,17 @@ class KinesisStreamReader(DataSourceStreamReader):
         self._position: States | None = None
         self._client: Any = None
         self._cursors: dict[str, ShardCursor] = {}
+        self._cache = ReadAheadCache(options.max_cached_bytes)
 
     def __getstate__(self) -> dict[str, Any]:
-        # Spark pickles the reader for executors; clients and cursors are rebuilt where they are used.
-        return {**self.__dict__, "_client": None, "_cursors": {}}
+        # Spark pickles the reader for executors; clients and cursors are rebuilt where they are used, and
+        # the kept records reach them inside the partitions.
+        return {
+            **self.__dict__,
+            "_client": None,
+            "_cursors": {},
+            "_cache": ReadAheadCache(self.options.max_cached_bytes),
+        }
 
     def client(self) -> Any:
         if self._client is None:
@@ -412,19 +510,24 @@ class KinesisStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KinesisPartition]:
         if self._position is None:
             self._position = decode_offset(end)
-        return [
-            KinesisPartition(self.options, group)
-            for group in plan_segments(decode_offset(start), decode_offset(end))
-        ]
+        groups = plan_segments(decode_offset(start), decode_offset(end))
+        planned = [KinesisPartition(self.options, [self._cache.embed(s) for s in group]) for group in groups]
+        self._cache.clear()  # the next batch starts where this one ends
+        return planned
 
     def read(self, partition: KinesisPartition) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]
-        client = make_client(partition.options.endpoint, partition.options.region)
+        client = None  # not made when the driver handed every record
         for segment in partition.segments:
-            yield from read_segment(client, partition.options.stream, segment)
+            yield from segment.rows
+            rest = segment.remainder()
+            if rest is not None:
+                client = client or make_client(partition.options.endpoint, partition.options.region)
+                yield from read_segment(client, partition.options.stream, rest)
 
     def read_ahead(self, states: States) -> States:
         """The next batch end: every readable shard read up to its tip (or end), within maxRecordsPerBatch
-        shared fairly across shards. Children unlocked by a parent finishing are read in the same batch."""
+        shared fairly across shards. Children unlocked by a parent finishing are read in the same batch.
+        The records read are kept for `partitions()`."""
         shards, _ = list_shards(self.client(), self.options.stream)
         states = sync_states(states, shards)
         budget: float = self.options.max_records or math.inf
@@ -450,7 +553,9 @@ class KinesisStreamReader(DataSourceStreamReader):
         self._cursors[sid] = cursor
         count = 0
         while count < limit:
+            before = cursor.state
             page = cursor.fetch(int(min(GET_RECORDS_MAX, limit - count)))
+            self._cache.keep(sid, before, page.records)
             count += len(page.records)
             if page.shard_end:
                 del self._cursors[sid]

@@ -33,6 +33,7 @@ from pipeline.kinesis_source import SCHEMA, KinesisDataSource
 pytestmark = pytest.mark.e2e
 
 SCRIPT = Path(__file__).resolve()
+SCHEMA_COLUMNS = [column.split()[0] for column in SCHEMA.split(", ")]
 
 
 def spark_session() -> SparkSession:
@@ -166,33 +167,47 @@ def reshard_while_producing(stream: str, total: int) -> None:
         time.sleep(0.05)
 
 
-def test_resharding_while_streaming_keeps_every_record_once_and_in_order(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    stream, total = new_stream(2), 3000
-    out = tmp_path / "out"
+@contextmanager
+def streaming_in_batches(spark: SparkSession, stream: str, base: Path, **options: str) -> Iterator[None]:
+    """The stream read in batches of at most 400 while the block runs, then to its end; each batch into a
+    folder of its own, with every row's place in the batch (overwriting the folder makes a replayed batch
+    idempotent)."""
 
     def write_batch(df: DataFrame, batch_id: int) -> None:
-        # Overwriting the batch's own folder makes a replayed batch idempotent.
         ordered = df.withColumn("pos", F.monotonically_increasing_id())
-        ordered.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))
+        ordered.write.mode("overwrite").parquet(str(base / "out" / f"batch={batch_id}"))
 
     query = (
         spark.readStream.format("kinesis")
         .option("streamName", stream)
         .option("maxRecordsPerBatch", "400")
+        .options(**options)
         .load()
         .writeStream.foreachBatch(write_batch)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .option("checkpointLocation", str(base / "checkpoint"))
         .trigger(processingTime="200 milliseconds")
         .start()
     )
-    with ThreadPoolExecutor(1) as producer:
-        producer.submit(reshard_while_producing, stream, total).result(timeout=180)
-    query.processAllAvailable()
-    query.stop()
+    try:
+        yield
+        query.processAllAvailable()
+    finally:
+        query.stop()
 
-    rows = spark.read.parquet(str(out)).select("partition_key", "shard_id", "data", "batch", "pos").collect()
+
+def batch_rows(spark: SparkSession, base: Path) -> list[Any]:
+    """What streaming_in_batches wrote: the source's columns, `batch` and `pos`."""
+    return spark.read.parquet(str(base / "out")).collect()
+
+
+def test_resharding_while_streaming_keeps_every_record_once_and_in_order(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    stream, total = new_stream(2), 3000
+    with streaming_in_batches(spark, stream, tmp_path), ThreadPoolExecutor(1) as producer:
+        producer.submit(reshard_while_producing, stream, total).result(timeout=180)
+
+    rows = batch_rows(spark, tmp_path)
     assert_exactly_once([json.loads(bytes(r.data))["n"] for r in rows], total)
     assert len({r.shard_id for r in rows}) == 5, "the split and the merge must both have happened"
     by_key: dict[str, list[Any]] = {}
@@ -260,8 +275,9 @@ def test_kill_9_and_restart_loses_and_doubles_nothing(spark: SparkSession, tmp_p
 
 
 class FaultProxy(ThreadingHTTPServer):
-    """Sits in front of kinesalite and fails chosen calls: kinesalite never throttles and only
-    expires iterators after 5 minutes. PutRecords faults reject every other record of the request."""
+    """Sits in front of kinesalite, fails chosen calls and counts the records GetRecords serves:
+    kinesalite never throttles and only expires iterators after 5 minutes. PutRecords faults reject every
+    other record of the request."""
 
     FAULTS: dict[str, dict[int, str]] = {  # operation -> {call number: fault}
         "ListShards": {1: "LimitExceededException"},
@@ -275,12 +291,14 @@ class FaultProxy(ThreadingHTTPServer):
         "PutRecords": {1: "PartialFailure", 2: "PartialFailure"},
     }
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, faults: dict[str, dict[int, str]]) -> None:
         super().__init__(("127.0.0.1", 0), ProxyHandler)
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.faults = faults
         self.calls: Counter[str] = Counter()
         self.injected: Counter[str] = Counter()
+        self.served = 0  # records in GetRecords answers
         self.lock = threading.Lock()
 
     @property
@@ -290,7 +308,7 @@ class FaultProxy(ThreadingHTTPServer):
     def fault_for(self, operation: str) -> str | None:
         with self.lock:
             self.calls[operation] += 1
-            fault = self.FAULTS.get(operation, {}).get(self.calls[operation])
+            fault = self.faults.get(operation, {}).get(self.calls[operation])
             if fault:
                 self.injected[f"{operation}:{fault}"] += 1
             return fault
@@ -318,7 +336,11 @@ class ProxyHandler(BaseHTTPRequestHandler):
             error = {"__type": fault, "message": "injected by the test proxy"}
             self.reply(400, "application/x-amz-json-1.1", json.dumps(error).encode())
         else:
-            self.reply(*self.server.forward(self.path, headers, body))
+            status, content_type, data = self.server.forward(self.path, headers, body)
+            if status == 200 and self.headers.get("X-Amz-Target", "").endswith(".GetRecords"):
+                with self.server.lock:
+                    self.server.served += len(json.loads(data)["Records"])
+            self.reply(status, content_type, data)
 
     def partial_put(self, headers: dict[str, str], body: bytes) -> bytes:
         request = json.loads(body)
@@ -345,14 +367,28 @@ class ProxyHandler(BaseHTTPRequestHandler):
         """Quiet: the proxy's counters are what the test checks."""
 
 
-@pytest.fixture
-def fault_proxy(stack: dict[str, Any]) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(os.environ["STREAMFOLD_KINESIS_ENDPOINT"])
+@contextmanager
+def running_proxy(faults: dict[str, dict[int, str]]) -> Iterator[FaultProxy]:
+    proxy = FaultProxy(os.environ["STREAMFOLD_KINESIS_ENDPOINT"], faults)
     thread = threading.Thread(target=proxy.serve_forever, daemon=True)
     thread.start()
-    yield proxy
-    proxy.shutdown()
-    proxy.server_close()
+    try:
+        yield proxy
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+@pytest.fixture
+def fault_proxy(stack: dict[str, Any]) -> Iterator[FaultProxy]:
+    with running_proxy(FaultProxy.FAULTS) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def counting_proxy(stack: dict[str, Any]) -> Iterator[FaultProxy]:
+    with running_proxy({}) as proxy:
+        yield proxy
 
 
 def test_throttling_partial_failures_and_expired_iterators_are_survived(
@@ -360,12 +396,49 @@ def test_throttling_partial_failures_and_expired_iterators_are_survived(
 ) -> None:
     stream, total = new_stream(2), 1200
     kinesis.put_records(kinesis.client(endpoint_url=fault_proxy.url), stream, clicks(0, total))
-    rows = read_available_now(spark, stream, tmp_path, endpointUrl=fault_proxy.url)
+    # Nothing handed from the driver, so the executors read too and meet the GetRecords faults.
+    no_cache = {"maxCachedBytesPerBatch": "0"}
+    rows = read_available_now(spark, stream, tmp_path, endpointUrl=fault_proxy.url, **no_cache)
     assert_exactly_once(payload_numbers(rows), total)
     planned = Counter(
         f"{op}:{fault}" for op, faults in FaultProxy.FAULTS.items() for fault in faults.values()
     )
     assert fault_proxy.injected == planned
+
+
+def test_kinesis_serves_each_record_once_and_rows_do_not_depend_on_what_the_driver_kept(
+    spark: SparkSession, tmp_path: Path, counting_proxy: FaultProxy
+) -> None:
+    stream, total = new_stream(2), 2000
+    kinesis.put_records(kinesis.client(), stream, clicks(0, total))
+    served: dict[str, int] = {}
+    runs: dict[str, list[Any]] = {}
+    # Every record kept by the driver (the default cap), a part of every batch (a batch of 400 of these
+    # records counts about 60,000 bytes against the cap), none (the executors read every record again).
+    for name, cap in (
+        ("kept", {}),
+        ("capped", {"maxCachedBytesPerBatch": "20000"}),
+        ("none kept", {"maxCachedBytesPerBatch": "0"}),
+    ):
+        before = counting_proxy.served
+        with streaming_in_batches(spark, stream, tmp_path / name, endpointUrl=counting_proxy.url, **cap):
+            pass  # the stream is already complete: read it to its end
+        served[name] = counting_proxy.served - before
+        runs[name] = batch_rows(spark, tmp_path / name)
+        assert_exactly_once([json.loads(bytes(r.data))["n"] for r in runs[name]], total)
+        assert max(Counter(r.batch for r in runs[name]).values()) <= 400, f"{name}: maxRecordsPerBatch"
+        for shard in {r.shard_id for r in runs[name]}:
+            in_order = sorted((r for r in runs[name] if r.shard_id == shard), key=lambda r: (r.batch, r.pos))
+            numbers = [int(r.sequence_number) for r in in_order]
+            assert numbers == sorted(numbers), f"{name}: {shard} out of order"
+    # An executor's read can fetch a page past its segment's end, so only the first count is exact.
+    assert served["kept"] == total
+    assert served["capped"] > total and served["none kept"] >= 2 * total
+
+    def columns(rows: list[Any]) -> list[tuple[Any, ...]]:
+        return sorted(tuple(r[c] for c in SCHEMA_COLUMNS) for r in rows)
+
+    assert columns(runs["kept"]) == columns(runs["capped"]) == columns(runs["none kept"])
 
 
 def main(stream: str, base: str, max_records: str) -> None:

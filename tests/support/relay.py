@@ -31,16 +31,19 @@ class TcpRelay:
         listener.bind(("127.0.0.1", self.port))
         listener.listen(64)
         self.port = listener.getsockname()[1]
-        self._listener = listener
+        with self._lock:
+            self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
     def down(self) -> None:
         """Stop listening (new connections are refused) and reset every open connection."""
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.close()
         with self._lock:
+            listener, self._listener = self._listener, None
             sockets, self._open = self._open, set()
+        if listener is not None:
+            # shutdown() first: on Linux close() alone leaves the socket listening while the accept thread
+            # is blocked in accept(), so one more connection would get through and outlive the outage.
+            _close(listener)
         for sock in sockets:
             _close(sock)
 
@@ -48,7 +51,7 @@ class TcpRelay:
         while True:
             try:
                 client, _ = listener.accept()
-            except OSError:  # closed by down()
+            except OSError:  # shut down by down()
                 return
             try:
                 server = socket.create_connection(self.target, timeout=10)
@@ -57,7 +60,13 @@ class TcpRelay:
                 continue
             server.settimeout(None)
             with self._lock:
-                self._open |= {client, server}
+                listening = self._listener is listener
+                if listening:
+                    self._open |= {client, server}
+            if not listening:  # accepted just before down(): reset it like the others
+                _close(client)
+                _close(server)
+                return
             for src, dst in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
 

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
 from pipeline.kinesis_source import (
+    DEFAULT_CACHED_BYTES_PER_BATCH,
+    KinesisPartition,
     KinesisStreamReader,
+    ReadAheadCache,
     ReaderOptions,
     Segment,
     Shard,
@@ -17,9 +23,12 @@ from pipeline.kinesis_source import (
     encode_offset,
     plan_segments,
     readable,
+    row_bytes,
     shard_from_api,
     sync_states,
+    to_row,
 )
+from pipeline.retry import RETRY_ENV
 
 OPTIONS = {"streamName": "clicks", "endpointUrl": "http://localhost:1", "region": "eu-west-1"}
 
@@ -130,6 +139,10 @@ def test_options_are_validated() -> None:
     assert ReaderOptions.parse({**OPTIONS, "maxRecordsPerBatch": "100", "startingPosition": "latest"}) == (
         ReaderOptions("clicks", "http://localhost:1", "eu-west-1", "LATEST", 100)
     )
+    assert ReaderOptions.parse(OPTIONS).max_cached_bytes == DEFAULT_CACHED_BYTES_PER_BATCH
+    assert ReaderOptions.parse({**OPTIONS, "maxCachedBytesPerBatch": "0"}).max_cached_bytes == 0
+    with pytest.raises(ValueError, match="maxCachedBytesPerBatch"):
+        ReaderOptions.parse({**OPTIONS, "maxCachedBytesPerBatch": "64MiB"})
     with pytest.raises(ValueError, match="streamName"):
         ReaderOptions.parse({})
     with pytest.raises(ValueError, match="startingPosition"):
@@ -143,3 +156,155 @@ def test_reader_with_a_client_still_pickles() -> None:
     assert reader.client() is not None
     copy = pickle.loads(pickle.dumps(reader))
     assert copy.options == reader.options and copy._client is None
+
+
+# --- records the driver read ahead, handed to the partitions -------------------------------------------
+
+ARRIVAL = datetime(2026, 1, 1, 12, tzinfo=timezone(timedelta(hours=2)))
+
+
+def records(first: int, last: int) -> list[dict[str, Any]]:
+    """GetRecords records with sequence numbers first..last, as botocore returns them."""
+    return [
+        {
+            "PartitionKey": f"k{n}",
+            "SequenceNumber": str(n),
+            "ApproximateArrivalTimestamp": ARRIVAL + timedelta(seconds=n),
+            "Data": f"payload {n}".encode(),
+        }
+        for n in range(first, last + 1)
+    ]
+
+
+def sequence_numbers(segment: Segment) -> list[int]:
+    return [int(row[1]) for row in segment.rows]
+
+
+def test_embeds_the_kept_records_that_lie_in_the_segment() -> None:
+    cache = ReadAheadCache(cap_bytes=10**6)
+    cache.keep("s0", ShardState(after="10"), records(11, 13))
+    cache.keep("s0", ShardState(after="13"), records(14, 15))  # the next page continues the run
+    whole = cache.embed(Segment("s0", ShardState(after="10"), "15"))
+    assert sequence_numbers(whole) == [11, 12, 13, 14, 15]
+    assert whole.remainder() is None
+    shorter = cache.embed(Segment("s0", ShardState(after="10"), "12"))
+    assert sequence_numbers(shorter) == [11, 12] and shorter.remainder() is None
+
+
+def test_the_remainder_starts_after_the_last_embedded_record() -> None:
+    cache = ReadAheadCache(cap_bytes=10**6)
+    cache.keep("s0", ShardState(after="10"), records(11, 13))
+    segment = cache.embed(Segment("s0", ShardState(after="10"), "20"))
+    assert sequence_numbers(segment) == [11, 12, 13]
+    assert segment.remainder() == Segment("s0", ShardState(after="13"), "20")
+
+
+def test_records_not_kept_from_the_segment_start_are_not_embedded() -> None:
+    cache = ReadAheadCache(cap_bytes=10**6)
+    cache.keep("s0", ShardState(after="10"), records(11, 13))
+    later = Segment("s0", ShardState(after="12"), "13")  # e.g. a batch the checkpoint planned elsewhere
+    other = Segment("s1", ShardState(after="10"), "13")
+    assert cache.embed(later) == later and later.remainder() == later
+    assert cache.embed(other) == other
+
+
+def test_a_gap_starts_a_new_run() -> None:
+    cache = ReadAheadCache(cap_bytes=10**6)
+    cache.keep("s0", ShardState(after="10"), records(11, 12))
+    cache.keep("s0", ShardState(after="20"), records(21, 22))  # the cursor was moved elsewhere
+    assert cache.embed(Segment("s0", ShardState(after="10"), "12")).rows == ()
+    assert sequence_numbers(cache.embed(Segment("s0", ShardState(after="20"), "22"))) == [21, 22]
+
+
+def test_a_shard_read_from_its_start_is_embedded() -> None:
+    cache = ReadAheadCache(cap_bytes=10**6)
+    cache.keep("child", ShardState(parents=("p",)), records(1, 2))
+    cache.keep("late", ShardState(since_ms=5000), records(7, 8))
+    assert sequence_numbers(cache.embed(Segment("child", ShardState(parents=("p",)), "2"))) == [1, 2]
+    assert sequence_numbers(cache.embed(Segment("late", ShardState(since_ms=5000), "8"))) == [7, 8]
+    assert cache.embed(Segment("late", ShardState(since_ms=6000), "8")).rows == ()
+
+
+def test_past_the_cap_nothing_more_is_kept_for_the_batch() -> None:
+    three = sum(row_bytes(to_row("s0", r)) for r in records(11, 13))
+    cache = ReadAheadCache(cap_bytes=three + 10)
+    cache.keep("s0", ShardState(after="10"), records(11, 15))
+    cache.keep("s1", ShardState(after="1"), records(2, 2))  # would fit in the 10 bytes left: not kept
+    assert cache.full and cache.size == three
+    s0 = cache.embed(Segment("s0", ShardState(after="10"), "15"))
+    assert sequence_numbers(s0) == [11, 12, 13]
+    assert s0.remainder() == Segment("s0", ShardState(after="13"), "15")
+    assert cache.embed(Segment("s1", ShardState(after="1"), "2")).rows == ()
+    cache.clear()  # the batch is planned: the next one may keep records again
+    cache.keep("s0", ShardState(after="15"), records(16, 16))
+    assert sequence_numbers(cache.embed(Segment("s0", ShardState(after="15"), "16"))) == [16]
+
+
+def test_a_zero_cap_keeps_nothing() -> None:
+    cache = ReadAheadCache(cap_bytes=0)
+    cache.keep("s0", ShardState(after="10"), records(11, 13))
+    assert cache.embed(Segment("s0", ShardState(after="10"), "13")).rows == ()
+
+
+def test_embedded_rows_are_the_rows_read_would_make() -> None:
+    (record,) = records(11, 11)
+    cache = ReadAheadCache(cap_bytes=10**6)
+    cache.keep("s0", ShardState(after="10"), [record])
+    (row,) = cache.embed(Segment("s0", ShardState(after="10"), "11")).rows
+    assert row == ("k11", "11", "s0", ARRIVAL + timedelta(seconds=11), b"payload 11")
+    assert row[3].tzinfo is UTC  # the same instant whatever the executor's zone
+
+
+def reader_with_kept_records() -> KinesisStreamReader:
+    reader = KinesisStreamReader(ReaderOptions.parse(OPTIONS))
+    reader._cache.keep("p", ShardState(after="10"), records(11, 12))
+    reader._cache.keep("c", ShardState(parents=("p",)), records(30, 31))
+    reader._cache.keep("s", ShardState(after="5"), records(6, 9))
+    return reader
+
+
+BATCH_START = {"p": ShardState(after="10"), "s": ShardState(after="5")}
+BATCH_END = {
+    "p": ShardState(after="12", done=True),
+    "c": ShardState(parents=("p",), after="31"),
+    "s": ShardState(after="7"),
+}
+
+
+def test_partitions_embed_the_batch_and_drop_what_they_kept() -> None:
+    reader = reader_with_kept_records()
+    planned = reader.partitions(encode_offset(BATCH_START), encode_offset(BATCH_END))
+    embedded = [
+        [(seg.shard_id, sequence_numbers(seg), seg.remainder()) for seg in p.segments] for p in planned
+    ]
+    assert embedded == [[("p", [11, 12], None), ("c", [30, 31], None)], [("s", [6, 7], None)]]
+    # Planned again (a replay): nothing kept any more, so every segment is fetched whole.
+    replanned = reader.partitions(encode_offset(BATCH_START), encode_offset(BATCH_END))
+    whole = plan_segments(BATCH_START, BATCH_END)
+    assert replanned == [KinesisPartition(reader.options, group) for group in whole]
+
+
+def test_read_yields_embedded_rows_without_calling_kinesis(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(RETRY_ENV, "0")  # a call to the unreachable endpoint would fail, not wait
+    reader = reader_with_kept_records()
+    (parent_and_child, _) = reader.partitions(encode_offset(BATCH_START), encode_offset(BATCH_END))
+    rows = list(pickle.loads(pickle.dumps(reader)).read(pickle.loads(pickle.dumps(parent_and_child))))
+    assert [(row[2], row[1]) for row in rows] == [("p", "11"), ("p", "12"), ("c", "30"), ("c", "31")]
+
+
+def test_the_cap_bounds_what_a_partition_pickles_to() -> None:
+    kept = [
+        {
+            "PartitionKey": f"User_{n}",
+            "SequenceNumber": f"4959{n:052d}",
+            "ApproximateArrivalTimestamp": ARRIVAL + timedelta(milliseconds=n),
+            "Data": os.urandom(130),
+        }
+        for n in range(1, 2001)
+    ]
+    cache = ReadAheadCache(cap_bytes=DEFAULT_CACHED_BYTES_PER_BATCH)
+    cache.keep("shardId-000000000000", ShardState(), kept)
+    segment = cache.embed(Segment("shardId-000000000000", ShardState(), kept[-1]["SequenceNumber"]))
+    partition = KinesisPartition(ReaderOptions.parse(OPTIONS), [segment])
+    assert len(segment.rows) == 2000
+    assert len(pickle.dumps(partition, protocol=pickle.HIGHEST_PROTOCOL)) <= cache.size
