@@ -16,7 +16,10 @@ from stack.service import Service
 # One quick attempt: a health check is repeated until the service is up.
 HEALTH_CHECK = BotoConfig(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
 # kinesalite has no bind-address setting and listens on every interface; this preload keeps it
-# on loopback like every other service.
+# on loopback like every other service. kinesalite also rethrows a request's error, and Node 20 gives an
+# `aborted` ECONNRESET error to every request whose client closed the connection before the answer (a
+# job killed mid-call, a timed-out read): uncaught, it ended the endpoint for every other client. The
+# preload logs those and keeps serving; any other uncaught error still ends the process.
 KINESIS_LOOPBACK_JS = """\
 const net = require('net');
 const listen = net.Server.prototype.listen;
@@ -24,6 +27,14 @@ net.Server.prototype.listen = function (...args) {
   if (typeof args[0] === 'number' && typeof args[1] !== 'string') args.splice(1, 0, '127.0.0.1');
   return listen.apply(this, args);
 };
+process.on('uncaughtException', (err) => {
+  if (err && err.code === 'ECONNRESET') {
+    console.error(`a client closed its connection mid-request: ${err.message}`);
+    return;
+  }
+  console.error(err);
+  process.exit(1);
+});
 """
 # kinesalite refuses streams past this many shards in all (real accounts start at 500 per region); the
 # test suites create a stream per scenario.
