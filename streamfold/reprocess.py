@@ -37,6 +37,7 @@ from db import pipeline_schema, schema
 from db import versions as registry
 from pipeline import job
 from pipeline.join_config import JoinConfig
+from pipeline.status_files import now_ms
 from streamfold import status
 
 STOP_WAIT_S = 60.0
@@ -157,11 +158,7 @@ def stream_earliest_ms(stream: str) -> int | None:
             f"Kinesis stream {stream} does not exist: run `streamfold setup` first"
         ) from None
     created_ms = int(summary["StreamCreationTimestamp"].timestamp() * 1000)
-    return v.stream_earliest_ms(created_ms, summary["RetentionPeriodHours"], _now_ms())
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return v.stream_earliest_ms(created_ms, summary["RetentionPeriodHours"], now_ms())
 
 
 def check_inputs(settings: config.Settings, pipeline: pf.Pipeline, from_ms: int | None, source: str) -> None:
@@ -179,7 +176,7 @@ def check_inputs(settings: config.Settings, pipeline: pf.Pipeline, from_ms: int 
             raise v.VersionError(
                 "reprocess --source kinesis reads events.kinesis_stream: the pipeline file names none"
             )
-        if from_ms is not None and from_ms > _now_ms():
+        if from_ms is not None and from_ms > now_ms():
             raise v.VersionError(
                 f"--from {v.pf_time(from_ms)} is in the future: Kinesis starts at a past time"
             )
@@ -438,7 +435,7 @@ def consumers_from(
         **_kafka_unread(settings, [p for p in pending if p.source == "kafka"]),
         **_kinesis_unread([p for p in pending if p.source == "kinesis"]),
     }
-    found = v.consumers_from_ms(behind, unread, _now_ms(), max_wait)
+    found = v.consumers_from_ms(behind, unread, now_ms(), max_wait)
     return None if found is None else datetime.fromtimestamp(found / 1000, UTC)
 
 
