@@ -37,6 +37,7 @@ from common import config, topics
 from common import pipeline_file as pf
 from common import versions as v
 from db import versions as registry
+from pipeline.status_files import now_ms
 from spec.events import Rejected, parse_event
 from tests.support import own_pipeline as own
 from tests.support import pipeline as sp
@@ -44,10 +45,6 @@ from tests.support import pipeline as sp
 pytestmark = pytest.mark.e2e
 
 KEYS = list(range(1, 21))
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @pytest.fixture(scope="module")
@@ -77,32 +74,10 @@ def cli(views: own.OwnPipeline, *args: str, env: dict[str, str] | None = None) -
     )  # fmt: skip
 
 
-def refused(views: own.OwnPipeline, *args: str) -> str:
-    result = cli(views, *args)
-    assert result.returncode == 1, (args, result.stdout, result.stderr[-2000:])
-    return " ".join(result.stderr.split())
-
-
-def listed(views: own.OwnPipeline) -> dict[str, dict]:
-    result = views.streamfold("versions", "--json")
-    return {row["name"]: row for row in json.loads(result.stdout)}
-
-
-def landed(views: own.OwnPipeline, name: str) -> int:
-    with views.connect() as conn:
-        return conn.execute(
-            "SELECT count(*) FROM streamfold.sink_batches WHERE starts_with(query, %s)", (f"{name}-kafka:",)
-        ).fetchone()[0]
-
-
 def stop(job: subprocess.Popen) -> None:
     """SIGTERM to the job, not its JVM: it stops between writes (pipeline/job.py BatchGate)."""
     os.kill(job.pid, signal.SIGTERM)
     job.wait(timeout=180)
-
-
-def version_pid(views: own.OwnPipeline, name: str) -> int:
-    return int((views.home / "versions" / name / "job.pid").read_text().split()[0])
 
 
 class Traffic:
@@ -326,7 +301,7 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
     follower = Follower(views, bootstrap)  # a consumer of the enriched events, across both swaps
     try:
         with Traffic(views, bootstrap):
-            sp.wait_until(lambda: landed(views, p.name) > 0, 300, "a batch of the live job")
+            sp.wait_until(lambda: views.landed(p.name, "kafka") > 0, 300, "a batch of the live job")
             follower.thread.start()
             # The changed file: a carried column and an aggregate over it.
             text = views.file.read_text().replace(
@@ -339,31 +314,31 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
             assert "started the job of v2" in " ".join(result.stderr.split())
 
             # Bad input, refused with its reason.
-            assert "exists already" in refused(
-                views, "reprocess", "--version", "v2", "--pipeline", str(changed)
+            assert "exists already" in views.refused(
+                "reprocess", "--version", "v2", "--pipeline", str(changed)
             )
-            assert "no version 'nope'" in refused(views, "swap", "nope")
-            assert "'live' is the current version" in refused(views, "drop-version", "live")
-            too_early = refused(views, "reprocess", "--version", "v9", "--from", "2000-01-01T00:00:00Z")
+            assert "no version 'nope'" in views.refused("swap", "nope")
+            assert "'live' is the current version" in views.refused("drop-version", "live")
+            too_early = views.refused("reprocess", "--version", "v9", "--from", "2000-01-01T00:00:00Z")
             first = first_retained_ms(bootstrap, topic, 0)
             assert f"earliest possible start is {v.pf_time(first)}" in too_early, too_early
-            assert set(listed(views)) == {"live", "v2"}
+            assert set(views.versions()) == {"live", "v2"}
 
             # kill -9 mid catch-up; meanwhile a swap is refused with the lag.
-            committed = lambda: listed(views)["v2"]["lag"] != "no batch committed yet"  # noqa: E731
+            committed = lambda: views.versions()["v2"]["lag"] != "no batch committed yet"  # noqa: E731
             sp.wait_until(committed, 300, "a committed batch of v2's job")
-            os.killpg(version_pid(views, "v2"), signal.SIGKILL)
+            os.killpg(views.version_pid("v2"), signal.SIGKILL)
             for partition in range(3):  # more than the caught-up threshold behind, on every partition
                 burst = [(str(k), own.view(k, now_ms(), "/burst", 1)) for k in KEYS] * 60
                 produce(bootstrap, topic, burst, partition=partition)
-            lagging = refused(views, "swap", "v2")
+            lagging = views.refused("swap", "v2")
             assert "still catching up" in lagging and "records behind" in lagging, lagging
             v2_job = subprocess.Popen(
                 [sys.executable, "-m", "streamfold", "run", "--version", "v2"],
                 stdout=(views.home / "v2-restarted.log").open("a"), stderr=subprocess.STDOUT,
                 env=views.env(), cwd=own.ROOT, start_new_session=True,
             )  # fmt: skip
-            sp.wait_until(lambda: listed(views)["v2"]["caught_up"], 600, "v2 caught up")
+            sp.wait_until(lambda: views.versions()["v2"]["caught_up"], 600, "v2 caught up")
 
             # The first swap moves the live tables: the live job stops for it, and starts again after.
             stop(live)
@@ -385,10 +360,10 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
                     (p.name,),
                 ).fetchall()
             assert [s[:2] for s in swaps] == [("live", "v2")] and f"{topic}:0" in swaps[0][2]
-            assert listed(views)["v2"]["current"]
-            assert "current version" in refused(views, "drop-version", "v2")
+            assert views.versions()["v2"]["current"]
+            assert "current version" in views.refused("drop-version", "v2")
             live = views.start("kafka", live_log)
-            sp.wait_until(lambda: listed(views)["v2"]["caught_up"], 300, "v2 caught up again")
+            sp.wait_until(lambda: views.versions()["v2"]["caught_up"], 300, "v2 caught up again")
 
             # `streamfold setup` of the live file after the swap (the compose stack runs it at every up): the
             # users' names keep reading v2, history included; v2's column keeps flowing; both jobs land.
@@ -401,8 +376,10 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
                 timeout=30, auth=config.connect_auth(),
             ).json()  # fmt: skip
             assert f"{p.profile.table}.segment," in connector["column.include.list"]
-            jobs = {name: landed(views, name) for name in (p.name, v2.name)}
-            sp.wait_until(lambda: all(landed(views, n) > jobs[n] for n in jobs), 300, "both jobs landing")
+            jobs = {name: views.landed(name, "kafka") for name in (p.name, v2.name)}
+            sp.wait_until(
+                lambda: all(views.landed(n, "kafka") > jobs[n] for n in jobs), 300, "both jobs landing"
+            )
 
         # Drained: every event in v2 as the oracle has it, with the new column on old events too.
         versions, cdc_dead = own.history(bootstrap, v2)
@@ -433,9 +410,9 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
         assert "unsegmented" in segment.values() and len(set(segment.values())) > 1
 
         # Roll back: live caught up, swapped back, whole.
-        sp.wait_until(lambda: listed(views)["live"]["caught_up"], 600, "the live job caught up")
+        sp.wait_until(lambda: views.versions()["live"]["caught_up"], 600, "the live job caught up")
         views.streamfold("swap", "live")
-        assert listed(views)["live"]["current"]
+        assert views.versions()["live"]["current"]
         moved = v.moved_live(p)
         setup_changes_nothing(views, [*v.users_tables(moved, v.LIVE), p.versions_view])
         assert "segment" not in columns(views, p.versions_view)  # the history's names are live's again
@@ -474,7 +451,7 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
         assert follower.per_topic[v2.enriched_topic] > 0 and follower.dropped > 0, follower.per_topic
 
         views.streamfold("drop-version", "v2")
-        assert set(listed(views)) == {"live"}
+        assert set(views.versions()) == {"live"}
         with views.connect() as conn:
             (left,) = conn.execute("SELECT to_regclass(%s) IS NULL", (v2.enriched_table,)).fetchone()
         assert left
@@ -487,7 +464,7 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
             if job is not None and job.poll() is None:
                 sp.kill9(job)
         with contextlib.suppress(OSError, ValueError):
-            os.killpg(version_pid(views, "v2"), signal.SIGKILL)
+            os.killpg(views.version_pid("v2"), signal.SIGKILL)
 
 
 def first_retained_ms(bootstrap: str, topic: str, partition: int) -> int:

@@ -28,16 +28,13 @@ from common import pipeline_file as pf
 from common import versions as v
 from connectors.setup import STREAM_RETENTION_HOURS
 from db import versions as registry
+from pipeline.status_files import now_ms
 from tests.support import own_pipeline as own
 from tests.support import pipeline as sp
 
 pytestmark = pytest.mark.e2e
 
 KEYS = list(range(1, 11))
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +58,6 @@ def views(streamfold_setup, tmp_path_factory):
                 conn.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(sql.SQL(users_name)))
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.SQL(table)))
     own.drop(made, streamfold_setup.connect_url)
-
-
-def landed(views: own.OwnPipeline, name: str) -> int:
-    with views.connect() as conn:
-        return conn.execute(
-            "SELECT count(*) FROM streamfold.sink_batches WHERE starts_with(query, %s)", (f"{name}-kinesis:",)
-        ).fetchone()[0]
 
 
 def send(stream: str, path: str, count: int = 20) -> None:
@@ -124,7 +114,7 @@ def test_reprocess_a_kinesis_pipeline_swap_and_start_at_a_time(views, streamfold
     k2_pipeline = v.versioned(p, "k2")
     try:
         with Traffic(views, stream):
-            sp.wait_until(lambda: landed(views, p.name) > 0, 300, "a batch of the live job")
+            sp.wait_until(lambda: views.landed(p.name, "kinesis") > 0, 300, "a batch of the live job")
             assert "events.kafka_topic" in views.refused("reprocess", "--version", "kx", "--source", "kafka")
             assert "in the future" in views.refused("reprocess", "--version", "kx", "--from", "2999-01-01")
             result = views.streamfold("reprocess", "--version", "k2")  # the file's only source: Kinesis
@@ -145,8 +135,10 @@ def test_reprocess_a_kinesis_pipeline_swap_and_start_at_a_time(views, streamfold
                 ).fetchone()
             assert any(key.startswith(f"{stream}:shardId-") for key in offsets), offsets
             assert json.loads(views.streamfold("topics", "--json").stdout)["consumers_from"] is not None
-            before = landed(views, k2_pipeline.name)
-            sp.wait_until(lambda: landed(views, k2_pipeline.name) > before, 300, "k2 landing after the swap")
+            before = views.landed(k2_pipeline.name, "kinesis")
+            sp.wait_until(
+                lambda: views.landed(k2_pipeline.name, "kinesis") > before, 300, "k2 landing after the swap"
+            )
 
         # A start at a time: the records that arrived before it are not k3's.
         earlier = {item.event_id for item in sp.kinesis_inputs(stream)}
@@ -180,6 +172,4 @@ def test_reprocess_a_kinesis_pipeline_swap_and_start_at_a_time(views, streamfold
             sp.kill9(live)
         for name in ("k2", "k3"):
             with contextlib.suppress(OSError, ValueError):
-                os.killpg(
-                    int((views.home / "versions" / name / "job.pid").read_text().split()[0]), signal.SIGKILL
-                )
+                os.killpg(views.version_pid(name), signal.SIGKILL)

@@ -106,6 +106,20 @@ class OwnPipeline:
         """`streamfold versions --json`, by name."""
         return {row["name"]: row for row in json.loads(self.streamfold("versions", "--json").stdout)}
 
+    def landed(self, name: str, source: str) -> int:
+        """Batches the job of pipeline name `name` (a version's: `<name>__<version>`) landed from `source`."""
+        with self.connect() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM streamfold.sink_batches WHERE starts_with(query, %s)",
+                (f"{name}-{source}:",),
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def version_pid(self, name: str) -> int:
+        """The pid `streamfold reprocess` recorded for version `name`'s job."""
+        return int((self.home / "versions" / name / "job.pid").read_text().split()[0])
+
     def start(self, source: str, log: Path) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "-m", "streamfold", "run", "--source", source],
