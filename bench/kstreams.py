@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench import latency, measured
@@ -329,14 +329,18 @@ def profile_changes(profiles: Observations) -> dict[str, list[tuple[str, int]]]:
 class OutputWatcher(threading.Thread):
     """Marks sampled clicks (by event_id) and profile changes (userid@time: a click of that user joined
     with a version committed at or after that time) when their records reach a read_committed consumer
-    of ENRICHED_TOPIC, from its end when started. bench.latency.Watcher."""
+    of ENRICHED_TOPIC, from its end when made. bench.latency.Watcher.
+
+    It starts at the end offsets read here, not at OFFSET_END: that is resolved at the consumer's first
+    fetch, after its connection and authentication, and the records written meanwhile (the window's first
+    outputs) would be skipped and their samples never seen."""
 
     def __init__(self, bootstrap: str, clicks: Observations, profiles: Observations) -> None:
         super().__init__(name="kstreams-watcher", daemon=True)
         self.clicks, self.profiles = clicks, profiles
         self.consumer = read_committed(bootstrap, "bench-kstreams-latency")
-        partitions = topic_offsets(bootstrap, ENRICHED_TOPIC)
-        self.consumer.assign([TopicPartition(ENRICHED_TOPIC, p, OFFSET_END) for p in partitions])
+        ends = topic_offsets(bootstrap, ENRICHED_TOPIC)
+        self.consumer.assign([TopicPartition(ENRICHED_TOPIC, p, end) for p, (_, end) in ends.items()])
         self.stop_event = threading.Event()
         self.records = 0
         self.recent: dict[str, float] = {}
@@ -344,8 +348,8 @@ class OutputWatcher(threading.Thread):
     def run(self) -> None:
         while not self.stop_event.is_set():
             msgs = [m for m in self.consumer.consume(1000, timeout=0.05) if m.error() is None]
-            if msgs:
-                self.observe([m.value() or b"" for m in msgs], time.time())
+            # Also without records: a sample registered after its record passed is found in `recent`.
+            self.observe([m.value() or b"" for m in msgs], time.time())
 
     def observe(self, values: list[bytes], at: float) -> None:
         self.records += len(values)

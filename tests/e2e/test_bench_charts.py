@@ -66,6 +66,9 @@ def test_a_short_bench_run_writes_its_charts_beside_its_json(
     ks = results["kstreams"]
     assert (ks["enriched_records"], ks["counted_clicks"], ks["unknown_region_clicks"]) == (20_000, 20_000, 0)
     assert [w["target_rate"] for w in ks["latency"]] == [200.0, 500.0]
+    # Both kept up with these loads: every sampled click was seen, the windows' first ones too.
+    for window in [*results["latency"], *ks["latency"]]:
+        assert (window["kept_up"], window["click_latency"]["censored"]) == (True, 0), window
     assert (
         "| clicks/s steady (first click read -> all outputs visible) |"
         in json_path.with_suffix(".md").read_text()
