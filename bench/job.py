@@ -8,7 +8,8 @@ Throughput is measured from the job's own records, not from the outside:
             (streamfold.sink_batches says which batch that is), and
           - the first one that had read every change event present when the job started (the join
             must fold every user; its CDC source's endOffset says when).
-JVM start-up and query planning before the first batch are reported separately (launch_to_first_read_s).
+JVM start-up and query planning before the first batch are reported separately (launch_to_first_read_s),
+as is the launch -> the first commit that made click rows visible (launch_to_first_output_s).
 Every user of the generated clicks exists, so a click enriched with region UNKNOWN was released before
 its user's change event was read: unknown_region_clicks counts them.
 """
@@ -234,12 +235,15 @@ def throughput(run: JobRun, clicks: int, clicks_batch: int, cdc_batch: int) -> d
     start = parse_ts(first["timestamp"])
     end = parse_ts(last["timestamp"]) + last["durationMs"]["triggerExecution"] / 1000
     batches = [e for e in run.progress() if first["batchId"] <= e["batchId"] <= last_batch]
-    commits = {batch_id: committed_at for batch_id, _, committed_at in run.commits()}
+    landed = run.commits()
+    commits = {batch_id: committed_at for batch_id, _, committed_at in landed}
+    first_output = min(committed_at for _, rows, committed_at in landed if rows > 0)
     return {
         "clicks": clicks,
         "seconds": round(end - start, 2),
         "clicks_per_s": round(clicks / (end - start)),
         "launch_to_first_read_s": round(start - run.launched, 1),
+        "launch_to_first_output_s": round(first_output.timestamp() - run.launched, 1),
         "last_click_commit_started_at": commits[clicks_batch].isoformat(),
         "clicks_committed_batch": clicks_batch,
         "cdc_read_batch": cdc_batch,

@@ -7,9 +7,10 @@ max.task.idle.ms; both are correct on preloaded users (ClicksTopology).
 
 throughput: a fresh application (its own id and state directory) reads the preloaded clicks from the
             start. end = when a read_committed consumer of COUNTS_TOPIC sees the counts sum to the clicks
-            (every output visible). From start: clicks / (end - JVM launch). Steady: clicks / (end - the
-            first click the application read; its own stdout line). The enriched records are counted after
-            the end, read_committed: they must equal the clicks. UNKNOWN: the count of region UNKNOWN
+            (every output visible); its first output = when that consumer sees the first count. From
+            start: clicks / (end - JVM launch). Steady: clicks / (end - the first click the application
+            read; its own stdout line). The enriched records are counted after the end, read_committed:
+            they must equal the clicks. UNKNOWN: the count of region UNKNOWN
             (every user of the clicks exists, so each is a click joined before its user was read).
 latency:    a fresh application whose group starts at the clicks topic's end; once it runs, the same offered
             load as streamfold's windows (bench.latency). A sampled click is seen when a read_committed
@@ -213,14 +214,16 @@ def read_committed(bootstrap: str, group: str) -> Consumer:
 
 def wait_counted(
     app: App, clicks: int, timeout_s: float, on_progress: Callable[[int], None]
-) -> tuple[float, dict[str, int]]:
-    """Read COUNTS_TOPIC until the latest count per region sums to `clicks`: (when, the counts)."""
+) -> tuple[float, float, dict[str, int]]:
+    """Read COUNTS_TOPIC until the latest count per region sums to `clicks`: (when the first count was
+    seen, when the last, the counts)."""
     consumer = read_committed(app.bench.bootstrap, "bench-kstreams-counts")
     partitions = len(topic_offsets(app.bench.bootstrap, COUNTS_TOPIC))
     consumer.assign([TopicPartition(COUNTS_TOPIC, p, OFFSET_BEGINNING) for p in range(partitions)])
     counts: dict[str, int] = {}
     deadline = time.monotonic() + timeout_s
     last_report = 0.0
+    first_seen: float | None = None
     try:
         while sum(counts.values()) < clicks:
             app.check_alive()
@@ -231,10 +234,12 @@ def wait_counted(
                 key, value = msg.key(), msg.value()
                 if msg.error() is None and key is not None and value is not None:
                     counts[key.decode()] = int.from_bytes(value, "big", signed=True)
+                    first_seen = first_seen or time.time()
             if time.monotonic() - last_report >= 1:
                 last_report = time.monotonic()
                 on_progress(sum(counts.values()))
-        return time.time(), counts
+        end = time.time()
+        return first_seen or end, end, counts
     finally:
         consumer.close()
 
@@ -263,7 +268,7 @@ def throughput(bench: Bench, clicks: int, variant: str, on_progress: Callable[[i
     transactions_v1(bench)
     create_topics(bench.bootstrap)
     with App(bench, "main", variant) as app:
-        end, counts = wait_counted(app, clicks, max(1800, clicks / 100), on_progress)
+        first_output, end, counts = wait_counted(app, clicks, max(1800, clicks / 100), on_progress)
         first = app.wait_event("first_click", 60)
         assert app.clock is not None
         app.clock.sample()
@@ -278,6 +283,7 @@ def throughput(bench: Bench, clicks: int, variant: str, on_progress: Callable[[i
         "seconds_from_start": round(end - app.launched, 2),
         "clicks_per_s_from_start": round(clicks / (end - app.launched)),
         "launch_to_first_read_s": round(first - app.launched, 1),
+        "launch_to_first_output_s": round(first_output - app.launched, 1),
         "counted_clicks": sum(counts.values()),
         "enriched_records": enriched,
         "unknown_region_clicks": unknown,

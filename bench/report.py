@@ -54,6 +54,11 @@ def seconds(value: float | None) -> str:
     return f"> {GRACE_S:.0f} s" if value is None else f"{value:.2f} s"
 
 
+def duration(value: float | None) -> str:
+    """A duration measured once; "-" where the results do not have it."""
+    return "-" if value is None else f"{value:.1f} s"
+
+
 # Everything measured on the main run's input: a label, and where its figures are in the results.
 # bench.kstreams.VARIANTS: the users table of each.
 VARIANTS = {"global": "GlobalKTable", "table": "KTable, max.task.idle.ms"}
@@ -107,6 +112,8 @@ def headline_rows(results: dict[str, Any]) -> list[list[str]]:
     rows = [
         row("clicks/s from start (launch -> all outputs visible)", *_both(sf, ks, "clicks_per_s_from_start")),
         row("clicks/s steady (first click read -> all outputs visible)", *_both(sf, ks, "clicks_per_s")),
+        row("launch -> first click read", *_both(sf, ks, "launch_to_first_read_s"), duration),
+        row("launch -> first output visible", *_both(sf, ks, "launch_to_first_output_s"), duration),
     ]
     ks_windows = {w["target_rate"]: w for w in ks.get("latency", [])}
     for w in results.get("latency", []):

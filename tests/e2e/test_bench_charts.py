@@ -66,6 +66,8 @@ def test_a_short_bench_run_writes_its_charts_beside_its_json(
     ks = results["kstreams"]
     assert (ks["enriched_records"], ks["counted_clicks"], ks["unknown_region_clicks"]) == (20_000, 20_000, 0)
     assert [w["target_rate"] for w in ks["latency"]] == [200.0, 500.0]
+    for side in (results["streamfold"], ks):  # the first output comes after the first click read
+        assert 0 < side["launch_to_first_read_s"] <= side["launch_to_first_output_s"], side
     # Both kept up with these loads: every sampled click was seen, the windows' first ones too.
     for window in [*results["latency"], *ks["latency"]]:
         assert (window["kept_up"], window["click_latency"]["censored"]) == (True, 0), window

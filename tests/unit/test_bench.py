@@ -167,6 +167,8 @@ def test_the_headline_is_streamfold_beside_kafka_streams_with_their_ratio():
             "seconds": 10.0,
             "clicks_per_s": 10,
             "clicks_per_s_from_start": 5,
+            "launch_to_first_read_s": 4.5,
+            "launch_to_first_output_s": 27.0,
             "cpu_us_per_click": 30.0,
             "unknown_region_clicks": 0,
             "memory_to_last_commit": memory(1000),
@@ -179,6 +181,7 @@ def test_the_headline_is_streamfold_beside_kafka_streams_with_their_ratio():
             "seconds": 4.0,
             "clicks_per_s": 25,
             "clicks_per_s_from_start": 20,
+            "launch_to_first_read_s": 3.0,
             "cpu_us_per_click": 15.0,
             "unknown_region_clicks": 0,
             "enriched_records": 100,
@@ -191,6 +194,8 @@ def test_the_headline_is_streamfold_beside_kafka_streams_with_their_ratio():
     assert text.startswith("**Headline: streamfold / Kafka Streams")
     assert "| clicks/s from start (launch -> all outputs visible) | 5 | 20 | 0.25x |" in text
     assert "| clicks/s steady (first click read -> all outputs visible) | 10 | 25 | 0.40x |" in text
+    assert "| launch -> first click read | 4.5 s | 3.0 s | 1.50x |" in text
+    assert "| launch -> first output visible | 27.0 s | - | - |" in text  # results without the figure
     assert "| click p99 at 20,000 clicks/s offered | 1.20 s | 0.40 s | 3.00x |" in text
     assert "click p99 at 5,000" not in text  # Kafka Streams had no window at that load
     assert "| peak RSS, MiB (its processes, throughput run) | 1000 | 500 | 2.00x |" in text
