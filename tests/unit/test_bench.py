@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 from bench import cluster, cpu, job, kstreams, procmem, profile, report
@@ -213,7 +214,7 @@ def test_kafka_streams_outputs_mark_sampled_clicks_and_profile_versions():
         b'{"userid":"User_3","event_id":"kafka:clicks:0:1","user_valid_from":100000}',  # the version before
         b'{"userid":"User_3","event_id":"kafka:clicks:0:2","user_valid_from":100500}',
     ]
-    recent: dict[str, float] = {}
+    recent: OrderedDict[str, float] = OrderedDict()
     kstreams.observe(records, clicks, profiles, 101.0, recent)
     assert clicks.outstanding() == ["kafka:clicks:2:9"]
     assert profiles.outstanding() == []
