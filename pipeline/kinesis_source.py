@@ -8,7 +8,8 @@ STREAMFOLD_KINESIS_ENDPOINT as endpoint), `startingPosition` TRIM_HORIZON (defau
 `startingTimestamp` (epoch ms, instead of startingPosition: every shard from its first record that arrived at
 or after it, AT_TIMESTAMP on ApproximateArrivalTimestamp; not in the future), `maxRecordsPerBatch` (records
 per micro-batch across all shards; default unlimited), `maxCachedBytesPerBatch` (read-ahead records handed
-to the executors, see below; default 64 MiB, 0 hands none). The start applies to a new checkpoint only: one
+to the executors, see below; default 64 MiB, 0 hands none), `readAheadWhileRunning` (true by default: read
+the next batch's records while a batch runs, see below). The start applies to a new checkpoint only: one
 that exists resumes its own offsets. Credentials come only from the standard AWS settings (environment,
 profile, instance role), never from options.
 
@@ -20,6 +21,15 @@ embedded, up to the end sequence number. So within the cap the endpoint serves e
 is defined by its two offsets alone: a batch Spark replays after a crash (a new driver, nothing kept) is
 fetched whole, and gets the same records. Spark keeps the offsets in its checkpoint; no state lives in
 Kinesis.
+
+Reading ahead while a batch runs: once `partitions()` has planned a batch, a thread of the driver's reader
+reads on from its end (the next batch's records, into the same cache, within the same limits), so that
+the endpoint does not idle while Spark runs the batch, nor Spark while the driver reads ahead. The next
+`latestOffset()` stops the thread after the page it is reading and reads on from where it got to: a
+batch's end is still every readable shard read to its tip within `maxRecordsPerBatch`, and only
+`latestOffset()` returns one; what the thread read past it stays in memory. The thread gives up at its
+first error (an outage, say), which `latestOffset()` then meets and waits out as without the thread.
+`readAheadWhileRunning=false` turns it off.
 
 Trigger.AvailableNow: a Python source cannot implement SupportsTriggerAvailableNow in Spark 4.0, so Spark
 falls back to a single batch: `maxRecordsPerBatch` then caps the whole run, and a run that finds a batch
@@ -40,8 +50,10 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -59,7 +71,7 @@ from pyspark.sql.types import StructType
 
 from common import kinesis
 from common.config import aws_settings
-from pipeline.retry import retry_budget_s, retrying
+from pipeline.retry import one_line, retry_budget_s, retrying
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -232,8 +244,17 @@ def plan_segments(start: States, end: States) -> list[list[Segment]]:
 OUTAGE = (EndpointConnectionError, ConnectTimeoutError, ConnectionClosedError, ReadTimeoutError)
 
 
+# False in the read-ahead thread that runs while a batch runs: it stops at the first error instead of
+# waiting out an outage, which the next latestOffset() then meets and waits out with the usual retries and
+# log lines. A context variable because every Kinesis call of the reader goes through `patiently`, and each
+# thread has its own context.
+WAITS_OUT_OUTAGES: ContextVar[bool] = ContextVar("waits_out_outages", default=True)
+
+
 def patiently(call: Callable[..., R], **kwargs: Any) -> R:
     """One Kinesis API call, retried through an endpoint outage for the retry budget."""
+    if not WAITS_OUT_OUTAGES.get():
+        return call(**kwargs)
     return retrying("Kinesis", lambda: call(**kwargs), OUTAGE, retry_budget_s())
 
 
@@ -405,6 +426,7 @@ class ReaderOptions:
     max_records: int | None
     starting_ms: int | None = None  # startingTimestamp
     max_cached_bytes: int = DEFAULT_CACHED_BYTES_PER_BATCH
+    read_ahead_while_running: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReaderOptions:
@@ -425,6 +447,9 @@ class ReaderOptions:
         max_cached = options.get("maxCachedBytesPerBatch", str(DEFAULT_CACHED_BYTES_PER_BATCH))
         if not max_cached.isdigit():
             raise ValueError(f"maxCachedBytesPerBatch must be a whole number of bytes, not {max_cached!r}")
+        while_running = options.get("readAheadWhileRunning", "true").lower()
+        if while_running not in ("true", "false"):
+            raise ValueError(f"readAheadWhileRunning must be true or false, not {while_running!r}")
         defaults = aws_settings()
         return cls(
             stream=stream,
@@ -434,6 +459,7 @@ class ReaderOptions:
             max_records=int(max_records) if max_records else None,
             starting_ms=int(starting_ms) if starting_ms is not None else None,
             max_cached_bytes=int(max_cached),
+            read_ahead_while_running=while_running == "true",
         )
 
 
@@ -441,6 +467,41 @@ class ReaderOptions:
 class KinesisPartition(InputPartition):
     options: ReaderOptions
     segments: list[Segment]
+
+
+@dataclass
+class ReadAhead:
+    """A read-ahead to the next batch end, under way: where every shard stands (updated page by page) and
+    how many records it read, which count against maxRecordsPerBatch when it is continued."""
+
+    states: States
+    count: int = 0
+
+
+class Prefetch:
+    """The next batch's read-ahead, started from the end of the batch just planned, in a thread of its own
+    while Spark runs that batch. Until `finish()` has joined it, the thread alone uses the reader's client,
+    cursors and cache."""
+
+    def __init__(self, reader: KinesisStreamReader, start: States) -> None:
+        self.ahead = ReadAhead(dict(start))
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(
+            target=self._run, args=(reader,), name="kinesis-read-ahead", daemon=True
+        )
+
+    def _run(self, reader: KinesisStreamReader) -> None:
+        WAITS_OUT_OUTAGES.set(False)
+        try:
+            reader.read_ahead(self.ahead, self.stopping)
+        except Exception as error:  # latestOffset() reads on, and meets an error that lasts itself
+            log.warning("reading the next batch ahead stopped (%s); its planning reads on", one_line(error))
+
+    def finish(self) -> ReadAhead:
+        """Stop the thread after the page it is reading, and return where it got to."""
+        self.stopping.set()
+        self.thread.join()
+        return self.ahead
 
 
 class KinesisStreamReader(DataSourceStreamReader):
@@ -460,6 +521,7 @@ class KinesisStreamReader(DataSourceStreamReader):
         self._client: Any = None
         self._cursors: dict[str, ShardCursor] = {}
         self._cache = ReadAheadCache(options.max_cached_bytes)
+        self._prefetch: Prefetch | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader for executors; clients and cursors are rebuilt where they are used, and
@@ -469,6 +531,7 @@ class KinesisStreamReader(DataSourceStreamReader):
             "_client": None,
             "_cursors": {},
             "_cache": ReadAheadCache(self.options.max_cached_bytes),
+            "_prefetch": None,
         }
 
     def client(self) -> Any:
@@ -504,16 +567,30 @@ class KinesisStreamReader(DataSourceStreamReader):
                 # The first batch is empty and ends at the LATEST anchor, so the anchor is in the offset
                 # log; a replay of batch 0 after a crash recomputes a later anchor and still reads nothing.
                 return encode_offset(self._position)
-        self._position = self.read_ahead(self._position)
+        ahead = self._finish_prefetch() or ReadAhead(dict(self._position))
+        self._position = self.read_ahead(ahead).states
         return encode_offset(self._position)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KinesisPartition]:
+        # Normally latestOffset() has stopped the thread already; a batch planned again (a replay) drops
+        # what it read: its records start at the last end, not at this batch's start.
+        self._finish_prefetch()
         if self._position is None:
             self._position = decode_offset(end)
         groups = plan_segments(decode_offset(start), decode_offset(end))
         planned = [KinesisPartition(self.options, [self._cache.embed(s) for s in group]) for group in groups]
         self._cache.clear()  # the next batch starts where this one ends
+        if self.options.read_ahead_while_running:
+            self._prefetch = Prefetch(self, self._position)
+            self._prefetch.thread.start()
         return planned
+
+    def stop(self) -> None:
+        self._finish_prefetch()
+
+    def _finish_prefetch(self) -> ReadAhead | None:
+        prefetch, self._prefetch = self._prefetch, None
+        return prefetch.finish() if prefetch else None
 
     def read(self, partition: KinesisPartition) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]
         client = None  # not made when the driver handed every record
@@ -524,13 +601,14 @@ class KinesisStreamReader(DataSourceStreamReader):
                 client = client or make_client(partition.options.endpoint, partition.options.region)
                 yield from read_segment(client, partition.options.stream, rest)
 
-    def read_ahead(self, states: States) -> States:
-        """The next batch end: every readable shard read up to its tip (or end), within maxRecordsPerBatch
-        shared fairly across shards. Children unlocked by a parent finishing are read in the same batch.
-        The records read are kept for `partitions()`."""
+    def read_ahead(self, ahead: ReadAhead, stopping: threading.Event | None = None) -> ReadAhead:
+        """Continue `ahead` to the next batch end: every readable shard read up to its tip (or end), within
+        maxRecordsPerBatch shared fairly across shards. Children unlocked by a parent finishing are read in
+        the same batch. The records read are kept for `partitions()`. Once `stopping` is set, it returns
+        after the page it is reading, and can be continued from there."""
         shards, _ = list_shards(self.client(), self.options.stream)
-        states = sync_states(states, shards)
-        budget: float = self.options.max_records or math.inf
+        states = ahead.states = sync_states(ahead.states, shards)  # advance() updates it page by page
+        budget: float = (self.options.max_records or math.inf) - ahead.count
         visited: set[str] = set()
         hungry: list[str] = []  # shards that used their whole share: they may have more
         while budget > 0 and (pending := hungry + [sid for sid in readable(states) if sid not in visited]):
@@ -538,31 +616,38 @@ class KinesisStreamReader(DataSourceStreamReader):
             visited.update(pending)
             hungry = []
             for sid in pending:
+                if stopping is not None and stopping.is_set():
+                    return ahead
                 limit = min(share, budget)
-                states[sid], count = self.advance(sid, states[sid], limit)
+                count = self.advance(ahead, sid, limit, stopping)
                 budget -= count
                 if count == limit and not states[sid].done:
                     hungry.append(sid)
-        return states
+        return ahead
 
-    def advance(self, sid: str, state: ShardState, limit: float) -> tuple[ShardState, int]:
-        """Read one shard ahead by at most `limit` records; returns its new state and the count."""
+    def advance(self, ahead: ReadAhead, sid: str, limit: float, stopping: threading.Event | None) -> int:
+        """Read one shard ahead by at most `limit` records, recording each page in `ahead` (so an error
+        leaves it where the cursor and the cache are); returns the count."""
+        state = ahead.states[sid]
         cursor = self._cursors.get(sid)
         if cursor is None or cursor.state != state:
             cursor = ShardCursor(self.client(), self.options.stream, sid, state)
         self._cursors[sid] = cursor
         count = 0
-        while count < limit:
+        while count < limit and not (stopping is not None and stopping.is_set()):
             before = cursor.state
             page = cursor.fetch(int(min(GET_RECORDS_MAX, limit - count)))
             self._cache.keep(sid, before, page.records)
             count += len(page.records)
+            ahead.count += len(page.records)
+            ahead.states[sid] = cursor.state
             if page.shard_end:
                 del self._cursors[sid]
-                return replace(cursor.state, done=True), count
+                ahead.states[sid] = replace(cursor.state, done=True)
+                break
             if page.at_tip:
                 break
-        return cursor.state, count
+        return count
 
 
 class KinesisDataSource(DataSource):

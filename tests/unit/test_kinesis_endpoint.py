@@ -10,53 +10,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from botocore.config import Config as BotoConfig
 
-from common import kinesis
-from stack.home import AWS_ENV
-from stack.kinesis import KINESIS_LOOPBACK_JS, kinesalite_args
-from stack.prerequisites import KINESIS_MAIN
+from tests.support import kinesalite
 
 GUARD_S = 30  # only so that a broken endpoint fails the test instead of hanging it
-ONE_TRY = BotoConfig(connect_timeout=5, read_timeout=10, retries={"max_attempts": 1})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
 def endpoint(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    if not KINESIS_MAIN.exists():
-        pytest.fail(f"{KINESIS_MAIN} is missing: run `make setup`")
-    preload = tmp_path / "preload.js"
-    preload.write_text(KINESIS_LOOPBACK_JS)
-    port = free_port()
-    proc = subprocess.Popen(
-        ["node", "--require", str(preload), str(KINESIS_MAIN), *kinesalite_args(port, str(tmp_path))],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        assert "Listening" in proc.stdout.readline(), "kinesalite did not start"
-        yield proc, f"http://127.0.0.1:{port}"
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def client(url: str) -> object:
-    return kinesis.client(
-        ONE_TRY,
-        endpoint_url=url,
-        region_name=AWS_ENV["AWS_DEFAULT_REGION"],
-        aws_access_key_id=AWS_ENV["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=AWS_ENV["AWS_SECRET_ACCESS_KEY"],
-    )
+    with kinesalite.running(tmp_path) as running:
+        yield running
 
 
 def abort_a_request(url: str) -> None:
@@ -78,4 +41,4 @@ def test_endpoint_serves_after_a_client_aborts_a_request(endpoint):
     line = proc.stdout.readline()  # the preload's line, or "" when kinesalite ended
     assert "closed its connection mid-request" in line, f"kinesalite said {line!r}, exit {proc.poll()}"
     assert proc.poll() is None
-    assert "StreamNames" in client(url).list_streams()  # type: ignore[attr-defined]
+    assert "StreamNames" in kinesalite.client(url).list_streams()

@@ -256,7 +256,8 @@ def test_embedded_rows_are_the_rows_read_would_make() -> None:
 
 
 def reader_with_kept_records() -> KinesisStreamReader:
-    reader = KinesisStreamReader(ReaderOptions.parse(OPTIONS))
+    # No read-ahead after planning: there is no endpoint here (tests/unit/test_kinesis_read_ahead.py).
+    reader = KinesisStreamReader(ReaderOptions.parse({**OPTIONS, "readAheadWhileRunning": "false"}))
     reader._cache.keep("p", ShardState(after="10"), records(11, 12))
     reader._cache.keep("c", ShardState(parents=("p",)), records(30, 31))
     reader._cache.keep("s", ShardState(after="5"), records(6, 9))

@@ -1,0 +1,62 @@
+"""A kinesalite of its own for a unit test: the stack's endpoint (its preload and options) on a free port,
+with its data in a folder the test gives."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.config import Config as BotoConfig
+
+from common import kinesis
+from stack.home import AWS_ENV
+from stack.kinesis import KINESIS_LOOPBACK_JS, kinesalite_args
+from stack.prerequisites import KINESIS_MAIN
+
+# One attempt per call: a test sees an unreachable endpoint at once instead of after botocore's retries.
+ONE_TRY = BotoConfig(connect_timeout=5, read_timeout=10, retries={"max_attempts": 1})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def running(folder: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """kinesalite and its URL, its output readable line by line; killed on exit."""
+    if not KINESIS_MAIN.exists():
+        pytest.fail(f"{KINESIS_MAIN} is missing: run `make setup`")
+    preload = folder / "preload.js"
+    preload.write_text(KINESIS_LOOPBACK_JS)
+    port = free_port()
+    proc = subprocess.Popen(
+        ["node", "--require", str(preload), str(KINESIS_MAIN), *kinesalite_args(port, str(folder))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert "Listening" in proc.stdout.readline(), "kinesalite did not start"
+        yield proc, f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def client(url: str) -> Any:
+    """A client of the endpoint at `url` with the stack's credentials, one try per call."""
+    return kinesis.client(
+        ONE_TRY,
+        endpoint_url=url,
+        region_name=AWS_ENV["AWS_DEFAULT_REGION"],
+        aws_access_key_id=AWS_ENV["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+    )
