@@ -606,6 +606,7 @@ class KinesisStreamReader(DataSourceStreamReader):
         maxRecordsPerBatch shared fairly across shards. Children unlocked by a parent finishing are read in
         the same batch. The records read are kept for `partitions()`. Once `stopping` is set, it returns
         after the page it is reading, and can be continued from there."""
+        stopping = stopping or threading.Event()  # latestOffset()'s own read-ahead is never stopped
         shards, _ = list_shards(self.client(), self.options.stream)
         states = ahead.states = sync_states(ahead.states, shards)  # advance() updates it page by page
         budget: float = (self.options.max_records or math.inf) - ahead.count
@@ -616,7 +617,7 @@ class KinesisStreamReader(DataSourceStreamReader):
             visited.update(pending)
             hungry = []
             for sid in pending:
-                if stopping is not None and stopping.is_set():
+                if stopping.is_set():
                     return ahead
                 limit = min(share, budget)
                 count = self.advance(ahead, sid, limit, stopping)
@@ -625,7 +626,7 @@ class KinesisStreamReader(DataSourceStreamReader):
                     hungry.append(sid)
         return ahead
 
-    def advance(self, ahead: ReadAhead, sid: str, limit: float, stopping: threading.Event | None) -> int:
+    def advance(self, ahead: ReadAhead, sid: str, limit: float, stopping: threading.Event) -> int:
         """Read one shard ahead by at most `limit` records, recording each page in `ahead` (so an error
         leaves it where the cursor and the cache are); returns the count."""
         state = ahead.states[sid]
@@ -634,7 +635,7 @@ class KinesisStreamReader(DataSourceStreamReader):
             cursor = ShardCursor(self.client(), self.options.stream, sid, state)
         self._cursors[sid] = cursor
         count = 0
-        while count < limit and not (stopping is not None and stopping.is_set()):
+        while count < limit and not stopping.is_set():
             before = cursor.state
             page = cursor.fetch(int(min(GET_RECORDS_MAX, limit - count)))
             self._cache.keep(sid, before, page.records)
