@@ -15,6 +15,8 @@ from pathlib import Path
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from pipeline.sources import CAPPED_KAFKA
+
 ARCHIVE = "streamfold.jsa"
 # The JVM warns about every class it cannot archive (Spark's jars hold many) and about an archive that
 # does not match; neither matters to a job, which then loads those classes as it would without one.
@@ -51,14 +53,14 @@ def build(target: Path) -> None:
 
 def load_job_classes(spark: SparkSession) -> None:
     """What a job's start loads, without any service: SQL planning and code generation, a Python UDF over
-    Arrow, a streaming query and its checkpoint, the Kafka source's planning, the join operator."""
+    Arrow, a streaming query and its checkpoint, the (capped) Kafka source's planning, the join operator."""
     frame = spark.range(10_000).selectExpr("id % 7 AS k", "CAST(id AS STRING) AS v")
     frame.groupBy("k").count().collect()
     frame.mapInArrow(lambda batches: batches, frame.schema).count()
     spark.readStream.format("rate").load().writeStream.format("noop").trigger(
         availableNow=True
     ).start().awaitTermination()
-    kafka = spark.readStream.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:9")
+    kafka = spark.readStream.format(CAPPED_KAFKA).option("kafka.bootstrap.servers", "127.0.0.1:9")
     _ = kafka.option("subscribe", "none").load().selectExpr("CAST(value AS STRING)").schema
     spark.sparkContext._jvm.java.lang.Class.forName("io.streamfold.join.TemporalJoin")  # type: ignore[union-attr]
 

@@ -18,6 +18,12 @@ from common import pipeline_file as pf
 # code that runs once per batch, so larger batches catch up faster, at the price of the job's memory
 # (docs/decisions/spark-settings.md, "Sources and micro-batches"). A live stream's batches stay far below.
 DEFAULT_MAX_RECORDS_PER_BATCH = 500_000
+# The most events the first batch after a start takes: that batch runs cold and folds the whole CDC snapshot
+# as well, so with a backlog its output would wait for a full batch of events on top of that. One task's
+# worth keeps the first rows' wait close to the snapshot's; the batches after it take the cap above.
+FIRST_BATCH_MAX_RECORDS = 25_000
+# The Kafka source with that first cap (jvm/src/main/java/io/streamfold/kafka/CappedKafka.java).
+CAPPED_KAFKA = "io.streamfold.kafka.CappedKafka"
 # A Kafka partition's records of a batch are read by tasks of at most this many, so a batch's clicks (3
 # partitions) are read by many tasks rather than 3 on 2 cores (the third ran alone), and a CDC snapshot
 # (one partition) is folded on every core rather than one.
@@ -25,18 +31,26 @@ RECORDS_PER_TASK = 25_000
 
 
 def _kafka(
-    spark: SparkSession, bootstrap: str, topics: str, max_records: int, start_ms: int | None = None
+    spark: SparkSession,
+    bootstrap: str,
+    topics: str,
+    max_records: int,
+    start_ms: int | None = None,
+    first_batch: int | None = None,
 ) -> DataFrame:
     """start_ms: a new checkpoint starts at the first record of each partition stamped at or after it
     (`streamfold reprocess --from`; a partition without one at its end); else at the earliest retained.
-    A checkpoint that exists resumes from its own offsets either way."""
+    A checkpoint that exists resumes from its own offsets either way.
+    first_batch: the cap of the first batch that reads anything after the query starts."""
+    capped = {"firstBatchMaxOffsets": str(first_batch)} if first_batch is not None else {}
     start = (
         {"startingTimestamp": str(start_ms), "startingOffsetsByTimestampStrategy": "latest"}
         if start_ms is not None
         else {"startingOffsets": "earliest"}
     )
     return (
-        spark.readStream.format("kafka")
+        spark.readStream.format(CAPPED_KAFKA if capped else "kafka")
+        .options(**capped)
         .option("kafka.bootstrap.servers", bootstrap)
         .options(**config.spark_kafka_options())
         .option("subscribe", topics)
@@ -70,7 +84,8 @@ def kafka_clicks(
     max_records: int = DEFAULT_MAX_RECORDS_PER_BATCH,
     start_ms: int | None = None,
 ) -> DataFrame:
-    return from_kafka_clicks(_kafka(spark, bootstrap, topic, max_records, start_ms), topic)
+    raw = _kafka(spark, bootstrap, topic, max_records, start_ms, first_batch=FIRST_BATCH_MAX_RECORDS)
+    return from_kafka_clicks(raw, topic)
 
 
 def from_kafka_clicks(raw: DataFrame, topic: str) -> DataFrame:
