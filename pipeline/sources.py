@@ -19,11 +19,12 @@ from common import pipeline_file as pf
 # (docs/decisions/spark-settings.md, "Sources and micro-batches"). A live stream's batches stay far below.
 DEFAULT_MAX_RECORDS_PER_BATCH = 500_000
 # The most events the first batch after a start takes: that batch runs cold and folds the whole CDC snapshot
-# as well, so with a backlog its output would wait for a full batch of events on top of that. One task's
-# worth keeps the first rows' wait close to the snapshot's; the batches after it take the cap above.
+# as well, so with a backlog its output would wait for a full batch of events on top of that; the batches
+# after it take the cap above (measured: docs/decisions/spark-settings.md, "Sources and micro-batches").
 FIRST_BATCH_MAX_RECORDS = 25_000
-# The Kafka source with that first cap (jvm/src/main/java/io/streamfold/kafka/CappedKafka.java).
+# The Kafka source with that first cap and its option: jvm/src/main/java/io/streamfold/kafka/CappedKafka.java.
 CAPPED_KAFKA = "io.streamfold.kafka.CappedKafka"
+FIRST_BATCH_OPTION = "firstBatchMaxOffsets"
 # A Kafka partition's records of a batch are read by tasks of at most this many, so a batch's clicks (3
 # partitions) are read by many tasks rather than 3 on 2 cores (the third ran alone), and a CDC snapshot
 # (one partition) is folded on every core rather than one.
@@ -42,7 +43,7 @@ def _kafka(
     (`streamfold reprocess --from`; a partition without one at its end); else at the earliest retained.
     A checkpoint that exists resumes from its own offsets either way.
     first_batch: the cap of the first batch that reads anything after the query starts."""
-    capped = {"firstBatchMaxOffsets": str(first_batch)} if first_batch is not None else {}
+    capped = {FIRST_BATCH_OPTION: str(first_batch)} if first_batch is not None else {}
     start = (
         {"startingTimestamp": str(start_ms), "startingOffsetsByTimestampStrategy": "latest"}
         if start_ms is not None
