@@ -30,6 +30,10 @@ PROGRESS_LOG_CONF = "spark.streamfold.progress.log"
 # keeps HotSpot from flushing and recompiling methods. Measurements: docs/decisions/spark-settings.md,
 # "The JIT".
 JIT = "-XX:-DontCompileHugeMethods -XX:ReservedCodeCacheSize=256m"
+# The parallel collector in the driver: a batch's objects die with it, so young collections free most of
+# the heap, and unlike G1 it runs no concurrent marking and no write-barrier bookkeeping beside the tasks
+# on a small machine's cores. Measurements: docs/decisions/spark-settings.md, "The garbage collector".
+GC = "-XX:+UseParallelGC"
 
 DEFAULTS = {
     "spark.master": "local[*]",
@@ -64,7 +68,7 @@ DEFAULTS = {
     "spark.python.daemon.module": "pipeline.pyspark_daemon",
     # -Xss: stopping a query mid-batch makes Spark match a regex against the Python traceback, which
     # overflows the default thread stack on long tracebacks (a StackOverflowError in the log, SPARK-48717).
-    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG} -Xss8m {JIT}",
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG} -Xss8m {JIT} {GC}",
     "spark.executor.extraJavaOptions": JIT,
 }
 
