@@ -39,14 +39,15 @@ test-jvm:
 	mvn --no-transfer-progress -f jvm-kstreams/pom.xml test
 
 # Own temp dir, as the suites below: another pytest session makes /tmp/pytest-of-$USER private (0700) when
-# it starts, which would lock the stack's PostgreSQL (another user) out of a data dir below it.
+# it starts, which would lock the stack's PostgreSQL (another user) out of a data dir below it. The slowest
+# tests' times go to the log: the suites' share of CI's 90 minutes is what to trim first.
 e2e: setup
-	$(VENV)/pytest tests/e2e -q -p no:cacheprovider --basetemp=/tmp/streamfold-e2e-pytest
+	$(VENV)/pytest tests/e2e -q -p no:cacheprovider --durations=15 --basetemp=/tmp/streamfold-e2e-pytest
 
 # The story and kill -9 of a worker and of the driver on a 2-worker Spark standalone cluster (tests/cluster):
 # a session of its own, since its stack runs the cluster. Own temp dir: it may run beside another session.
 test-cluster: setup
-	$(VENV)/pytest tests/cluster -q -p no:cacheprovider --basetemp=/tmp/streamfold-cluster-pytest
+	$(VENV)/pytest tests/cluster -q -p no:cacheprovider --durations=5 --basetemp=/tmp/streamfold-cluster-pytest
 
 # The compose stack's images. BASE_IMAGE=debian:bookworm-slim uses the registry's Debian; otherwise
 # scripts/images.sh makes a Debian 12 base with debootstrap, once per machine. STREAMFOLD_BUILD_CA: a
