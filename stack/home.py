@@ -220,17 +220,24 @@ def make_private(home: Path) -> list[Path]:
     """Takes the group and other bits off everything under the home (a home from a version that left
     logs, configs and ports.json readable by all); returns what it changed."""
     home = resolve_home(home)
-    changed = []
-    for path in paths_under(home):
+    return [path for path in paths_under(home) if _make_path_private(home, path)]
+
+
+def _make_path_private(home: Path, path: Path) -> bool:
+    """Whether the path's mode was changed. A running service's files come and go while the home is walked
+    (PostgreSQL's temporary relations, Kafka's segments): one gone by now has nothing to change."""
+    try:
         mode = path.lstat().st_mode
         if stat.S_ISLNK(mode):
-            continue  # chmod would follow it
+            return False  # chmod would follow it
         others = folder_mode(home, path) & 0o077 if stat.S_ISDIR(mode) else 0
         wanted = stat.S_IMODE(mode) & 0o700 | others
-        if wanted != stat.S_IMODE(mode):
-            path.chmod(wanted)
-            changed.append(path)
-    return changed
+        if wanted == stat.S_IMODE(mode):
+            return False
+        path.chmod(wanted)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _make_home(home: Path) -> Path:

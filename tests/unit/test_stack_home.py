@@ -66,3 +66,28 @@ def test_make_private_takes_group_and_other_bits_off_an_old_home(tmp_path, monke
     assert mode(home / "checkpoints/clicks-kafka/state/0") == 0o700
     assert mode(Path("/usr/bin")) == usr_bin
     assert make_private(home) == []  # nothing left to change
+
+
+def test_make_private_skips_a_file_removed_while_the_home_is_walked(tmp_path, monkeypatch):
+    """A running PostgreSQL drops its temporary relations' files at any moment: the walk lists one, then
+    it is gone before its mode is read."""
+    monkeypatch.setattr(stack_home, "postgres_runs_apart", lambda: True)
+    home = tmp_path / "home"
+    (home / "data/postgres/base").mkdir(parents=True)
+    temporary = home / "data/postgres/base/t8_16901"
+    temporary.write_text("x")
+    (home / "ports.json").write_text("{}")
+    (home / "ports.json").chmod(0o644)
+    listed = stack_home.paths_under
+
+    def listed_then_removed(folder: Path) -> list[Path]:
+        paths = listed(folder)
+        temporary.unlink()
+        return paths
+
+    monkeypatch.setattr(stack_home, "paths_under", listed_then_removed)
+
+    changed = make_private(home)
+
+    assert home / "ports.json" in changed and temporary not in changed
+    assert mode(home / "ports.json") == 0o600
