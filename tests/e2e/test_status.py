@@ -207,11 +207,17 @@ def test_a_paused_connector_shows_in_the_slot_and_the_jobs_log(streamfold_setup,
             )
             assert figures["connector"]["state"] == "PAUSED", figures["connector"]
 
-            def stall_said() -> bool:
+            def stall_said_and_batches_ran() -> bool:
                 send_clicks(sandbox, bootstrap, 5, seed=602)  # clicks join.max_wait must release
-                return STALLED in log.read_text()
+                lines = log.read_text().splitlines()
+                said = [i for i, line in enumerate(lines) if STALLED in line]
+                # Still paused for 3 batches after the warning, so the check below that the warning is not
+                # repeated per batch has batches to look at, however fast the resume takes effect.
+                return bool(said) and len([x for x in lines[said[0] :] if RELEASED_LINE.search(x)]) >= 3
 
-            sp.wait_until(stall_said, 180, "the job's stall warning", poll_s=3)
+            sp.wait_until(
+                stall_said_and_batches_ran, 180, "the job's stall warning, then 3 batches", poll_s=3
+            )
         finally:
             pause_connector(connect_url, "resume")
         connector_setup.wait_until_running(connect_url, names.CONNECTOR_NAME, timeout_s=180)
