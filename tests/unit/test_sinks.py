@@ -138,13 +138,13 @@ def bootstrap(pg_home: Path) -> Iterator[str]:
 
 
 def topic_records(bootstrap: str, topic: str, expect: int) -> list[tuple[bytes | None, bytes | None]]:
-    """(key, value) of every record in a topic (created empty by fresh_topics), all partitions."""
+    """(key, value) of every record in a topic since fresh_topics marked it, all partitions."""
     consumer = Consumer(
         {**config.kafka_client_settings(bootstrap), "group.id": f"unit-{topic}", "enable.auto.commit": False}
     )
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        consumer.assign([TopicPartition(topic, p, MARKS.get((topic, p), 0)) for p in partitions])
         got: list[tuple[bytes | None, bytes | None]] = []
         deadline = time.monotonic() + 30
         while len(got) < expect and time.monotonic() < deadline:
@@ -157,35 +157,42 @@ def topic_records(bootstrap: str, topic: str, expect: int) -> list[tuple[bytes |
 
 
 def topic_counts(bootstrap: str) -> dict[str, int]:
-    """Records in user_clicks, users_changelog and clicks_dlq (end offsets: the topics are created empty
-    per test)."""
+    """Records in user_clicks, users_changelog and clicks_dlq since fresh_topics marked them."""
+    ends = end_offsets(bootstrap, SINK_TOPICS)
+    return {
+        topic: sum(end - MARKS.get(tp, 0) for tp, end in ends.items() if tp[0] == topic)
+        for topic in SINK_TOPICS
+    }
+
+
+def end_offsets(bootstrap: str, topics: tuple[str, ...]) -> dict[tuple[str, int], int]:
+    """Each partition's end offset: {(topic, partition): offset}."""
     consumer = Consumer({**config.kafka_client_settings(bootstrap), "group.id": "unit"})
     try:
         return {
-            topic: sum(
-                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions
-            )
-            for topic in SINK_TOPICS
+            (topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for topic in topics
+            for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions
         }
     finally:
         consumer.close()
 
 
 SINK_TOPICS = (names.USER_CLICKS_TOPIC, names.USERS_CHANGELOG_TOPIC, names.DLQ_TOPIC)
+MARKS: dict[tuple[str, int], int] = {}  # where each partition's records of the current test start
 
 
 def fresh_topics(bootstrap: str, wanted: tuple[str, ...] = SINK_TOPICS) -> None:
-    """The topics deleted if they exist, and created empty (two partitions each)."""
+    """The topics created if missing (two partitions each), and their ends marked: topic_records and
+    topic_counts read from the marks. Never deleted and recreated: the sink's idempotent producer, shared
+    by the tests, stalled once on a topic recreated under it (every record expired after 60 s)."""
     admin = AdminClient(config.kafka_client_settings(bootstrap))
-    existing = [t for t in wanted if t in admin.list_topics(timeout=10).topics]
-    for future in admin.delete_topics(existing).values() if existing else []:
+    existing = tuple(t for t in wanted if t in admin.list_topics(timeout=10).topics)
+    missing = [t for t in wanted if t not in existing]
+    for future in admin.create_topics([NewTopic(t, 2, 1) for t in missing]).values() if missing else []:
         future.result()
-    deadline = time.monotonic() + 30
-    while set(wanted) & set(admin.list_topics(timeout=10).topics) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for future in admin.create_topics([NewTopic(t, 2, 1) for t in wanted]).values():
-        future.result()
+    MARKS.update({(t, p): 0 for t in missing for p in (0, 1)})
+    MARKS.update(end_offsets(bootstrap, existing))
 
 
 # The join's output for the default pipeline (records.join_output), what the sink receives, and the
