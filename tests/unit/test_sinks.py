@@ -179,19 +179,21 @@ def end_offsets(bootstrap: str, topics: tuple[str, ...]) -> dict[tuple[str, int]
 
 
 SINK_TOPICS = (names.USER_CLICKS_TOPIC, names.USERS_CHANGELOG_TOPIC, names.DLQ_TOPIC)
+PARTITIONS = 2  # of each topic fresh_topics creates
 MARKS: dict[tuple[str, int], int] = {}  # where each partition's records of the current test start
 
 
 def fresh_topics(bootstrap: str, wanted: tuple[str, ...] = SINK_TOPICS) -> None:
-    """The topics created if missing (two partitions each), and their ends marked: topic_records and
+    """The topics created if missing (PARTITIONS each), and their ends marked: topic_records and
     topic_counts read from the marks. Never deleted and recreated: the sink's idempotent producer, shared
     by the tests, stalled once on a topic recreated under it (every record expired after 60 s)."""
     admin = AdminClient(config.kafka_client_settings(bootstrap))
     existing = tuple(t for t in wanted if t in admin.list_topics(timeout=10).topics)
     missing = [t for t in wanted if t not in existing]
-    for future in admin.create_topics([NewTopic(t, 2, 1) for t in missing]).values() if missing else []:
+    created = admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in missing]) if missing else {}
+    for future in created.values():
         future.result()
-    MARKS.update({(t, p): 0 for t in missing for p in (0, 1)})
+    MARKS.update({(t, p): 0 for t in missing for p in range(PARTITIONS)})
     MARKS.update(end_offsets(bootstrap, existing))
 
 
