@@ -52,14 +52,14 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from itertools import takewhile
+from itertools import islice, takewhile
 from typing import Any, TypeVar
 
+import pyarrow as pa
 from botocore.exceptions import (
     ConnectionClosedError,
     ConnectTimeoutError,
@@ -82,6 +82,17 @@ SCHEMA = (
     "partition_key string, sequence_number string, shard_id string, "
     "approximate_arrival_timestamp timestamp, data binary"
 )
+ARRIVAL_TYPE = pa.timestamp("us", tz="UTC")
+ARROW_SCHEMA = pa.schema(
+    [
+        ("partition_key", pa.string()),
+        ("sequence_number", pa.string()),
+        ("shard_id", pa.string()),
+        ("approximate_arrival_timestamp", ARRIVAL_TYPE),
+        ("data", pa.binary()),
+    ]
+)
+ARROW_BATCH_ROWS = 10_000  # Spark's own default (spark.sql.execution.arrow.maxRecordsPerBatch)
 STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST")
 OFFSET_VERSION = 1
 GET_RECORDS_MAX = 10_000  # the API's Limit ceiling
@@ -182,7 +193,9 @@ def readable(states: States) -> list[str]:
     )
 
 
-Row = tuple[str, str, str, datetime, bytes]  # SCHEMA's columns
+# SCHEMA's columns, the arrival time in microseconds since the epoch (UTC): a number pickles smaller and
+# turns into an Arrow column at once, and has no zone for the executor that reads it to misread.
+Row = tuple[str, str, str, int, bytes]
 
 
 @dataclass(frozen=True)
@@ -259,7 +272,7 @@ def patiently(call: Callable[..., R], **kwargs: Any) -> R:
 
 
 def make_client(endpoint: str | None, region: str | None) -> Any:
-    return kinesis.client(endpoint_url=endpoint, region_name=region)
+    return kinesis.client(epoch_timestamps=True, endpoint_url=endpoint, region_name=region)
 
 
 def list_shards(client: Any, stream: str) -> tuple[list[Shard], int]:
@@ -325,7 +338,7 @@ class ShardCursor:
         return Page(records, at_tip, shard_end=self.iterator is None)
 
 
-def read_segment(client: Any, stream: str, segment: Segment) -> Iterator[tuple[Any, ...]]:
+def read_segment(client: Any, stream: str, segment: Segment) -> Iterator[Row]:
     """Rows of exactly the planned records: after `segment.start`, up to `segment.end` inclusive."""
     cursor = ShardCursor(client, stream, segment.shard_id, segment.start)
     end = int(segment.end)
@@ -347,15 +360,30 @@ def read_segment(client: Any, stream: str, segment: Segment) -> Iterator[tuple[A
 
 
 def to_row(shard_id: str, record: Mapping[str, Any]) -> Row:
-    # In UTC: botocore gives the arrival time in the local zone of the process that read it, and a row
-    # the driver read is pickled to an executor whose zone (and its daylight saving rules) may differ.
+    """A GetRecords record of a `make_client` client (its arrival time in epoch seconds) as a Row."""
     return (
         record["PartitionKey"],
         record["SequenceNumber"],
         shard_id,
-        record["ApproximateArrivalTimestamp"].astimezone(UTC),
+        round(record["ApproximateArrivalTimestamp"] * 1_000_000),
         record["Data"],
     )
+
+
+def arrow_batches(rows: Iterable[Row]) -> Iterator[pa.RecordBatch]:
+    """Rows as Arrow record batches of SCHEMA: handed to Spark as they are, where rows would be converted
+    one value at a time in Python."""
+    rows = iter(rows)
+    while chunk := list(islice(rows, ARROW_BATCH_ROWS)):
+        keys, sequence_numbers, shard_ids, arrivals, data = zip(*chunk, strict=True)
+        columns = [
+            pa.array(keys, pa.string()),
+            pa.array(sequence_numbers, pa.string()),
+            pa.array(shard_ids, pa.string()),
+            pa.array(arrivals, pa.int64()).cast(ARRIVAL_TYPE),
+            pa.array(data, pa.binary()),
+        ]
+        yield pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
 def row_bytes(row: Row) -> int:
@@ -506,7 +534,8 @@ class Prefetch:
 
 class KinesisStreamReader(DataSourceStreamReader):
     """Driver side: decides batch ends by reading ahead, and hands what it read to the batch's partitions.
-    Executor side: `read()` yields a partition's embedded rows and fetches the rest of its planned range.
+    Executor side: `read()` hands Spark a partition's embedded rows and fetches the rest of its planned
+    range, as Arrow batches.
 
     Spark 4.0 calls `latestOffset()` without a start, so the reader remembers the end it returned last.
     A restarted query first gets `partitions(last, last)` for the last logged batch (Spark's
@@ -592,7 +621,10 @@ class KinesisStreamReader(DataSourceStreamReader):
         prefetch, self._prefetch = self._prefetch, None
         return prefetch.finish() if prefetch else None
 
-    def read(self, partition: KinesisPartition) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]
+    def read(self, partition: KinesisPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        return arrow_batches(self.rows(partition))
+
+    def rows(self, partition: KinesisPartition) -> Iterator[Row]:
         client = None  # not made when the driver handed every record
         for segment in partition.segments:
             yield from segment.rows

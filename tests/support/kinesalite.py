@@ -51,10 +51,12 @@ def running(folder: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
         proc.wait()
 
 
-def client(url: str) -> Any:
-    """A client of the endpoint at `url` with the stack's credentials, one try per call."""
+def client(url: str, *, epoch_timestamps: bool = False) -> Any:
+    """A client of the endpoint at `url` with the stack's credentials, one try per call;
+    `epoch_timestamps` as for `common.kinesis.client` (the Spark source's clients have it)."""
     return kinesis.client(
         ONE_TRY,
+        epoch_timestamps=epoch_timestamps,
         endpoint_url=url,
         region_name=AWS_ENV["AWS_DEFAULT_REGION"],
         aws_access_key_id=AWS_ENV["AWS_ACCESS_KEY_ID"],

@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 
 from pipeline.kinesis_source import (
+    ARROW_BATCH_ROWS,
+    ARROW_SCHEMA,
     DEFAULT_CACHED_BYTES_PER_BATCH,
+    SCHEMA,
     KinesisPartition,
     KinesisStreamReader,
     ReadAheadCache,
@@ -19,6 +22,7 @@ from pipeline.kinesis_source import (
     Segment,
     Shard,
     ShardState,
+    arrow_batches,
     decode_offset,
     encode_offset,
     plan_segments,
@@ -161,15 +165,16 @@ def test_reader_with_a_client_still_pickles() -> None:
 # --- records the driver read ahead, handed to the partitions -------------------------------------------
 
 ARRIVAL = datetime(2026, 1, 1, 12, tzinfo=timezone(timedelta(hours=2)))
+ARRIVAL_S = ARRIVAL.timestamp()  # as the source's client returns it: epoch seconds, ms precision
 
 
 def records(first: int, last: int) -> list[dict[str, Any]]:
-    """GetRecords records with sequence numbers first..last, as botocore returns them."""
+    """GetRecords records with sequence numbers first..last, as the source's client returns them."""
     return [
         {
             "PartitionKey": f"k{n}",
             "SequenceNumber": str(n),
-            "ApproximateArrivalTimestamp": ARRIVAL + timedelta(seconds=n),
+            "ApproximateArrivalTimestamp": ARRIVAL_S + n + 0.123,
             "Data": f"payload {n}".encode(),
         }
         for n in range(first, last + 1)
@@ -251,8 +256,7 @@ def test_embedded_rows_are_the_rows_read_would_make() -> None:
     cache = ReadAheadCache(cap_bytes=10**6)
     cache.keep("s0", ShardState(after="10"), [record])
     (row,) = cache.embed(Segment("s0", ShardState(after="10"), "11")).rows
-    assert row == ("k11", "11", "s0", ARRIVAL + timedelta(seconds=11), b"payload 11")
-    assert row[3].tzinfo is UTC  # the same instant whatever the executor's zone
+    assert row == ("k11", "11", "s0", int(ARRIVAL_S + 11) * 1_000_000 + 123_000, b"payload 11")
 
 
 def reader_with_kept_records() -> KinesisStreamReader:
@@ -289,8 +293,32 @@ def test_read_yields_embedded_rows_without_calling_kinesis(monkeypatch: pytest.M
     monkeypatch.setenv(RETRY_ENV, "0")  # a call to the unreachable endpoint would fail, not wait
     reader = reader_with_kept_records()
     (parent_and_child, _) = reader.partitions(encode_offset(BATCH_START), encode_offset(BATCH_END))
-    rows = list(pickle.loads(pickle.dumps(reader)).read(pickle.loads(pickle.dumps(parent_and_child))))
-    assert [(row[2], row[1]) for row in rows] == [("p", "11"), ("p", "12"), ("c", "30"), ("c", "31")]
+    batches = list(pickle.loads(pickle.dumps(reader)).read(pickle.loads(pickle.dumps(parent_and_child))))
+    rows = [row for batch in batches for row in batch.to_pylist()]
+    assert [(row["shard_id"], row["sequence_number"]) for row in rows] == [
+        ("p", "11"),
+        ("p", "12"),
+        ("c", "30"),
+        ("c", "31"),
+    ]
+    assert rows[0] == {
+        "partition_key": "k11",
+        "sequence_number": "11",
+        "shard_id": "p",
+        "approximate_arrival_timestamp": ARRIVAL + timedelta(seconds=11, milliseconds=123),
+        "data": b"payload 11",
+    }
+
+
+def test_rows_become_arrow_batches_of_the_sources_schema() -> None:
+    rows = [(f"k{n}", str(n), "s0", 1_700_000_000_123_000 + n, bytes([n % 256])) for n in range(25_001)]
+    batches = list(arrow_batches(rows))
+    assert [b.num_rows for b in batches] == [ARROW_BATCH_ROWS, ARROW_BATCH_ROWS, 5_001]
+    assert all(b.schema == ARROW_SCHEMA for b in batches)
+    assert ARROW_SCHEMA.names == [f.split()[0] for f in SCHEMA.split(", ")]
+    last = batches[-1].to_pylist()[-1]
+    assert last["approximate_arrival_timestamp"] == datetime(2023, 11, 14, 22, 13, 20, 148_000, tzinfo=UTC)
+    assert list(arrow_batches([])) == []
 
 
 def test_the_cap_bounds_what_a_partition_pickles_to() -> None:
@@ -298,7 +326,7 @@ def test_the_cap_bounds_what_a_partition_pickles_to() -> None:
         {
             "PartitionKey": f"User_{n}",
             "SequenceNumber": f"4959{n:052d}",
-            "ApproximateArrivalTimestamp": ARRIVAL + timedelta(milliseconds=n),
+            "ApproximateArrivalTimestamp": ARRIVAL_S + n / 1000,
             "Data": os.urandom(130),
         }
         for n in range(1, 2001)

@@ -59,7 +59,7 @@ class Watched:
     thread, and calls `before_read_ahead(page)` before the read-ahead thread's pages (0, 1, ...)."""
 
     def __init__(self, url: str, before_read_ahead: Callable[[int], None] = lambda page: None) -> None:
-        self.client = kinesalite.client(url)
+        self.client = kinesalite.client(url, epoch_timestamps=True)  # as the reader's own
         self.before_read_ahead = before_read_ahead
         self.served: Counter[str] = Counter()
         self.read_ahead_pages = 0
