@@ -6,6 +6,8 @@ any moment keeps every acknowledged record (docs/decisions/kinesis-endpoint.md).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from botocore.config import Config as BotoConfig
 
 from common import kinesis
@@ -15,27 +17,9 @@ from stack.service import Service
 
 # One quick attempt: a health check is repeated until the service is up.
 HEALTH_CHECK = BotoConfig(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
-# kinesalite has no bind-address setting and listens on every interface; this preload keeps it
-# on loopback like every other service. kinesalite also rethrows a request's error, and Node 20 gives an
-# `aborted` ECONNRESET error to every request whose client closed the connection before the answer (a
-# job killed mid-call, a timed-out read): uncaught, it ended the endpoint for every other client. The
-# preload logs those and keeps serving; any other uncaught error still ends the process.
-KINESIS_LOOPBACK_JS = """\
-const net = require('net');
-const listen = net.Server.prototype.listen;
-net.Server.prototype.listen = function (...args) {
-  if (typeof args[0] === 'number' && typeof args[1] !== 'string') args.splice(1, 0, '127.0.0.1');
-  return listen.apply(this, args);
-};
-process.on('uncaughtException', (err) => {
-  if (err && err.code === 'ECONNRESET') {
-    console.error(`a client closed its connection mid-request: ${err.message}`);
-    return;
-  }
-  console.error(err);
-  process.exit(1);
-});
-"""
+# Loaded into kinesalite (`node --require`): keeps it on loopback, keeps it serving when a client drops a
+# request mid-way, and converts sequence numbers with BigInt instead of bignumber.js (half its CPU).
+PRELOAD_JS = Path(__file__).resolve().parent / "kinesalite_preload.js"
 # kinesalite refuses streams past this many shards in all (real accounts start at 500 per region); the
 # test suites create a stream per scenario.
 SHARD_LIMIT = 10_000
@@ -60,6 +44,7 @@ class Kinesis(Service):
 
     @property
     def preload(self) -> str:
+        # The name it had when it only kept kinesalite on loopback: a stack started before finds its endpoint.
         return str(self.stack.path("conf", "kinesis-loopback.js"))
 
     @property
@@ -70,7 +55,8 @@ class Kinesis(Service):
         return f"http://127.0.0.1:{self.stack.ports['kinesis']}"
 
     def prepare(self) -> None:
-        self.stack.path("conf", "kinesis-loopback.js").write_text(KINESIS_LOOPBACK_JS)
+        # A copy per stack: its path in the command line tells this stack's endpoint from another's.
+        Path(self.preload).write_text(PRELOAD_JS.read_text())
         self.stack.path("data", "kinesis").mkdir(exist_ok=True)
 
     def launch(self) -> None:

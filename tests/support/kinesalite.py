@@ -15,7 +15,7 @@ from botocore.config import Config as BotoConfig
 
 from common import kinesis
 from stack.home import AWS_ENV
-from stack.kinesis import KINESIS_LOOPBACK_JS, kinesalite_args
+from stack.kinesis import PRELOAD_JS, kinesalite_args
 from stack.prerequisites import KINESIS_MAIN
 
 # One attempt per call: a test sees an unreachable endpoint at once instead of after botocore's retries.
@@ -33,11 +33,9 @@ def running(folder: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """kinesalite and its URL, its output readable line by line; killed on exit."""
     if not KINESIS_MAIN.exists():
         pytest.fail(f"{KINESIS_MAIN} is missing: run `make setup`")
-    preload = folder / "preload.js"
-    preload.write_text(KINESIS_LOOPBACK_JS)
     port = free_port()
     proc = subprocess.Popen(
-        ["node", "--require", str(preload), str(KINESIS_MAIN), *kinesalite_args(port, str(folder))],
+        ["node", "--require", str(PRELOAD_JS), str(KINESIS_MAIN), *kinesalite_args(port, str(folder))],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

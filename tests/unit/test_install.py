@@ -31,6 +31,7 @@ PACKAGES = sorted({name.split(".")[0] for name in PYPROJECT["tool"]["setuptools"
 DATA_FILES = [
     "common/streamfold.yaml",
     "pipeline/log4j2.properties",
+    "stack/kinesalite_preload.js",
     "db/migrations/script.py.mako",
     *(str(p.relative_to(REPO)) for p in sorted((REPO / "connectors").glob("*.json"))),
     *(str(p.relative_to(REPO)) for p in sorted((REPO / "db" / "migrations" / "versions").glob("*.py"))),

@@ -1,8 +1,10 @@
 """The local Kinesis endpoint (stack/kinesis.py): kinesalite with the stack's preload keeps serving after a
-client closes its connection in the middle of a request, which alone ends kinesalite under Node 20."""
+client closes its connection in the middle of a request, which alone ends kinesalite under Node 20, and its
+sequence-number conversions are kinesalite's own."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -11,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from stack.kinesis import PRELOAD_JS
+from stack.prerequisites import KINESIS_MAIN
 from tests.support import kinesalite
 
 GUARD_S = 30  # only so that a broken endpoint fails the test instead of hanging it
+SEQUENCES_JS = Path(__file__).resolve().parents[1] / "support" / "kinesalite_sequences.js"
 
 
 @pytest.fixture
@@ -42,3 +47,16 @@ def test_endpoint_serves_after_a_client_aborts_a_request(endpoint):
     assert "closed its connection mid-request" in line, f"kinesalite said {line!r}, exit {proc.poll()}"
     assert proc.poll() is None
     assert "StreamNames" in kinesalite.client(url).list_streams()
+
+
+def test_the_preloads_sequence_numbers_are_kinesalites() -> None:
+    count = 20_000
+    run = subprocess.run(
+        ["node", str(SEQUENCES_JS), str(PRELOAD_JS), str(count)],
+        env={"PATH": os.environ["PATH"], "KINESALITE_MAIN": str(KINESIS_MAIN)},
+        capture_output=True,
+        text=True,
+        timeout=GUARD_S * 4,
+    )
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout) >= count * 0.9  # the rest are inputs both refuse alike
