@@ -9,8 +9,12 @@
 // 3. kinesalite converts every record's sequence number between decimal and hex with bignumber.js, once
 //    per record put and once per record read: about half of its CPU. The same conversions with the
 //    language's BigInt give the same strings (tests/unit/test_kinesis_endpoint.py compares them).
+// 4. kinesalite turns each put record's partition key into a bignumber.js hash key and compares it with
+//    every shard's bounds, parsing the bounds' decimal strings on each comparison: five times the cost of
+//    the key's MD5. The hash key here is a BigInt and the bounds are parsed once.
 'use strict';
 
+const crypto = require('crypto');
 const net = require('net');
 const path = require('path');
 
@@ -78,6 +82,34 @@ function stringifySequence(original, shardIxToHex, obj) {
   ].join('')).toString();
 }
 
+const decimals = new Map();
+
+// A partition key's hash key, compared like kinesalite's (a bignumber.js value) with shard bounds, which
+// are decimal strings; any other operand goes to kinesalite's own.
+class HashKey {
+  constructor(original, partitionKey) {
+    this.original = original;
+    this.partitionKey = partitionKey;
+    this.value = BigInt('0x' + crypto.createHash('md5').update(partitionKey, 'utf8').digest('hex'));
+  }
+
+  comparedTo(other) {
+    if (typeof other !== 'string' || !DECIMAL.test(other)) {
+      return this.original(this.partitionKey).comparedTo(other);
+    }
+    let bound = decimals.get(other);
+    if (bound === undefined) {
+      bound = BigInt(other);
+      if (decimals.size < 10000) decimals.set(other, bound);
+    }
+    return this.value < bound ? -1 : this.value > bound ? 1 : 0;
+  }
+
+  toFixed() {
+    return this.value.toString();
+  }
+}
+
 // kinesalite's modules, found from its main script (the last argument of `node --require this main.js`)
 // or, under a test, from KINESALITE_MAIN.
 function kinesaliteDb() {
@@ -88,7 +120,9 @@ function kinesaliteDb() {
 const db = kinesaliteDb();
 const originalParse = db.parseSequence;
 const originalStringify = db.stringifySequence;
+const originalHashKey = db.partitionKeyToHashKey;
 db.parseSequence = (seq) => parseSequence(originalParse, seq);
 db.stringifySequence = (obj) => stringifySequence(originalStringify, db.shardIxToHex, obj);
-module.exports = {originalParse, originalStringify, parseSequence: db.parseSequence,
-  stringifySequence: db.stringifySequence};
+db.partitionKeyToHashKey = (partitionKey) => new HashKey(originalHashKey, partitionKey);
+module.exports = {originalParse, originalStringify, originalHashKey, parseSequence: db.parseSequence,
+  stringifySequence: db.stringifySequence, partitionKeyToHashKey: db.partitionKeyToHashKey};

@@ -1,6 +1,7 @@
-// node kinesalite_sequences.js PRELOAD COUNT: the preload's sequence-number conversions against
-// kinesalite's own, on COUNT generated sequence numbers of every version and on odd inputs; prints the
-// count checked, exits 1 at the first difference (KINESALITE_MAIN: kinesalite's cli.js).
+// node kinesalite_sequences.js PRELOAD COUNT: the preload's sequence-number conversions and partition-key
+// hash keys against kinesalite's own, on COUNT generated sequence numbers of every version and on odd
+// inputs, and on COUNT / 10 partition keys compared with shard bounds; prints the count of sequence numbers
+// checked, exits 1 at the first difference (KINESALITE_MAIN: kinesalite's cli.js).
 'use strict';
 
 const preload = require(process.argv[2]);
@@ -57,4 +58,43 @@ for (let i = 0; i < count; i++) {
 }
 const odd = ['0', '1', '', 'abc', '1e5', '12.5', '-5', '9'.repeat(80), 4.9590338271490256e55];
 for (const value of odd) same('parseSequence', value, preload.originalParse, preload.parseSequence);
+// Shard bounds as createStream makes them for 1 to 12 shards, and each key's own hash key and neighbours.
+const POW_128 = 1n << 128n;
+const bounds = [];
+for (let shards = 1; shards <= 12; shards++) {
+  for (let i = 0; i <= shards; i++) bounds.push(String((POW_128 / BigInt(shards)) * BigInt(i)));
+}
+bounds.push(String(POW_128 - 1n));
+
+function partitionKey(i) {
+  const length = 1 + Math.floor(random() * 256);
+  let key = '';
+  for (let c = 0; c < length; c++) {
+    key += String.fromCodePoint(i % 3 ? 32 + Math.floor(random() * 95) : 1 + Math.floor(random() * 0x2ffff));
+  }
+  return key;
+}
+
+function compare(hashKey, key, bound) {
+  return outcome((b) => hashKey(key).comparedTo(b), bound);
+}
+
+for (let i = 0; i < count / 10; i++) {
+  const key = i % 10 ? partitionKey(i) : 'user-' + i;
+  const own = preload.originalHashKey(key).toFixed();
+  const operands = [...bounds, own, String(BigInt(own) - 1n), String(BigInt(own) + 1n)];
+  if (i === 0) operands.push(0, '-1', 'abc', preload.originalHashKey('other'));
+  for (const bound of operands) {
+    const want = compare(preload.originalHashKey, key, bound);
+    const got = compare(preload.partitionKeyToHashKey, key, bound);
+    if (want !== got) {
+      console.error(`hash key of ${JSON.stringify(key)} against ${bound}: kinesalite ${want}, preload ${got}`);
+      process.exit(1);
+    }
+  }
+  if (preload.partitionKeyToHashKey(key).toFixed() !== own) {
+    console.error(`hash key of ${JSON.stringify(key)}: kinesalite ${own}`);
+    process.exit(1);
+  }
+}
 console.log(checked);

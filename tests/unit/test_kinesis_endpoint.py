@@ -1,6 +1,6 @@
 """The local Kinesis endpoint (stack/kinesis.py): kinesalite with the stack's preload keeps serving after a
 client closes its connection in the middle of a request, which alone ends kinesalite under Node 20, and its
-sequence-number conversions are kinesalite's own."""
+sequence-number conversions and partition-key hash keys are kinesalite's own."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_endpoint_serves_after_a_client_aborts_a_request(endpoint):
     assert "StreamNames" in kinesalite.client(url).list_streams()
 
 
-def test_the_preloads_sequence_numbers_are_kinesalites() -> None:
+def test_the_preloads_sequence_numbers_and_hash_keys_are_kinesalites() -> None:
     count = 20_000
     run = subprocess.run(
         ["node", str(SEQUENCES_JS), str(PRELOAD_JS), str(count)],
