@@ -244,7 +244,7 @@ def send_kinesis(
     error raised) before it returns. Batches may land out of order: consumers order by event time."""
     from common import kinesis  # boto3 is slow to import: only the Kinesis commands pay for it
 
-    client = kinesis.client()
+    client = kinesis.client(kinesis.PUT_CONFIG)
     put = lambda batch: kinesis.put_records(client, stream, batch)  # noqa: E731
     sent = 0
     for n in _put_batches(records, put, senders, kinesis.MAX_BATCH_RECORDS):

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from common import kinesis
+from stack.home import AWS_ENV
 from stack.kinesis import PRELOAD_JS
 from stack.prerequisites import KINESIS_MAIN
+from streamfold import generate
 from tests.support import kinesalite
 
 GUARD_S = 30  # only so that a broken endpoint fails the test instead of hanging it
@@ -60,3 +63,27 @@ def test_the_preloads_sequence_numbers_and_hash_keys_are_kinesalites() -> None:
     )
     assert run.returncode == 0, run.stderr
     assert int(run.stdout) >= count * 0.9  # the rest are inputs both refuse alike
+
+
+def test_the_generators_puts_land_every_record_once(endpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The generator's client leaves botocore's parameter checks out (common.kinesis.PUT_CONFIG).
+    _, url = endpoint
+    monkeypatch.setenv("STREAMFOLD_KINESIS_ENDPOINT", url)
+    for name, value in AWS_ENV.items():
+        monkeypatch.setenv(name, value)
+    client = kinesalite.client(url)
+    kinesis.ensure_stream(client, "puts", shards=2)
+    records = [(f"user-{i % 97}", b'{"n": %d}' % i) for i in range(1_234)]
+    assert generate.send_kinesis(iter(records), lambda n: None, "puts", senders=3) == len(records)
+    read: list[tuple[str, bytes]] = []
+    for shard in client.list_shards(StreamName="puts")["Shards"]:
+        iterator = client.get_shard_iterator(
+            StreamName="puts", ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        while True:
+            page = client.get_records(ShardIterator=iterator, Limit=10_000)
+            read += [(r["PartitionKey"], r["Data"]) for r in page["Records"]]
+            if not page["Records"]:
+                break
+            iterator = page["NextShardIterator"]
+    assert sorted(read) == sorted(records)
