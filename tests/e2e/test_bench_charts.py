@@ -82,6 +82,7 @@ def test_a_short_bench_run_writes_its_charts_beside_its_json(
     # The same clicks through Kinesis: every one put, every one joined with its user.
     k = results["kinesis"]
     assert (k["put"]["clicks"], k["clicks"], k["unknown_region_clicks"]) == (30_000, 30_000, 0)
+    assert 0 < k["put"]["put_seconds"] <= k["put"]["seconds"], k["put"]
 
     charts = [
         json_path.with_name(f"{json_path.stem}-{name}.png")

@@ -133,7 +133,7 @@ def test_markdown_has_the_kinesis_path_beside_the_kafka_path():
     results = {
         "streamfold": {"clicks": 100, "seconds": 10.0, "clicks_per_s": 10},
         "kinesis": {
-            "put": {"clicks": 100, "seconds": 2.0, "puts_per_s": 50},
+            "put": {"clicks": 100, "seconds": 3.0, "put_seconds": 2.0, "puts_per_s": 50},
             "clicks": 100,
             "seconds": 20.0,
             "clicks_per_s": 5,
@@ -142,7 +142,7 @@ def test_markdown_has_the_kinesis_path_beside_the_kafka_path():
             "unknown_region_clicks": 0,
         },
     }
-    assert "| 100 | 2.0 | 50 | 20.0 | 5 | 0.50x | 30.5 | 12.0 | 0 |" in report.markdown(results)
+    assert "| 100 | 3.0 | 2.0 | 50 | 20.0 | 5 | 0.50x | 30.5 | 12.0 | 0 |" in report.markdown(results)
 
 
 def window(rate: float, p50: float, p99: float) -> dict:
