@@ -103,7 +103,8 @@ def batches(records: Sequence[Record]) -> Iterator[list[Record]]:
     for record in records:
         if not 1 <= len(record[0]) <= MAX_PARTITION_KEY_CHARS:
             raise ValueError(
-                f"partition key {record[0][:40]!r} has {len(record[0])} characters; Kinesis allows 1 to 256"
+                f"partition key {record[0][:40]!r} has {len(record[0])} characters;"
+                f" Kinesis allows 1 to {MAX_PARTITION_KEY_CHARS}"
             )
         rsize = record_size(record)
         if rsize > MAX_RECORD_BYTES:
