@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
@@ -23,6 +22,7 @@ from common import kinesis
 from stack import lifecycle
 from stack.connect import DEBEZIUM_CONNECTOR_CLASS
 from stack.home import allocate_ports, derived_base
+from tests.support import kinesalite
 
 pytestmark = pytest.mark.e2e
 
@@ -161,7 +161,7 @@ def test_kinesis_killed_under_load_keeps_every_acknowledged_record(
     finally:
         stop.set()
         writer.join()
-    assert read_all(client, "survivor") == acknowledged
+    assert [record["Data"] for _, record in kinesalite.read_stream(client, "survivor")] == acknowledged
 
 
 def until_acknowledged(acknowledged: list[bytes], count: int, timeout_s: float = 120) -> None:
@@ -169,22 +169,6 @@ def until_acknowledged(acknowledged: list[bytes], count: int, timeout_s: float =
     while len(acknowledged) < count:
         assert time.monotonic() < deadline, f"{len(acknowledged)} of {count} records put in {timeout_s} s"
         time.sleep(0.05)
-
-
-def read_all(client: Any, stream: str) -> list[bytes]:
-    """Every record's data in the stream's one shard, from its start."""
-    shard = client.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
-    iterator = client.get_shard_iterator(StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON")[
-        "ShardIterator"
-    ]
-    data: list[bytes] = []
-    while iterator:
-        page = client.get_records(ShardIterator=iterator, Limit=10_000)
-        if not page["Records"]:
-            return data
-        data += [record["Data"] for record in page["Records"]]
-        iterator = page.get("NextShardIterator")
-    return data
 
 
 def test_down_leaves_no_stray_process(second_stack: tuple[Path, dict[str, str]]) -> None:

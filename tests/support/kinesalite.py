@@ -60,3 +60,18 @@ def client(url: str, *, epoch_timestamps: bool = False) -> Any:
         aws_access_key_id=AWS_ENV["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=AWS_ENV["AWS_SECRET_ACCESS_KEY"],
     )
+
+
+def read_stream(kinesis_client: Any, stream: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every record of the stream from its start, each with its shard's id: shard by shard, each shard's in
+    the order it holds them."""
+    read: list[tuple[str, dict[str, Any]]] = []
+    for shard in kinesis_client.list_shards(StreamName=stream)["Shards"]:
+        iterator = kinesis_client.get_shard_iterator(
+            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        while iterator:
+            page = kinesis_client.get_records(ShardIterator=iterator, Limit=10_000)
+            read += [(shard["ShardId"], record) for record in page["Records"]]
+            iterator = page.get("NextShardIterator") if page["Records"] else None
+    return read

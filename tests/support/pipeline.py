@@ -30,6 +30,7 @@ from connectors import setup
 from db import schema
 from spec.envelopes import BadEnvelope, parse_envelope
 from spec.events import Rejected, parse_event
+from tests.support import kinesalite
 from tests.support.kafka import Message, read_all
 
 # The default pipeline file's specs (the demo's clicks and public.users).
@@ -226,20 +227,10 @@ def kafka_inputs(bootstrap: str, topic: str) -> list[Input]:
 
 
 def kinesis_inputs(stream: str) -> list[Input]:
-    client = kinesis.client()
-    inputs = []
-    for shard in client.list_shards(StreamName=stream)["Shards"]:
-        iterator = client.get_shard_iterator(
-            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        while iterator:
-            page = client.get_records(ShardIterator=iterator, Limit=10_000)
-            for record in page["Records"]:
-                inputs.append(
-                    Input(f"kinesis:{stream}:{shard['ShardId']}:{record['SequenceNumber']}", record["Data"])
-                )
-            iterator = page.get("NextShardIterator") if page["Records"] else None
-    return inputs
+    return [
+        Input(f"kinesis:{stream}:{shard}:{record['SequenceNumber']}", record["Data"])
+        for shard, record in kinesalite.read_stream(kinesis.client(), stream)
+    ]
 
 
 @dataclass

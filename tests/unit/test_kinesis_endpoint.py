@@ -75,15 +75,5 @@ def test_the_generators_puts_land_every_record_once(endpoint, monkeypatch: pytes
     kinesis.ensure_stream(client, "puts", shards=2)
     records = [(f"user-{i % 97}", b'{"n": %d}' % i) for i in range(1_234)]
     assert generate.send_kinesis(iter(records), lambda n: None, "puts", senders=3) == len(records)
-    read: list[tuple[str, bytes]] = []
-    for shard in client.list_shards(StreamName="puts")["Shards"]:
-        iterator = client.get_shard_iterator(
-            StreamName="puts", ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        while True:
-            page = client.get_records(ShardIterator=iterator, Limit=10_000)
-            read += [(r["PartitionKey"], r["Data"]) for r in page["Records"]]
-            if not page["Records"]:
-                break
-            iterator = page["NextShardIterator"]
+    read = [(r["PartitionKey"], r["Data"]) for _, r in kinesalite.read_stream(client, "puts")]
     assert sorted(read) == sorted(records)
