@@ -50,10 +50,10 @@ DEFAULTS = {
     # 0755 by its own umask setting (022), whatever the process's; these are the owner's only.
     "spark.hadoop.fs.permissions.umask-mode": "077",
     "spark.sql.session.timeZone": "UTC",
-    # 1.75 GB: with the parallel collector a batch's garbage goes at each young collection, so the smaller
-    # heap costs no speed and keeps the process under 2 GiB (docs/decisions/levers.md, "The garbage
-    # collector").
-    "spark.driver.memory": "1792m",
+    # 1.625 GB: with the parallel collector a batch's garbage goes at each young collection, so the smaller
+    # heap costs no speed, and a long run's peak stays under 2 GiB (docs/decisions/levers.md, "The
+    # garbage collector" and "The heap after a long run").
+    "spark.driver.memory": "1664m",
     "spark.ui.showConsoleProgress": "false",
     # Prometheus text format from the Spark UI (docs/operations.md, "Status and metrics"): the driver's
     # metrics, with each streaming query's rates, latency and state rows, at /metrics/prometheus;
