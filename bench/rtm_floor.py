@@ -38,6 +38,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from bench.latency import percentile
 from common import config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,10 +139,6 @@ def watch(stop: threading.Event, after_s: float, latencies: list[float], unknown
     consumer.close()
 
 
-def percentile(ordered: list[float], p: float) -> float:
-    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
-
-
 def main(mode: str, rate: float, seconds: float) -> None:
     if mode not in MODES:
         raise SystemExit(f"MODE is one of {', '.join(MODES)}")
@@ -178,11 +175,11 @@ def main(mode: str, rate: float, seconds: float) -> None:
     query.stop()
     if failed is not None or not latencies:
         raise SystemExit(f"{mode}: no output ({failed})")
-    ordered = sorted(latencies)
+    p50, p95, p99 = (percentile(latencies, pct) for pct in (50, 95, 99))
     print(
-        f"{mode} at {rate:,.0f} clicks/s: {len(ordered):,} records after {WARMUP_S:.0f} s; "
-        f"p50 {percentile(ordered, 0.5):.3f} s, p95 {percentile(ordered, 0.95):.3f} s, "
-        f"p99 {percentile(ordered, 0.99):.3f} s, max {ordered[-1]:.3f} s; UNKNOWN {len(unknown)}"
+        f"{mode} at {rate:,.0f} clicks/s: {len(latencies):,} records after {WARMUP_S:.0f} s; "
+        f"p50 {p50:.3f} s, p95 {p95:.3f} s, p99 {p99:.3f} s, max {max(latencies):.3f} s; "
+        f"UNKNOWN {len(unknown)}"
     )
 
 
