@@ -220,6 +220,7 @@ def run(
             signal.signal(signal.SIGINT, stop)
         status_files.write_job(state, source, spark)
         clicks = topology.flow(spark, settings, source, join, once, start_ms)
+        partition_new_checkpoint(spark, checkpoints / clicks.name, conf, echo)
         try:
             if once:
                 run_once(spark, clicks, checkpoints, echo)
@@ -247,6 +248,22 @@ def run(
         finally:
             gate.stop(spark.streams.active, echo)
             spark.stop()
+
+
+def partition_new_checkpoint(
+    spark: SparkSession, checkpoint: Path, conf: dict[str, str], echo: Callable[[str], None]
+) -> None:
+    """A new checkpoint gets as many state partitions as Spark has cores (at least 4), unless --conf names
+    them. An existing one keeps its own: Spark restores the number from the checkpoint's offset log."""
+    if spark_session.SHUFFLE_PARTITIONS in conf or (checkpoint / "offsets").is_dir():
+        return
+    partitions = spark_session.state_partitions(spark)
+    spark.conf.set(spark_session.SHUFFLE_PARTITIONS, str(partitions))
+    echo(
+        f"a new checkpoint with {partitions} state partitions, fixed from now on (the cores Spark has, at "
+        f"least {spark_session.MIN_STATE_PARTITIONS}; --conf {spark_session.SHUFFLE_PARTITIONS}=N on a new "
+        "checkpoint chooses)"
+    )
 
 
 STOP_WAIT_S = 120  # for the batch being written, then for Spark to stop the query

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -35,6 +36,10 @@ JIT = "-XX:-DontCompileHugeMethods -XX:ReservedCodeCacheSize=256m"
 # on a small machine's cores. Measurements: docs/decisions/spark-settings.md, "The garbage collector".
 GC = "-XX:+UseParallelGC"
 
+# At least 4 state partitions, whatever the cores: a 2-core machine ran no faster with 2
+# (docs/decisions/levers.md, "Results"), and a checkpoint cannot change its number later.
+MIN_STATE_PARTITIONS = 4
+
 DEFAULTS = {
     "spark.master": "local[*]",
     # transformWithState keeps its state in RocksDB (required by the operator, and bounded in memory).
@@ -44,8 +49,9 @@ DEFAULTS = {
     # Commit a batch's state as a small changelog file rather than a RocksDB snapshot (snapshots are taken in
     # the background), so the per-batch commit writes only the batch's changes.
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-    # State is partitioned by this at the first run of a checkpoint; small machines want few partitions.
-    "spark.sql.shuffle.partitions": "4",
+    # The join's state partitions: a checkpoint fixes them at its first run, where the job raises them to
+    # the cores Spark has when it has more (state_partitions).
+    "spark.sql.shuffle.partitions": str(MIN_STATE_PARTITIONS),
     # Checkpoints hold the join's state (profiles) and offsets: Hadoop creates their files 0644 and folders
     # 0755 by its own umask setting (022), whatever the process's; these are the owner's only.
     "spark.hadoop.fs.permissions.umask-mode": "077",
@@ -200,3 +206,35 @@ def session(app_name: str, conf: dict[str, str] | None = None) -> SparkSession:
     if not master(conf).startswith("local"):
         spark.sparkContext.addPyFile(str(code_zip()))
     return spark
+
+
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+EXECUTORS_WAIT_S = 60.0  # for a cluster's first executor, as long as a worker takes to start one
+EXECUTORS_SETTLE_S = 2.0  # the executors' cores have stopped growing when unchanged this long
+
+
+def state_partitions(spark: SparkSession) -> int:
+    """The join's state partitions for a new checkpoint: the cores Spark has, at least MIN_STATE_PARTITIONS.
+    One task per state partition runs the join, so fewer partitions than cores would leave cores idle
+    for good (local[*] on a bigger machine, a cluster of more workers)."""
+    return max(MIN_STATE_PARTITIONS, cores(spark))
+
+
+def cores(spark: SparkSession) -> int:
+    """The task slots Spark has: a local master's threads, or a cluster's executor cores once its executors
+    have registered (they start beside the driver; their cores are counted when they stop growing)."""
+    context = spark.sparkContext
+    if (context.master or "").startswith("local"):
+        return context.defaultParallelism
+    deadline = time.monotonic() + EXECUTORS_WAIT_S
+    seen, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        # The block managers: the driver's and one per executor.
+        executors = context._jsc.sc().getExecutorMemoryStatus().size() - 1  # noqa: SLF001 - no Python API
+        slots = context.defaultParallelism if executors > 0 else 0
+        if slots != seen:
+            seen, since = slots, time.monotonic()
+        elif slots and time.monotonic() - since >= EXECUTORS_SETTLE_S:
+            break
+        time.sleep(0.2)
+    return max(seen, 1)

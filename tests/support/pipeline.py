@@ -80,11 +80,14 @@ class Sandbox:
             return kinesis_inputs(self.stream())
         return kafka_inputs(bootstrap, self.clicks_topic)
 
-    def run_once(self, source: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
+    def run_once(
+        self, source: str, timeout_s: float = 600, conf: tuple[str, ...] = ()
+    ) -> subprocess.CompletedProcess:
         if source == "kinesis":
             self.stream()
         result = subprocess.run(
-            [sys.executable, "-m", "streamfold", "run", "--source", source, "--once"],
+            [sys.executable, "-m", "streamfold", "run", "--source", source, "--once"]
+            + [f"--conf={item}" for item in conf],
             capture_output=True,
             text=True,
             timeout=timeout_s,

@@ -113,3 +113,20 @@ def test_the_pipeline_files_join_settings_are_the_defaults_conf_overrides():
         "join.max_wait": "10000ms",
         "join.version_retention": "604800000ms",
     }
+
+
+def test_a_new_checkpoint_gets_at_least_4_state_partitions_an_existing_one_keeps_its_own(spark, tmp_path):
+    shuffle = "spark.sql.shuffle.partitions"
+    said: list[str] = []
+    try:
+        job.partition_new_checkpoint(spark, tmp_path / "new", {}, said.append)
+        assert spark.conf.get(shuffle) == "4"  # local[2]: two cores, and at least 4
+        assert said and said[0].startswith("a new checkpoint with 4 state partitions")
+        spark.conf.set(shuffle, "2")
+        (tmp_path / "old" / "offsets").mkdir(parents=True)
+        job.partition_new_checkpoint(spark, tmp_path / "old", {}, said.append)  # Spark restores its own
+        job.partition_new_checkpoint(spark, tmp_path / "new", {shuffle: "3"}, said.append)  # --conf's
+        assert spark.conf.get(shuffle) == "2"
+        assert len(said) == 1
+    finally:
+        spark.conf.set(shuffle, "2")  # the session's, for the other unit tests
