@@ -254,8 +254,10 @@ def partition_new_checkpoint(
     spark: SparkSession, checkpoint: Path, conf: dict[str, str], echo: Callable[[str], None]
 ) -> None:
     """A new checkpoint gets as many state partitions as Spark has cores (at least 4), unless --conf names
-    them. An existing one keeps its own: Spark restores the number from the checkpoint's offset log."""
-    if spark_session.SHUFFLE_PARTITIONS in conf or (checkpoint / "offsets").is_dir():
+    them. An existing one keeps its own: Spark restores the number from the checkpoint's offset log (a
+    checkpoint whose first batch never wrote its offsets is new to Spark too)."""
+    offsets = checkpoint / "offsets"
+    if spark_session.SHUFFLE_PARTITIONS in conf or (offsets.is_dir() and any(offsets.iterdir())):
         return
     partitions = spark_session.state_partitions(spark)
     spark.conf.set(spark_session.SHUFFLE_PARTITIONS, str(partitions))

@@ -124,9 +124,13 @@ def test_a_new_checkpoint_gets_at_least_4_state_partitions_an_existing_one_keeps
         assert said and said[0].startswith("a new checkpoint with 4 state partitions")
         spark.conf.set(shuffle, "2")
         (tmp_path / "old" / "offsets").mkdir(parents=True)
+        (tmp_path / "old" / "offsets" / "0").write_text("v1")
         job.partition_new_checkpoint(spark, tmp_path / "old", {}, said.append)  # Spark restores its own
         job.partition_new_checkpoint(spark, tmp_path / "new", {shuffle: "3"}, said.append)  # --conf's
         assert spark.conf.get(shuffle) == "2"
         assert len(said) == 1
+        (tmp_path / "crashed" / "offsets").mkdir(parents=True)  # its first batch wrote no offsets
+        job.partition_new_checkpoint(spark, tmp_path / "crashed", {}, said.append)
+        assert spark.conf.get(shuffle) == "4"
     finally:
         spark.conf.set(shuffle, "2")  # the session's, for the other unit tests
