@@ -256,8 +256,8 @@ def partition_new_checkpoint(
     """A new checkpoint gets as many state partitions as Spark has cores (at least 4), unless --conf names
     them. An existing one keeps its own: Spark restores the number from the checkpoint's offset log (a
     checkpoint whose first batch never wrote its offsets is new to Spark too)."""
-    offsets = checkpoint / "offsets"
-    if spark_session.SHUFFLE_PARTITIONS in conf or (offsets.is_dir() and any(offsets.iterdir())):
+    logged = any(f.name.isdigit() for f in (checkpoint / "offsets").glob("*"))  # offsets/<batch id>
+    if spark_session.SHUFFLE_PARTITIONS in conf or logged:
         return
     partitions = spark_session.state_partitions(spark)
     spark.conf.set(spark_session.SHUFFLE_PARTITIONS, str(partitions))

@@ -36,8 +36,9 @@ JIT = "-XX:-DontCompileHugeMethods -XX:ReservedCodeCacheSize=256m"
 # on a small machine's cores. Measurements: docs/decisions/spark-settings.md, "The garbage collector".
 GC = "-XX:+UseParallelGC"
 
-# At least 4 state partitions, whatever the cores: a 2-core machine ran no faster with 2
+# The join's state partitions. At least 4, whatever the cores: a 2-core machine ran no faster with 2
 # (docs/decisions/levers.md, "Results"), and a checkpoint cannot change its number later.
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 MIN_STATE_PARTITIONS = 4
 
 DEFAULTS = {
@@ -51,7 +52,7 @@ DEFAULTS = {
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     # The join's state partitions: a checkpoint fixes them at its first run, where the job raises them to
     # the cores Spark has when it has more (state_partitions).
-    "spark.sql.shuffle.partitions": str(MIN_STATE_PARTITIONS),
+    SHUFFLE_PARTITIONS: str(MIN_STATE_PARTITIONS),
     # Checkpoints hold the join's state (profiles) and offsets: Hadoop creates their files 0644 and folders
     # 0755 by its own umask setting (022), whatever the process's; these are the owner's only.
     "spark.hadoop.fs.permissions.umask-mode": "077",
@@ -208,7 +209,6 @@ def session(app_name: str, conf: dict[str, str] | None = None) -> SparkSession:
     return spark
 
 
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 EXECUTORS_WAIT_S = 60.0  # for a cluster's first executor, as long as a worker takes to start one
 EXECUTORS_SETTLE_S = 2.0  # the executors' cores have stopped growing when unchanged this long
 
