@@ -29,11 +29,6 @@ def views(streamfold_setup, tmp_path_factory):
     own.drop(made, streamfold_setup.connect_url)
 
 
-def state_partitions(checkpoint) -> set[int]:
-    """The join's state partitions: the folders under the checkpoint's state/<operator>/."""
-    return {int(p.name) for p in checkpoint.glob("state/*/*") if p.name.isdigit()}
-
-
 def test_a_version_with_twice_the_state_partitions_is_exact(views, streamfold_setup, home):
     bootstrap, p = streamfold_setup.kafka_bootstrap, views.pipeline
     assert p.events.kafka_topic
@@ -66,7 +61,7 @@ def test_a_version_with_twice_the_state_partitions_is_exact(views, streamfold_se
         own.assert_matches(conn, want, big)
         own.assert_matches(conn, own.expected(views.inputs("kafka", bootstrap), versions, cdc_dead, p), p)
     checkpoints = views.home / "checkpoints"
-    assert state_partitions(checkpoints / v.query_name(p)) == set(range(LIVE_PARTITIONS))
-    assert state_partitions(checkpoints / v.query_name(big)) == set(range(RESCALED))
+    assert sp.state_partitions(checkpoints / v.query_name(p)) == set(range(LIVE_PARTITIONS))
+    assert sp.state_partitions(checkpoints / v.query_name(big)) == set(range(RESCALED))
     listed = {row["name"]: row for row in json.loads(views.streamfold("versions", "--json").stdout)}
     assert listed["big"]["conf"] == {"spark.sql.shuffle.partitions": str(RESCALED)}

@@ -20,11 +20,6 @@ pytestmark = pytest.mark.e2e
 CORES = 6  # more than the default's 4, on a local master of that many threads
 
 
-def state_partitions(checkpoint) -> set[int]:
-    """The join's state partitions: the folders under the checkpoint's state/<operator>/."""
-    return {int(p.name) for p in checkpoint.glob("state/*/*") if p.name.isdigit()}
-
-
 def send_clicks(bootstrap: str, topic: str, users: list[str], count: int, rng: random.Random) -> None:
     producer = topics.producer(bootstrap, {"linger.ms": 10})
     for i in range(count):
@@ -61,7 +56,7 @@ def test_a_new_checkpoint_takes_the_cores_and_keeps_them(streamfold_setup, tmp_p
 
     first = sandbox.run_once("kafka", conf=(f"spark.master=local[{CORES}]",))
     assert f"a new checkpoint with {CORES} state partitions" in first.stdout + first.stderr
-    assert state_partitions(checkpoint) == set(range(CORES))
+    assert sp.state_partitions(checkpoint) == set(range(CORES))
     assert_exact(sandbox, bootstrap)
 
     with psycopg.connect(streamfold_setup.pg_dsn, autocommit=True) as pg:
@@ -70,5 +65,5 @@ def test_a_new_checkpoint_takes_the_cores_and_keeps_them(streamfold_setup, tmp_p
     send_clicks(bootstrap, sandbox.clicks_topic, users, 600, rng)
     second = sandbox.run_once("kafka", conf=("spark.master=local[2]",))
     assert "a new checkpoint" not in second.stdout + second.stderr
-    assert state_partitions(checkpoint) == set(range(CORES))
+    assert sp.state_partitions(checkpoint) == set(range(CORES))
     assert_exact(sandbox, bootstrap)

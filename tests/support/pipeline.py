@@ -131,6 +131,11 @@ def kill9(process: subprocess.Popen) -> None:
     process.wait(timeout=30)
 
 
+def state_partitions(checkpoint: Path) -> set[int]:
+    """The join's state partitions: the folders under a query checkpoint's state/<operator>/."""
+    return {int(p.name) for p in checkpoint.glob("state/*/*") if p.name.isdigit()}
+
+
 def batches(sandbox: Sandbox) -> int:
     """The partitions of micro-batches the sandbox's job has landed (streamfold.sink_batches claims)."""
     with sandbox.connect() as conn:
