@@ -457,3 +457,71 @@ def test_a_second_pipelines_records_and_aggregate_topics(
         str(score): json.dumps({"score": score, "count": count}) for score, count in scores
     }
     assert (len(tiers), len(path_vip), len(scores)) == (3, 8, 4)
+
+
+# The types the pipeline above leaves out, and the values at the edges of each binary form the sink COPYs.
+EDGES = pf.parse(
+    """\
+name: edges
+profile:
+  table: public.sensors
+  key: id
+  key_type: integer
+  columns:
+    level: numeric
+    seen: timestamp
+events:
+  kafka_topic: readings
+  key: sensor
+  time: {field: ts, format: epoch_ms}
+  fields:
+    value: {type: double, required: false}
+""",
+    "edges.yaml",
+)
+EDGE_COLUMNS: list[tuple[str, DataType]] = [
+    ("kind", _S),
+    ("event_id", _S),
+    ("sensor", _S),
+    ("ts_ms", _L),
+    ("value", DoubleType()),
+    ("count", IntegerType()),
+    ("profile_level", _S),
+    ("profile_seen", _L),
+    *COLUMNS[COLUMNS.index(("profile_valid_from_ms", _L)) :],  # the join's columns after the profile's
+]
+# (sensor, value, level, seen in epoch microseconds) and how Postgres reads each back.
+EDGE_VALUES = [
+    ("-2147483648", float("nan"), "NaN", -1),
+    ("2147483647", float("-inf"), "Infinity", 0),
+    ("0", -0.0, "-Infinity", 253_402_300_799_999_999),
+    ("7", 1e-300, "0.00", None),
+]
+
+
+def test_integer_keys_timestamps_and_special_numbers_land_as_their_types(
+    spark: SparkSession, dsn: str, bootstrap: str
+) -> None:
+    pipeline_tables.metadata(EDGES).create_all(schema.engine(dsn))
+    fresh_topics(bootstrap, (EDGES.enriched_topic, EDGES.changelog_topic, EDGES.dead_letters_topic))
+    rows = [
+        ("event", f"kafka:readings:0:{i}", sensor, 1_767_225_600_000 + i, value, 1, level, seen, -1, True)
+        + (None,) * 6
+        + (False,)
+        for i, (sensor, value, level, seen) in enumerate(EDGE_VALUES)
+    ]
+    batch = spark.createDataFrame(rows, StructType([StructField(n, t) for n, t in EDGE_COLUMNS]))
+    assert set(land(batch, dsn, bootstrap, spec=sink_spec.sink_spec_json(EDGES, batch.schema)).values()) == {
+        (True, "COPY")
+    }
+    with psycopg.connect(dsn) as conn:
+        stored = conn.execute(
+            """SELECT sensor, value::text, profile_level::text, profile_seen::text, profile_valid_from::text
+                 FROM streamfold.enriched_edges ORDER BY event_id"""
+        ).fetchall()
+    assert stored == [
+        (-(2**31), "NaN", "NaN", "1969-12-31 23:59:59.999999", "-infinity"),
+        (2**31 - 1, "-Infinity", "Infinity", "1970-01-01 00:00:00", "-infinity"),
+        (0, "-0", "-Infinity", "9999-12-31 23:59:59.999999", "-infinity"),
+        (7, "1e-300", "0.00", None, "-infinity"),
+    ]

@@ -99,7 +99,7 @@ final class GroupTotals {
       return null;
     }
     return switch (field.kind()) {
-      case TEXT, INTEGER_TEXT, NUMERIC_TEXT -> row.getUTF8String(i);
+      case TEXT, INTEGER_TEXT, BIGINT_TEXT, NUMERIC_TEXT -> row.getUTF8String(i);
       case INT -> row.getInt(i);
       case LONG, TIMESTAMPTZ, TIMESTAMP, EPOCH_MS, VALID_FROM_MS -> row.getLong(i);
       case DOUBLE -> row.getDouble(i);
@@ -128,7 +128,7 @@ final class GroupTotals {
   private static Object clean(Object value, Layout.Kind kind) {
     return switch (kind) {
       case TEXT -> Values.cleanText((UTF8String) value);
-      case INTEGER_TEXT -> value == null ? null : Long.valueOf(value.toString());
+      case INTEGER_TEXT, BIGINT_TEXT -> value == null ? null : Long.valueOf(value.toString());
       case NUMERIC_TEXT -> value == null ? null : new BigDecimal(value.toString()).stripTrailingZeros();
       case DOUBLE -> value != null && (Double) value == 0.0 ? (Object) 0.0 : value;
       default -> value;

@@ -20,10 +20,11 @@ import org.apache.spark.sql.types.StructType;
 final class Layout implements Serializable {
   private static final long serialVersionUID = 1L;
 
-  /** How a column is read from the row and written to CSV and JSON. */
+  /** How a column is read from the row and written to CSV, binary COPY and JSON. */
   enum Kind {
     TEXT,          // string: quoted text
     INTEGER_TEXT,  // string holding an integer key (keys travel as text): text in CSV, a number in JSON
+    BIGINT_TEXT,   // as INTEGER_TEXT, of a bigint key
     NUMERIC_TEXT,  // string holding a numeric's decimal text: text in CSV, a number in JSON
     JSONB,         // string holding JSON text: text in CSV, embedded in JSON
     INT,
@@ -41,7 +42,7 @@ final class Layout implements Serializable {
       Kind kind = switch (type) {
         case "text" -> data instanceof StringType ? TEXT : null;
         case "integer" -> data instanceof IntegerType ? INT : data instanceof StringType ? INTEGER_TEXT : null;
-        case "bigint" -> data instanceof LongType ? LONG : data instanceof StringType ? INTEGER_TEXT : null;
+        case "bigint" -> data instanceof LongType ? LONG : data instanceof StringType ? BIGINT_TEXT : null;
         case "double" -> data instanceof DoubleType ? DOUBLE : null;
         case "numeric" -> data instanceof StringType ? NUMERIC_TEXT : null;
         case "boolean" -> data instanceof BooleanType ? BOOLEAN : null;

@@ -10,7 +10,7 @@ import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * One partition of a micro-batch of the join's output, read once and turned into what the sink writes, as
- * the sink spec lays it out (Layout): the events as CSV for COPY into the enriched table, each aggregate's
+ * the sink spec lays it out (Layout): the events as binary COPY rows for the enriched table, each aggregate's
  * totals, the rejected records as CSV for the dead letters table, the profile changes as CSV for the history
  * table, and every Kafka record (the enriched
  * topic for an event, the changelog for a profile change, the dead letters topic for a reject).
@@ -21,7 +21,7 @@ final class PartitionRows {
   private static final UTF8String CHANGE = UTF8String.fromString("change");
   private static final UTF8String DELETE = UTF8String.fromString("d");
 
-  final PgCsv enrichedCsv = new PgCsv();
+  final PgBinary enrichedRows;
   final PgCsv deadCsv = new PgCsv();
   /** The partition's profile versions by (key, valid_from, lsn): one stored again replaces it, as in the
    * join's state (the join emits a key's versions of a step in version order, a replaced one before). */
@@ -37,6 +37,7 @@ final class PartitionRows {
 
   PartitionRows(Layout layout) {
     this.layout = layout;
+    this.enrichedRows = new PgBinary(layout.enriched.length);
     this.totals = new GroupTotals[layout.groups.length];
     for (int i = 0; i < totals.length; i++) {
       totals[i] = new GroupTotals(layout.groups[i]);
@@ -47,7 +48,7 @@ final class PartitionRows {
   }
 
   long events() {
-    return enrichedCsv.rows();
+    return enrichedRows.rows();
   }
 
   long dead() {
@@ -74,11 +75,7 @@ final class PartitionRows {
 
   private void addEvent(InternalRow row) {
     Layout.Field[] columns = layout.enriched;
-    PgCsv csv = enrichedCsv;
-    for (Layout.Field column : columns) {
-      csv.column(row, column);
-    }
-    csv.endRow();
+    enrichedRows.row(row, columns);
     if (!row.isNullAt(layout.complete) && !row.getBoolean(layout.complete)) {
       released++;
     }

@@ -44,7 +44,7 @@ final class PgCsv extends Bytes {
       return;
     }
     switch (field.kind()) {
-      case TEXT, INTEGER_TEXT, NUMERIC_TEXT, JSONB -> text(row.getUTF8String(i));
+      case TEXT, INTEGER_TEXT, BIGINT_TEXT, NUMERIC_TEXT, JSONB -> text(row.getUTF8String(i));
       case INT -> number(row.getInt(i));
       case LONG -> number(row.getLong(i));
       case DOUBLE -> raw(Double.toString(row.getDouble(i)));

@@ -235,7 +235,7 @@ public final class PgWriter {
       throws SQLException, IOException {
     Savepoint savepoint = conn.setSavepoint();
     try {
-      copy(conn, sql.copyEnriched(), rows.enrichedCsv);
+      copy(conn, sql.copyEnriched(), rows.enrichedRows);
       upsertTotals(conn, sql, rows);
       conn.releaseSavepoint(savepoint);
       return "COPY";
@@ -245,7 +245,7 @@ public final class PgWriter {
       }
     }
     conn.rollback(savepoint);
-    copy(conn, sql.copyEnrichedStaging(), rows.enrichedCsv);
+    copy(conn, sql.copyEnrichedStaging(), rows.enrichedRows);
     execute(conn, sql.insertAndAggregate());
     return "deduplicated";
   }
@@ -285,6 +285,14 @@ public final class PgWriter {
     }
     CopyManager copy = conn.unwrap(PGConnection.class).getCopyAPI();
     copy.copyIn("COPY " + into + " FROM STDIN (FORMAT csv)", csv.stream());
+  }
+
+  private static void copy(Connection conn, String into, PgBinary rows) throws SQLException, IOException {
+    if (rows.rows() == 0) {
+      return;
+    }
+    CopyManager copy = conn.unwrap(PGConnection.class).getCopyAPI();
+    copy.copyIn("COPY " + into + " FROM STDIN (FORMAT binary)", rows.copyStream());
   }
 
   private static void execute(Connection conn, String sql) throws SQLException {

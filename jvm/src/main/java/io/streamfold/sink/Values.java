@@ -62,7 +62,7 @@ final class Values {
       field(field.jsonName());
       switch (kind) {
         case TEXT -> quoted(row.getUTF8String(i));
-        case INTEGER_TEXT, NUMERIC_TEXT, JSONB -> raw(row.getUTF8String(i));
+        case INTEGER_TEXT, BIGINT_TEXT, NUMERIC_TEXT, JSONB -> raw(row.getUTF8String(i));
         case INT -> ascii(Integer.toString(row.getInt(i)));
         case LONG, EPOCH_MS, VALID_FROM_MS -> ascii(Long.toString(row.getLong(i)));
         case DOUBLE -> number(row.getDouble(i));
