@@ -133,13 +133,15 @@ def test_kinesis_killed_under_load_keeps_every_acknowledged_record(
     have landed or not (Kinesis producers are at least once): each call is one attempt, its records are
     told apart by the attempt in their data, and may be there at most once."""
     home, env = second_stack
-    client = kinesis.client(
-        Config(retries={"total_max_attempts": 1}),  # botocore's retry of a call would hide a lost answer
-        endpoint_url=env["STREAMFOLD_KINESIS_ENDPOINT"],
-        region_name=env["AWS_DEFAULT_REGION"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-    )
+    endpoint = {
+        "endpoint_url": env["STREAMFOLD_KINESIS_ENDPOINT"],
+        "region_name": env["AWS_DEFAULT_REGION"],
+        "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+    }
+    client = kinesis.client(**endpoint)  # the job's patient retries, for setup and read-back
+    # botocore's own retry of a put would hide a lost answer: the writer puts with one attempt a call
+    putter = kinesis.client(Config(retries={"total_max_attempts": 1}), **endpoint)
     client.create_stream(StreamName="survivor", ShardCount=1)
     client.get_waiter("stream_exists").wait(StreamName="survivor", WaiterConfig={"Delay": 1})
     acknowledged: list[bytes] = []
@@ -152,7 +154,7 @@ def test_kinesis_killed_under_load_keeps_every_acknowledged_record(
                 return
             batch = [f"{len(acknowledged) + i}.{attempt}".encode() for i in range(100)]
             try:
-                failed = client.put_records(
+                failed = putter.put_records(
                     StreamName="survivor", Records=[{"Data": d, "PartitionKey": "k"} for d in batch]
                 )["FailedRecordCount"]
             except Exception:  # the endpoint is down: try the same numbers again
