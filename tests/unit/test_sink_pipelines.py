@@ -386,6 +386,15 @@ def test_a_second_pipeline_lands_its_rows_totals_and_replays(
     stored = stored_views(dsn)
     assert all(stored[r["event_id"]] == expected_row(r) for r in views(200, start=100))
 
+    # A version the join stored again (Debezium re-sending after a Connect restart) replaces the stored one.
+    resent = [{**CHANGES[0], "profile_tier": "platinum"}, *CHANGES[1:]]
+    land(frame(spark, resent, OUTPUT.fieldNames()), dsn, bootstrap, batch_id=2, spec=spec(batch))
+    assert stored_history(dsn) == [
+        (10**12 + 1, False, 11, "c", "platinum", "12.50", True, 0, {"k": [1]}, ["t"]),
+        (10**12 + 1, False, 13, "d", None, None, None, None, None, None),
+        (10**12 + 2, True, 12, "r", None, None, None, None, None, None),
+    ]
+
 
 def enriched_value(row: dict) -> bytes:
     """The enriched topic's value, field by field in the table's order: null and a snapshot's valid-from
