@@ -8,7 +8,7 @@ STREAMFOLD_KINESIS_ENDPOINT as endpoint), `startingPosition` TRIM_HORIZON (defau
 `startingTimestamp` (epoch ms, instead of startingPosition: every shard from its first record that arrived at
 or after it, AT_TIMESTAMP on ApproximateArrivalTimestamp; not in the future), `maxRecordsPerBatch` (records
 per micro-batch across all shards; default unlimited), `maxCachedBytesPerBatch` (read-ahead records handed
-to the executors, see below; default 64 MiB, 0 hands none), `readAheadWhileRunning` (true by default: read
+to the executors, see below; default 128 MiB, 0 hands none), `readAheadWhileRunning` (true by default: read
 the next batch's records while a batch runs, see below). The start applies to a new checkpoint only: one
 that exists resumes its own offsets. Credentials come only from the standard AWS settings (environment,
 profile, instance role), never from options.
@@ -16,11 +16,11 @@ profile, instance role), never from options.
 Exactly-once: an offset records, per shard, the sequence number of the last record in the batch. Kinesis
 has no API for a shard's end, so the driver decides the end of every batch in `latestOffset()` by reading
 ahead from the previous end. It keeps the records it read (up to `maxCachedBytesPerBatch` a batch) and
-`partitions()` embeds them in the input partitions; `read()` fetches from Kinesis only what was not
-embedded, up to the end sequence number. So within the cap the endpoint serves each record once. A batch
-is defined by its two offsets alone: a batch Spark replays after a crash (a new driver, nothing kept) is
-fetched whole, and gets the same records. Spark keeps the offsets in its checkpoint; no state lives in
-Kinesis.
+`partitions()` embeds them in the input partitions (at most 64 MiB a task); `read()` fetches from Kinesis
+only what was not embedded, up to the end sequence number. So within the caps the endpoint serves each
+record once. A batch is defined by its two offsets alone: a batch Spark replays after a crash (a new
+driver, nothing kept) is fetched whole, and gets the same records. Spark keeps the offsets in its
+checkpoint; no state lives in Kinesis.
 
 Reading ahead while a batch runs: once `partitions()` has planned a batch, a thread of the driver's reader
 reads on from its end (the next batch's records, into the same cache, within the same limits), so that
@@ -96,9 +96,11 @@ ARROW_BATCH_ROWS = 10_000  # Spark's own default (spark.sql.execution.arrow.maxR
 STARTING_POSITIONS = ("TRIM_HORIZON", "LATEST")
 OFFSET_VERSION = 1
 GET_RECORDS_MAX = 10_000  # the API's Limit ceiling
-# Bounds the driver's memory and each task's size (a cluster refuses tasks over spark.rpc.message.maxSize,
-# 128 MiB by default, and one shard's records can make one task).
-DEFAULT_CACHED_BYTES_PER_BATCH = 64 * 1024 * 1024
+# Bounds the driver's memory: enough for a 500,000-click batch, so the executors fetch none of it again.
+DEFAULT_CACHED_BYTES_PER_BATCH = 128 * 1024 * 1024
+# Bounds each task's size: a cluster refuses tasks over spark.rpc.message.maxSize (128 MiB by default), and
+# one shard's records can make one task; past it the task fetches the rest itself.
+TASK_CACHED_BYTES_MAX = 64 * 1024 * 1024
 # What a kept record costs beyond its partition key, sequence number and data: about the pickled row
 # around them (the tuple, the arrival time, the shared shard id), so the cap also bounds what is shipped.
 ROW_OVERHEAD_BYTES = 64
@@ -430,13 +432,29 @@ class ReadAheadCache:
             run.rows.append(row)
             self.size += cost
 
-    def embed(self, segment: Segment) -> Segment:
-        """The segment with the kept rows that lie in it; none unless a run starts exactly at its start."""
+    def embed(self, segment: Segment, budget: float = math.inf) -> Segment:
+        """The segment with the kept rows that lie in it, as many as fit in `budget` bytes; none unless a
+        run starts exactly at its start."""
         run = self.runs.get(segment.shard_id)
         if run is None or run.origin.iterator_args() != segment.start.iterator_args():
             return segment
         end = int(segment.end)
-        return replace(segment, rows=tuple(takewhile(lambda row: int(row[1]) <= end, run.rows)))
+        rows = []
+        for row in takewhile(lambda row: int(row[1]) <= end, run.rows):
+            budget -= row_bytes(row)
+            if budget < 0:
+                break
+            rows.append(row)
+        return replace(segment, rows=tuple(rows))
+
+    def embed_task(self, segments: list[Segment], budget: int) -> list[Segment]:
+        """One task's segments with their kept rows, within `budget` bytes for the task."""
+        embedded = []
+        for segment in segments:
+            segment = self.embed(segment, budget)
+            budget -= sum(map(row_bytes, segment.rows))
+            embedded.append(segment)
+        return embedded
 
     def clear(self) -> None:
         self.runs, self.size, self.full = {}, 0, False
@@ -607,7 +625,8 @@ class KinesisStreamReader(DataSourceStreamReader):
         if self._position is None:
             self._position = decode_offset(end)
         groups = plan_segments(decode_offset(start), decode_offset(end))
-        planned = [KinesisPartition(self.options, [self._cache.embed(s) for s in group]) for group in groups]
+        task_cap = min(self.options.max_cached_bytes, TASK_CACHED_BYTES_MAX)
+        planned = [KinesisPartition(self.options, self._cache.embed_task(g, task_cap)) for g in groups]
         self._cache.clear()  # the next batch starts where this one ends
         if self.options.read_ahead_while_running:
             self._prefetch = Prefetch(self, self._position)

@@ -245,6 +245,21 @@ def test_past_the_cap_nothing_more_is_kept_for_the_batch() -> None:
     assert sequence_numbers(cache.embed(Segment("s0", ShardState(after="15"), "16"))) == [16]
 
 
+def test_a_task_embeds_its_segments_within_its_own_budget() -> None:
+    # A parent and its child in one task: the budget is the task's, shared in order; the rest is fetched.
+    two = sum(row_bytes(to_row("p", r)) for r in records(1, 2))
+    cache = ReadAheadCache(cap_bytes=10**6)
+    cache.keep("p", ShardState(after="0"), records(1, 3))
+    cache.keep("child", ShardState(parents=("p",)), records(11, 12))
+    task = [Segment("p", ShardState(after="0"), "3"), Segment("child", ShardState(parents=("p",)), "12")]
+    parent, child = cache.embed_task(task, two + 10)
+    assert sequence_numbers(parent) == [1, 2]
+    assert parent.remainder() == Segment("p", ShardState(after="2"), "3")
+    assert child.rows == () and child.remainder() == child
+    (alone,) = cache.embed_task([Segment("child", ShardState(parents=("p",)), "12")], two + 10)
+    assert sequence_numbers(alone) == [11, 12]  # each task has a budget of its own
+
+
 def test_a_zero_cap_keeps_nothing() -> None:
     cache = ReadAheadCache(cap_bytes=0)
     cache.keep("s0", ShardState(after="10"), records(11, 13))
