@@ -432,28 +432,27 @@ class ReadAheadCache:
             run.rows.append(row)
             self.size += cost
 
-    def embed(self, segment: Segment, budget: float = math.inf) -> Segment:
-        """The segment with the kept rows that lie in it, as many as fit in `budget` bytes; none unless a
-        run starts exactly at its start."""
+    def embed(self, segment: Segment) -> Segment:
+        """The segment with the kept rows that lie in it; none unless a run starts exactly at its start."""
         run = self.runs.get(segment.shard_id)
         if run is None or run.origin.iterator_args() != segment.start.iterator_args():
             return segment
         end = int(segment.end)
-        rows = []
-        for row in takewhile(lambda row: int(row[1]) <= end, run.rows):
-            budget -= row_bytes(row)
-            if budget < 0:
-                break
-            rows.append(row)
-        return replace(segment, rows=tuple(rows))
+        return replace(segment, rows=tuple(takewhile(lambda row: int(row[1]) <= end, run.rows)))
 
     def embed_task(self, segments: list[Segment], budget: int) -> list[Segment]:
-        """One task's segments with their kept rows, within `budget` bytes for the task."""
+        """One task's segments, in order, each with as many of its kept rows as fit in what is left of the
+        task's `budget` bytes."""
         embedded = []
         for segment in segments:
-            segment = self.embed(segment, budget)
-            budget -= sum(map(row_bytes, segment.rows))
-            embedded.append(segment)
+            rows = []
+            for row in self.embed(segment).rows:
+                cost = row_bytes(row)
+                if cost > budget:
+                    break
+                budget -= cost
+                rows.append(row)
+            embedded.append(replace(segment, rows=tuple(rows)))
         return embedded
 
     def clear(self) -> None:
@@ -625,8 +624,9 @@ class KinesisStreamReader(DataSourceStreamReader):
         if self._position is None:
             self._position = decode_offset(end)
         groups = plan_segments(decode_offset(start), decode_offset(end))
-        task_cap = min(self.options.max_cached_bytes, TASK_CACHED_BYTES_MAX)
-        planned = [KinesisPartition(self.options, self._cache.embed_task(g, task_cap)) for g in groups]
+        # The cache holds at most maxCachedBytesPerBatch in all, so only the task cap can bind here.
+        embedded = (self._cache.embed_task(group, TASK_CACHED_BYTES_MAX) for group in groups)
+        planned = [KinesisPartition(self.options, segments) for segments in embedded]
         self._cache.clear()  # the next batch starts where this one ends
         if self.options.read_ahead_while_running:
             self._prefetch = Prefetch(self, self._position)
