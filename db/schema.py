@@ -18,7 +18,7 @@ from psycopg import sql
 
 from common import config
 from common import pipeline_file as pf
-from db import introspect, pipeline_schema, tables, versions
+from db import introspect, locks, pipeline_schema, tables, versions
 
 _ROLES = (
     (config.DEBEZIUM_ROLE, "LOGIN REPLICATION"),
@@ -27,6 +27,10 @@ _ROLES = (
 )
 
 VERSION_TABLE = "alembic_version"
+
+# The reader role's statement_timeout (a PostgreSQL duration), set on the role by every setup.
+READER_TIMEOUT_VAR = "STREAMFOLD_READER_TIMEOUT"
+READER_TIMEOUT_DEFAULT = "60s"
 
 
 def _ours(name: str | None, type_: str, parent_names: dict[str, Any]) -> bool:
@@ -78,12 +82,33 @@ def current(connection: sa.Connection) -> str | None:
 
 def upgrade(dsn: str) -> tuple[str | None, str]:
     """Tables only, to the newest revision. Returns the revisions before and after."""
-    with _locked(dsn) as connection:
-        return _upgrade(connection)
+
+    def attempt() -> tuple[str | None, str]:
+        with _locked(dsn) as connection:
+            return _upgrade(connection)
+
+    return locks.retrying(dsn, attempt, print)
 
 
 def apply(
     admin_dsn: str, pipeline: pf.Pipeline | None = None, echo: Callable[[str], None] = lambda _: None
+) -> tuple[str | None, str]:
+    """_apply_once, again while a lock it needs is held (db/locks.py); `echo` hears the changes once
+    they are committed, and each wait for a lock."""
+    changes: list[str] = []
+
+    def attempt() -> tuple[str | None, str]:
+        changes.clear()
+        return _apply_once(admin_dsn, pipeline, changes.append)
+
+    revisions = locks.retrying(admin_dsn, attempt, echo)
+    for change in changes:
+        echo(change)
+    return revisions
+
+
+def _apply_once(
+    admin_dsn: str, pipeline: pf.Pipeline | None, echo: Callable[[str], None]
 ) -> tuple[str | None, str]:
     """Upgrade streamfold's tables, bring the pipeline's sink tables to its file (db/pipeline_schema.py;
     once a swap has moved them, the <table>__live ones, and the users' names then point at the current
@@ -103,6 +128,7 @@ def apply(
             echo(change)
         for role, attributes in _ROLES:
             _ensure_role(conn, role, config.lookup(config.PASSWORD_VARS[role]), attributes)
+        _set_reader_timeout(conn)
         if moved:  # after the roles: the views are granted to the reader
             for change in versions.ensure_views(conn, pipeline, config.READER_ROLE):
                 echo(change)
@@ -117,6 +143,8 @@ def _locked(dsn: str) -> Iterator[sa.Connection]:
     with engine(dsn).begin() as connection:
         # Serialise concurrent set-ups (the compose `setup` service and a developer, say).
         connection.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('streamfold.setup'))")
+        # After the advisory lock, which waits as long as another setup takes.
+        connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{locks.LOCK_TIMEOUT}'")
         yield connection
 
 
@@ -135,6 +163,16 @@ def _ensure_role(conn: psycopg.Connection, role: str, password: str, attributes:
     conn.execute(
         sql.SQL("{} ROLE {} WITH NOSUPERUSER NOCREATEDB NOCREATEROLE " + attributes + " PASSWORD {}").format(
             sql.SQL(verb), sql.Identifier(role), sql.Literal(password)
+        )
+    )
+
+
+def _set_reader_timeout(conn: psycopg.Connection) -> None:
+    """A reader's statement ends after the timeout, so a forgotten query cannot hold its table for ever."""
+    timeout = config.lookup(READER_TIMEOUT_VAR, READER_TIMEOUT_DEFAULT)
+    conn.execute(
+        sql.SQL("ALTER ROLE {} SET statement_timeout = {}").format(
+            sql.Identifier(config.READER_ROLE), sql.Literal(timeout)
         )
     )
 

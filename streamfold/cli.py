@@ -240,12 +240,13 @@ def setup(
 ) -> None:
     """Schema and roles, topics, the Kinesis stream, and the Debezium connector; waits until it runs."""
     from connectors.setup import SetupError, run_setup
+    from db.locks import LockWaitTimeout
 
     try:
         run_setup(config.load(), timeout_s=timeout, echo=lambda msg: console.print(f"[cyan]setup[/] {msg}"))
     except pf.PipelineFileError as exc:
         fail(str(exc), code=2)
-    except (SetupError, config.ConfigError) as exc:
+    except (SetupError, config.ConfigError, LockWaitTimeout) as exc:
         fail(str(exc))
 
 
@@ -520,6 +521,15 @@ def status(
         render(figures, Console())
 
 
+class QueryFormat(StrEnum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+DISPLAY_ROWS = 1000  # `query --format table` draws at most this many rows unless --limit says otherwise
+
+
 @app.command()
 def query(
     sql_or_name: Annotated[
@@ -530,13 +540,37 @@ def query(
         ),
     ],
     arguments: Annotated[list[str] | None, typer.Argument(help="the named query's arguments")] = None,
+    output: Annotated[
+        QueryFormat,
+        typer.Option(
+            "--format",
+            help="table (drawn, at most --limit rows), csv (a header line, then every row) or json "
+            "(JSON lines: one object per row, every row)",
+        ),
+    ] = QueryFormat.table,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            min=0, help=f"rows to print, 0 for all [default: {DISPLAY_ROWS} for table, all for csv and json]"
+        ),
+    ] = None,
+    timeout: Annotated[
+        str | None,
+        typer.Option(
+            help="the statement's timeout, e.g. 5min, instead of the reader role's (setup's "
+            "STREAMFOLD_READER_TIMEOUT)"
+        ),
+    ] = None,
 ) -> None:
-    """Print rows from the sink tables (read-only role)."""
+    """Print rows from the sink tables (read-only role), streamed: memory stays bounded whatever their
+    number."""
     import psycopg
 
     from db import queries
+    from streamfold import query_output
 
     given = tuple(arguments or ())
+    cap = (DISPLAY_ROWS if output is QueryFormat.table else 0) if limit is None else limit
     try:
         settings = config.load()
         named = queries.named(settings.pipeline)
@@ -544,15 +578,17 @@ def query(
         if len(given) != len(wanted):
             takes = " ".join(wanted) or "no arguments"
             fail(f"query {sql_or_name[:40]} takes {takes}, got {len(given)} argument(s)")
-        columns, rows = queries.run(settings.reader_dsn, sql or named.get(sql_or_name, sql_or_name), given)
+        statement = sql or named.get(sql_or_name, sql_or_name)
+        with queries.rows(settings.reader_dsn, statement, given, timeout) as (columns, rows):
+            if output is QueryFormat.table:
+                titled = sql_or_name in named or sql is not None
+                title = " ".join((sql_or_name, *given)) if titled else None
+                printed, cut = query_output.table(columns, rows, cap, title)
+            else:
+                printed, cut = query_output.lines(output.value, columns, rows, cap)
     except psycopg.Error as exc:
         fail(str(exc).strip())
-    titled = sql_or_name in named or sql is not None
-    table = Table(*columns, title=" ".join((sql_or_name, *given)) if titled else None)
-    for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
-    Console(width=200 if not sys.stdout.isatty() else None).print(table)
-    console.print(f"({len(rows)} rows)")
+    console.print(f"(first {printed} rows; --limit 0 for all)" if cut else f"({printed} rows)")
 
 
 @app.command()
