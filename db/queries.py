@@ -4,7 +4,11 @@ the profile history that take arguments: `versions KEY` and `profile_at KEY TIME
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import psycopg
+from psycopg import sql
 from psycopg.types.string import TextLoader
 
 from common import names
@@ -53,19 +57,30 @@ def resolve(pipeline: pf.Pipeline, sql_or_name: str) -> str:
     return named(pipeline).get(sql_or_name, sql_or_name)
 
 
-def run(reader_dsn: str, sql: str, arguments: tuple[str, ...] = ()) -> tuple[list[str], list[tuple]]:
-    """Column names and rows, from ONE statement in a read-only transaction.
+# Rows fetched per round trip of the server-side cursor: what `streamfold query` holds at once.
+FETCH_ROWS = 2000
 
-    The reader role can only SELECT from the sink schema, but any role may alter itself: the extended
-    query protocol (pipeline mode) refuses "COMMIT; ALTER ROLE ..." as several statements, so nothing
-    ever runs outside the read-only transaction.
+
+@contextmanager
+def rows(
+    reader_dsn: str, statement: str, arguments: tuple[str, ...] = (), timeout: str | None = None
+) -> Iterator[tuple[list[str], Iterator[tuple]]]:
+    """Column names and an iterator of the rows, from ONE statement in a read-only transaction, read
+    through a server-side cursor FETCH_ROWS at a time: memory stays bounded whatever the result's size.
+
+    The reader role can only SELECT from the sink schema, but any role may alter itself: the cursor's
+    DECLARE goes by the extended query protocol, which refuses "COMMIT; ALTER ROLE ..." as several
+    statements, so nothing ever runs outside the read-only transaction. `timeout` (a PostgreSQL
+    duration) replaces the role's statement_timeout for this session.
     """
     with psycopg.connect(reader_dsn) as conn:
         conn.read_only = True
+        if timeout:
+            conn.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(timeout)))
         # Timestamps as Postgres prints them: a valid-from may be '-infinity' (no Python datetime).
         for type_name in ("timestamptz", "timestamp"):
             conn.adapters.register_loader(type_name, TextLoader)
-        with conn.pipeline():
-            cur = conn.execute(sql, arguments or None)
-        columns = [c.name for c in cur.description or []]
-        return columns, cur.fetchall()
+        with conn.cursor(name="streamfold_query") as cur:
+            cur.itersize = FETCH_ROWS
+            cur.execute(statement, arguments or None)
+            yield [c.name for c in cur.description or []], iter(cur)
