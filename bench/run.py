@@ -45,7 +45,7 @@ from rich.console import Console
 from bench import cluster, job, kstreams, latency, load, measured, plots, profile, report, stack
 from bench.cpu import CpuClock
 from bench.stack import Bench
-from common import names
+from common import config, names
 from streamfold import generate
 
 console = Console(stderr=True, highlight=False)
@@ -587,6 +587,9 @@ def main(
     ] = report.RESULTS_DIR,
 ) -> None:
     """Throughput, latency and memory of streamfold, a naive baseline, and the machine's limit."""
+    # Every process the bench starts (the job, Kafka Streams, the baselines) keeps its files, temporary
+    # ones in /tmp among them, to its owner.
+    os.umask(config.PRIVATE_UMASK)
     if kstreams_variant not in kstreams.VARIANTS:
         raise typer.BadParameter(f"--kstreams-variant is one of {', '.join(kstreams.VARIANTS)}")
     if cluster_only and (skip_cluster or cluster_workers < 1):

@@ -3,7 +3,9 @@ STREAMFOLD_SPARK_MASTER, which `streamfold stack up --spark-workers N` sets)."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -184,10 +186,27 @@ def executor_env() -> dict[str, str]:
     return {"spark.executorEnv.STREAMFOLD_SINK_RETRY_S": budget} if budget else {}
 
 
-def code_zip() -> Path:
+def private_temp() -> Path:
+    """A fresh folder only its owner may enter (mkdtemp's 0700), removed at exit, for the session's
+    temporary files: Spark's local dir (shuffle files hold events with their profile columns) and the
+    driver JVM's java.io.tmpdir, both /tmp by default."""
+    root = Path(tempfile.mkdtemp(prefix="streamfold-spark-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    for folder in ("local", "tmp"):
+        (root / folder).mkdir(mode=0o700)
+    return root
+
+
+def with_private_temp(chosen: dict[str, str], root: Path) -> dict[str, str]:
+    """`chosen` with its local dir (unless chosen) and the driver's temporary folder under `root`."""
+    options = f"{chosen.get('spark.driver.extraJavaOptions', '')} -Djava.io.tmpdir={root / 'tmp'}".strip()
+    return {"spark.local.dir": str(root / "local"), **chosen, "spark.driver.extraJavaOptions": options}
+
+
+def code_zip(folder: Path) -> Path:
     """The driver's Python code, as the zip executors put on their path (SparkContext.addPyFile)."""
     root = Path(__file__).resolve().parents[1]
-    target = Path(tempfile.mkdtemp(prefix="streamfold-code-")) / "streamfold-code.zip"
+    target = folder / "streamfold-code.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for package in SHIPPED_PACKAGES:
             for source in sorted((root / package).rglob("*.py")):
@@ -200,12 +219,19 @@ def session(app_name: str, conf: dict[str, str] | None = None) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master(conf).startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # everything local stays on loopback
+    temp = private_temp()
     builder = SparkSession.builder.appName(app_name).config("spark.jars", ",".join(jars()))
-    for key, value in settings(conf).items():
+    for key, value in with_private_temp(settings(conf), temp).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    # The JVM, and the Python workers it forks, create their files for their owner only, whatever the
+    # caller's umask (the bench's runner and the unit tests keep the default 022).
+    previous = os.umask(config.PRIVATE_UMASK)
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        os.umask(previous)
     if not master(conf).startswith("local"):
-        spark.sparkContext.addPyFile(str(code_zip()))
+        spark.sparkContext.addPyFile(str(code_zip(temp / "tmp")))
     return spark
 
 

@@ -250,7 +250,7 @@ def _make_home(home: Path) -> Path:
 def open_stack(home: Path) -> Stack:
     """Create the folder layout, ports and secrets on first use; reuse them afterwards."""
     home = _make_home(home)
-    for sub in ("conf", "data", "logs", "pids", "run"):
+    for sub in ("conf", "data", "logs", "pids", "run", "tmp"):
         (home / sub).mkdir(exist_ok=True)
         (home / sub).chmod(folder_mode(home, home / sub))
     return Stack(home, allocate_ports(home), _load_secrets(home))

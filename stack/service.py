@@ -119,7 +119,9 @@ rootLogger.appenderRef.file.ref = file
     def java_cmd(self, main_class: str, *args: str) -> list[str]:
         return [
             java_binary(), "-Xms128m", f"-Xmx{self.heap}", *JVM_OPTS,
-            f"-Dlog4j2.configurationFile={self._log4j_conf()}", *self.jvm_args(),
+            f"-Dlog4j2.configurationFile={self._log4j_conf()}",
+            # Its temporary files (native libraries it unpacks, among them) in the home's private tmp/.
+            f"-Djava.io.tmpdir={self.stack.path('tmp')}", *self.jvm_args(),
             "-cp", f"{KAFKA_LIB}/*", main_class, *args,
         ]  # fmt: skip
 

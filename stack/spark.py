@@ -71,6 +71,17 @@ def _env(stack: Stack) -> dict[str, str]:
         "SPARK_LOG_DIR": str(stack.path("logs")),
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
+        **_private_temp(stack.path("tmp")),
+    }
+
+
+def _private_temp(folder: Path) -> dict[str, str]:
+    """Temporary files of the daemon, and of the executors and Python workers it starts (they inherit its
+    environment), in the home's private tmp/ rather than /tmp; its Spark local dirs (shuffle files) too."""
+    return {
+        "SPARK_LOCAL_DIRS": str(folder),
+        "JAVA_TOOL_OPTIONS": f"-Djava.io.tmpdir={folder}",
+        "TMPDIR": str(folder),
     }
 
 

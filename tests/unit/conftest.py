@@ -10,20 +10,14 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from pipeline.spark import jars, settings
+from pipeline.spark import session as job_session
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     os.environ["PYSPARK_PYTHON"] = sys.executable  # Python workers need this venv (pandas, pyarrow)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.appName("streamfold-unit").config("spark.jars", ",".join(jars()))
-    conf = settings(
-        {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
-    )
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    conf = {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
+    session = job_session("streamfold-unit", conf)
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -51,8 +51,8 @@ def test_the_master_is_conf_then_streamfold_spark_master_then_local(monkeypatch,
     assert spark_session.settings()["spark.executorEnv.STREAMFOLD_SINK_RETRY_S"] == "30"
 
 
-def test_executors_get_the_drivers_code_as_a_zip():
-    with zipfile.ZipFile(spark_session.code_zip()) as archive:
+def test_executors_get_the_drivers_code_as_a_zip(tmp_path: Path):
+    with zipfile.ZipFile(spark_session.code_zip(tmp_path)) as archive:
         shipped = set(archive.namelist())
     assert {"pipeline/topology.py", "pipeline/kinesis_source.py", "common/config.py"} <= shipped
     assert {name.split("/")[0] for name in shipped} == set(spark_session.SHIPPED_PACKAGES)
@@ -126,3 +126,20 @@ def test_a_local_driver_maps_the_class_archive_when_there_is_one(monkeypatch, tm
     # the user's own options win, as for every key
     mine = spark_session.settings({**local, "spark.driver.extraJavaOptions": "-Xss4m"})
     assert mine["spark.driver.extraJavaOptions"] == "-Xss4m"
+
+
+def test_the_sessions_temporary_files_are_private(spark: SparkSession):
+    """Shuffle files (events with their profile columns) and the JVM's temporary files land in folders only
+    their owner may enter, whatever the umask of the process that started the session (pytest's: 022)."""
+    rows = spark.range(2000).select((F.col("id") % 7).alias("k")).groupBy("k").count().collect()
+    assert len(rows) == 7  # a shuffle wrote its files under the block manager's folders
+    jvm = spark.sparkContext._jvm  # noqa: SLF001 - no Python API for the block manager's folders
+    block_manager = jvm.org.apache.spark.SparkEnv.get().blockManager()
+    local_dirs = [Path(str(d)) for d in block_manager.diskBlockManager().localDirs()]
+    temp = Path(str(jvm.java.lang.System.getProperty("java.io.tmpdir")))
+    for folder in [*local_dirs, temp]:
+        assert folder.stat().st_mode & 0o077 == 0, f"{folder} is open to others"
+        assert not folder.samefile("/tmp"), "the session writes straight into /tmp"
+        opened = [p for p in folder.rglob("*") if p.lstat().st_mode & 0o077]
+        assert not opened, f"open to others: {opened[:5]}"
+    assert any(any(d.rglob("shuffle_*")) for d in local_dirs), "no shuffle file was written"
