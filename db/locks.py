@@ -56,7 +56,7 @@ def _lock_timed_out(exc: Exception) -> bool:
 # The oldest transaction but ours holding a lock on a table outside the system catalogs: the one the
 # timed-out statement most likely queued behind (the lock it waited for is gone with its transaction).
 _HOLDER = r"""
-SELECT c.oid::regclass::text, a.pid, regexp_replace(left(a.query, 80), '\s+', ' ', 'g')
+SELECT format('%I.%I', n.nspname, c.relname), a.pid, regexp_replace(left(a.query, 80), '\s+', ' ', 'g')
 FROM pg_locks l
 JOIN pg_class c ON c.oid = l.relation
 JOIN pg_namespace n ON n.oid = c.relnamespace

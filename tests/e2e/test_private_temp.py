@@ -56,14 +56,15 @@ def used_under_tmp(pid: int) -> set[Path]:
 
 
 def open_to_others(paths: list[Path]) -> list[str]:
-    """Each path, its folders up to /tmp, and everything under a folder, readable by group or others."""
+    """Each path, its folders up to /tmp, and everything under a folder, that group or others may read or
+    write (Spark marks the jars it copies executable by all, a+x: harmless inside a private folder)."""
     found = set()
     for path in paths:
         chain = [path, *(p for p in path.parents if p != TMP and TMP in p.parents)]
         inside = list(path.rglob("*")) if path.is_dir() else []
         for each in [*chain, *inside]:
             try:
-                if each.lstat().st_mode & 0o077:
+                if each.lstat().st_mode & 0o066:
                     found.add(f"{each} {oct(each.lstat().st_mode & 0o777)}")
             except FileNotFoundError:
                 continue

@@ -83,11 +83,13 @@ def test_a_sleeping_reader_delays_setup_but_never_the_job(streamfold_setup, tmp_
         reader.start()
         sp.wait_until(lambda: reader_pids(sandbox), 60, "the reader's query running", poll_s=0.2)
         setup.start()
-        sp.wait_until(
-            lambda: any("waiting for a lock on streamfold.enriched_clicks" in line for line in setup_lines),
-            120,
-            f"setup saying it waits for the reader's lock (it said {setup_lines})",
-        )
+        waiting = "waiting for a lock on streamfold.enriched_clicks"
+        try:
+            sp.wait_until(
+                lambda: any(waiting in line for line in setup_lines), 120, "setup to wait for a lock"
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: setup said {setup_lines}, raised {setup_error}") from None
         landed = sp.batches(sandbox)
         sp.wait_until(
             lambda: sp.batches(sandbox) >= landed + 3, 120, "batches landed while the reader sleeps"
