@@ -72,7 +72,16 @@ WORKER_WORK_DIR = "/tmp/spark-work"
 # What the native workers' environment has (stack/spark.py) that the image gives otherwise: pyspark's
 # spark-class finds its SPARK_HOME, the image's java is on PATH, logs go to the console (docker logs),
 # and each worker binds the address of its --host instead of loopback.
-NATIVE_ONLY_WORKER_ENV = {"SPARK_HOME", "JAVA_HOME", "SPARK_LOG_DIR", "SPARK_LOCAL_IP"}
+# The temporary folders too: a native worker's would be the machine's shared /tmp, a container's is its own.
+NATIVE_ONLY_WORKER_ENV = {
+    "SPARK_HOME",
+    "JAVA_HOME",
+    "SPARK_LOG_DIR",
+    "SPARK_LOCAL_IP",
+    "SPARK_LOCAL_DIRS",
+    "JAVA_TOOL_OPTIONS",
+    "TMPDIR",
+}
 USEFUL_CONDITIONS = {"service_healthy", "service_completed_successfully"}
 VAR = re.compile(r"\$\{(\w+)\}")
 
