@@ -507,11 +507,13 @@ def status(
     the replication slot."""
     import json
 
+    from streamfold import reprocess
     from streamfold import status as job_status
     from streamfold.status_view import render
 
     try:
-        figures = job_status.collect(config.load())
+        settings = config.load()
+        figures = job_status.collect(settings, lambda: reprocess.version_figures(settings))
     except config.ConfigError as exc:
         fail(str(exc))
     if as_json:
