@@ -51,6 +51,8 @@ TYPES = (
     "jsonb",
 )
 KEY_TYPES = ("text", "integer", "bigint")
+# Types an aggregate cannot group by in the sink: a Postgres key compares them by value, not by their text.
+UNGROUPABLE = ("text[]", "jsonb")
 NUMBER_TYPES = ("integer", "bigint", "double", "numeric")
 TIME_FORMATS = ("epoch_ms", "epoch_s", "iso8601")
 # The heartbeat table whose change events Debezium routes into the profile table's topic: CDC progress in
@@ -282,7 +284,7 @@ class Events(_Strict):
 class Join(_Strict):
     mode: Literal["event_time", "latest"] = "event_time"
     max_wait: Duration = 10_000
-    version_retention: Duration = 7 * 86_400_000
+    version_retention: Annotated[Duration, Field(gt=0)] = 7 * 86_400_000
 
 
 class Enriched(_Strict):
@@ -350,6 +352,10 @@ class Pipeline(_Strict):
         found = next((parts[:n] for n in range(len(parts), 0, -1) if parts[:n] in self._lines), ())
         return PipelineFileError(f"{self._source}:{self._lines.get(found, 1)}: {path}: {message}")
 
+    def refusal(self, message: str) -> PipelineFileError:
+        """An error about the file as a whole."""
+        return PipelineFileError(f"{self._source}: {message}")
+
     @model_validator(mode="after")
     def _references(self) -> Pipeline:
         names = [a.name for a in self.aggregates]
@@ -373,9 +379,14 @@ class Pipeline(_Strict):
         return self
 
     def _check_group_key(self, ref: str, where: str) -> None:
-        """An aggregate key is never null: a required event field, or a profile column with if_missing."""
+        """An aggregate key is never null: a required event field, or a profile column with if_missing; and
+        of a type the sink can group by."""
         source, target = self.resolve(ref, where)
         field = self.events.fields.get(target)
+        column_type = self.profile.columns[target].type if source == "profile" else None
+        kind = column_type or (field.type if field is not None else self.key_type)
+        if kind in UNGROUPABLE:
+            raise ValueError(f"{where}: the sink cannot group by a {kind} column yet: group by another")
         if source == "event" and field is not None and not field.required:
             raise ValueError(
                 f"{where}: event field {target!r} is an aggregate key, so it must be required: remove "

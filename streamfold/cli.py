@@ -217,7 +217,12 @@ def check() -> None:
     import psycopg
 
     from db import introspect
+    from pipeline import preflight
 
+    try:
+        preflight.check_plan(pf.load())
+    except pf.PipelineFileError as exc:
+        fail(str(exc), code=2)
     settings = config.load()
     try:
         with psycopg.connect(settings.pg_dsn, connect_timeout=10) as conn:
@@ -240,8 +245,10 @@ def setup(
 ) -> None:
     """Schema and roles, topics, the Kinesis stream, and the Debezium connector; waits until it runs."""
     from connectors.setup import SetupError, run_setup
+    from pipeline import preflight
 
     try:
+        preflight.check_plan(pf.load())  # what `run` would refuse, before anything is applied
         run_setup(config.load(), timeout_s=timeout, echo=lambda msg: console.print(f"[cyan]setup[/] {msg}"))
     except pf.PipelineFileError as exc:
         fail(str(exc), code=2)
