@@ -213,10 +213,11 @@ def stack_restart(service: ServiceArgument) -> None:
 
 @app.command()
 def check() -> None:
-    """Validate the pipeline file, and hold it against the database: the table, its key, its columns."""
+    """Validate the pipeline file, and hold it against the database: the table, its key, its columns, and
+    the file last set up (a change `setup` and `run` would refuse)."""
     import psycopg
 
-    from db import introspect
+    from db import introspect, pipeline_schema, schema
     from pipeline import preflight
 
     try:
@@ -227,6 +228,8 @@ def check() -> None:
     try:
         with psycopg.connect(settings.pg_dsn, connect_timeout=10) as conn:
             introspect.check(conn, settings.pipeline)
+        with schema.engine(settings.pg_dsn).connect() as installed:
+            pipeline_schema.check_absorbable(installed, settings.pipeline)
     except pf.PipelineFileError as exc:
         fail(str(exc), code=2)
     except psycopg.OperationalError as exc:

@@ -222,3 +222,23 @@ def test_a_file_run_would_refuse_is_refused_by_setup_and_the_old_file_still_runs
     with schema.engine(database).connect() as conn:
         pipeline_schema.check_applied(conn, old)  # the old file still runs: setup applied nothing
     assert "meta" not in columns(database, "streamfold.enriched_views")
+
+
+def test_check_refuses_a_change_setup_would_refuse_with_the_same_message(
+    database: str, tmp_path: Path
+) -> None:
+    schema.apply(database, pf.parse(CUSTOMERS))
+    changed = tmp_path / "mine.yaml"
+    changed.write_text(CUSTOMERS.replace("    credit: numeric\n", ""))
+    with pytest.raises(pf.PipelineFileError) as refused:
+        schema.apply(database, pf.load(changed))
+    assert "'credit' is gone" in str(refused.value)
+    result = subprocess.run(
+        [sys.executable, "-m", "streamfold", "--pipeline", str(changed), "check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "STREAMFOLD_PG_DSN": database, "COLUMNS": "400"},
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip() == f"error: {refused.value}"
