@@ -11,10 +11,11 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from common import names
+from common import kafka_logs, names
 from common import pipeline_file as pf
 
 # The contract (docs/contracts.md "Environment variables"): the endpoints, the role passwords and AWS.
@@ -211,16 +212,18 @@ def java_kafka_settings(login: Login | None) -> dict[str, str]:
     }
 
 
-# confluent-kafka's type for a client's settings.
-ClientSettings = dict[str, str | int | float | bool]
+# confluent-kafka's type for a client's settings (the logger and error_cb are Python objects).
+ClientSettings = dict[str, Any]
 
 
 def librdkafka_settings(bootstrap: str, login: Login | None) -> ClientSettings:
-    """librdkafka's (confluent-kafka's) connection settings: the brokers and the client identity."""
+    """librdkafka's (confluent-kafka's) connection settings: the brokers and the client identity, and its
+    log lines and errors through logging (common/kafka_logs.py)."""
     if login is None:
-        return {"bootstrap.servers": bootstrap}
+        return {"bootstrap.servers": bootstrap, **kafka_logs.client_logging()}
     return {
         "bootstrap.servers": bootstrap,
+        **kafka_logs.client_logging(),
         "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanism": SCRAM_MECHANISM,
         "sasl.username": login.user,

@@ -51,6 +51,8 @@ TYPES = (
     "jsonb",
 )
 KEY_TYPES = ("text", "integer", "bigint")
+# Types an aggregate cannot group by in the sink: a Postgres key compares them by value, not by their text.
+UNGROUPABLE = ("text[]", "jsonb")
 NUMBER_TYPES = ("integer", "bigint", "double", "numeric")
 TIME_FORMATS = ("epoch_ms", "epoch_s", "iso8601")
 # The heartbeat table whose change events Debezium routes into the profile table's topic: CDC progress in
@@ -282,7 +284,7 @@ class Events(_Strict):
 class Join(_Strict):
     mode: Literal["event_time", "latest"] = "event_time"
     max_wait: Duration = 10_000
-    version_retention: Duration = 7 * 86_400_000
+    version_retention: Annotated[Duration, Field(gt=0)] = 7 * 86_400_000
 
 
 class Enriched(_Strict):
@@ -350,6 +352,10 @@ class Pipeline(_Strict):
         found = next((parts[:n] for n in range(len(parts), 0, -1) if parts[:n] in self._lines), ())
         return PipelineFileError(f"{self._source}:{self._lines.get(found, 1)}: {path}: {message}")
 
+    def refusal(self, message: str) -> PipelineFileError:
+        """An error about the file as a whole."""
+        return PipelineFileError(f"{self._source}: {message}")
+
     @model_validator(mode="after")
     def _references(self) -> Pipeline:
         names = [a.name for a in self.aggregates]
@@ -373,9 +379,14 @@ class Pipeline(_Strict):
         return self
 
     def _check_group_key(self, ref: str, where: str) -> None:
-        """An aggregate key is never null: a required event field, or a profile column with if_missing."""
+        """An aggregate key is never null: a required event field, or a profile column with if_missing; and
+        of a type the sink can group by."""
         source, target = self.resolve(ref, where)
         field = self.events.fields.get(target)
+        column_type = self.profile.columns[target].type if source == "profile" else None
+        kind = column_type or (field.type if field is not None else self.key_type)
+        if kind in UNGROUPABLE:
+            raise ValueError(f"{where}: the sink cannot group by a {kind} column yet: group by another")
         if source == "event" and field is not None and not field.required:
             raise ValueError(
                 f"{where}: event field {target!r} is an aggregate key, so it must be required: remove "
@@ -545,16 +556,29 @@ def resolve_path(given: str | Path | None = None) -> Path:
 def load(given: str | Path | None = None) -> Pipeline:
     path = resolve_path(given)
     try:
-        text = path.read_text()
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)  # never more: a huge file is refused unread
     except OSError as exc:
         raise PipelineFileError(f"{path}: cannot read the pipeline file ({exc.strerror})") from None
+    _check_size(len(raw), str(path))
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        raise PipelineFileError(f"{path}: the pipeline file is not UTF-8 text ({exc.reason})") from None
     return parse(text, str(path))
 
 
 def parse(text: str, where: str = DEFAULT_FILE) -> Pipeline:
     """A pipeline from YAML text; `where` names it in errors."""
+    _check_size(len(text.encode()), where)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        _check_events(text, where)
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+            data = None if node is None else loader.construct_document(node)
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
@@ -563,7 +587,6 @@ def parse(text: str, where: str = DEFAULT_FILE) -> Pipeline:
         raise PipelineFileError(f"{where}: the pipeline file is empty")
     lines: dict[tuple[str, ...], int] = {}
     _check_keys(node, (), lines, where)
-    data = yaml.safe_load(text)
     if not isinstance(data, dict):
         raise PipelineFileError(f"{where}:1: a pipeline file is a mapping (profile:, events:, ...)")
     try:
@@ -572,6 +595,42 @@ def parse(text: str, where: str = DEFAULT_FILE) -> Pipeline:
         raise PipelineFileError(_message(exc, lines, where)) from None
     pipeline._source, pipeline._lines = where, lines
     return pipeline
+
+
+# A pipeline file declares names and types: these bounds are far above any real one, and keep a hostile or
+# mistaken file (gigabytes, an alias bomb) to one error, read in a few milliseconds and a few MB.
+MAX_FILE_BYTES = 1024 * 1024
+MAX_NODES = 20_000
+# libyaml's parser where PyYAML has it (it does in the pinned wheels), else PyYAML's own.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_NODE_EVENTS = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)
+
+
+def _check_size(size: int, where: str) -> None:
+    if size > MAX_FILE_BYTES:
+        raise PipelineFileError(
+            f"{where}: the pipeline file is over {MAX_FILE_BYTES // 2**20} MiB, the limit: it declares names "
+            "and types, so keep sample values to a few"
+        )
+
+
+def _check_events(text: str, where: str) -> None:
+    """Before any node is built: no anchor or alias (an alias repeats a value without its size in the
+    file, the way an alias bomb grows to gigabytes; a pipeline file needs none), and at most MAX_NODES
+    values. Stops at the first event past a bound."""
+    nodes = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise PipelineFileError(
+                f"{where}:{event.start_mark.line + 1}: YAML anchors and aliases (&name, *name) are not "
+                "taken in a pipeline file: write the value out"
+            )
+        nodes += isinstance(event, _NODE_EVENTS)
+        if nodes > MAX_NODES:
+            raise PipelineFileError(
+                f"{where}:{event.start_mark.line + 1}: the pipeline file has over {MAX_NODES:,} values, the "
+                "limit: it declares names and types, so keep sample values to a few"
+            )
 
 
 def _check_keys(

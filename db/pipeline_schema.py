@@ -60,6 +60,16 @@ def check_applied(conn: sa.Connection, pipeline: pf.Pipeline) -> None:
         )
 
 
+def check_absorbable(conn: sa.Connection, pipeline: pf.Pipeline) -> None:
+    """What `setup` (apply) and `run` (check_applied) refuse about the installation, for `check`: a change
+    from the file last set up that the installation cannot absorb. Nothing set up yet: nothing to hold."""
+    if not sa.inspect(conn).has_table(tables.pipelines.name, schema=tables.pipelines.schema):
+        return
+    before = applied(conn, pipeline.name)
+    if before is not None:
+        check_change(before, pipeline)
+
+
 def check_change(before: pf.Pipeline, after: pf.Pipeline) -> None:
     """Raises IncompatibleChange at the first change the installation cannot absorb."""
     fixed: list[tuple[str, Any, Any]] = [

@@ -23,8 +23,8 @@ from common import pipeline_file as pf
 from common.config import Settings
 from common.versions import moved_live
 from db import pipeline_schema, schema, versions
+from pipeline import preflight, status_files, topology
 from pipeline import spark as spark_session
-from pipeline import status_files, topology
 from pipeline.join_config import JoinConfig, parse_duration_ms
 from pipeline.temporal_join import run_until_drained
 
@@ -197,6 +197,7 @@ def run(
     state = state_dir or settings.home
     check_conf(conf)
     check_jars()
+    preflight.check_plan(settings.pipeline)
     check_applied(settings)
     settings = physical(settings)
     try:

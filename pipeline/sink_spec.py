@@ -45,8 +45,6 @@ CHANGE_OP = "change_op"
 VALID_FROM = "valid_from"
 # The changelog record's field saying which values are unknown, and why (only then).
 INCOMPLETE = "incomplete"
-# Types an aggregate cannot group by in the sink: a Postgres key compares them by value, not by their text.
-UNGROUPABLE = ("text[]", "jsonb")
 
 
 @dataclass(frozen=True)
@@ -190,8 +188,6 @@ def _aggregate(
         where = f"aggregates.{i}.group_by.{column}"
         source, name = pipeline.resolve(ref, where)
         kind = ref_type(pipeline, source, name)
-        if kind in UNGROUPABLE:
-            raise pipeline.error(where, f"the sink cannot group by a {kind} column yet: group by another")
         output = event_column(pipeline, name) if source == "event" else profile_column(pipeline, name)
         # A key Postgres indexes by its md5 has the digest column in the primary key instead.
         md5 = column not in primary_key

@@ -112,14 +112,14 @@ if [ ! -f "$join_jar" ] || [ pom.xml -nt "$join_jar" ] || [ -n "$(find jvm/src/m
   cp target/streamfold-join.jar "$join_jar"
 fi
 
-# --- the job driver's class-data archive (pipeline/class_archive.py): a local job starts seconds sooner --
+# --- the job driver's class-data archive (pipeline/class_archive_build.py): a local job starts seconds sooner
 # Rebuilt whenever a jar it was made from changes (lib/spark, or pyspark's through the venv).
 archive=lib/spark/streamfold.jsa
 if [ ! -f "$archive" ] || [ .venv/.installed -nt "$archive" ] \
   || [ -n "$(find lib/spark -name '*.jar' -newer "$archive")" ]; then
   say "class-data archive -> $archive"
   log=$(mktemp)
-  .venv/bin/python -m pipeline.class_archive "$archive" >/dev/null 2>"$log" \
+  .venv/bin/python -m pipeline.class_archive_build "$archive" >/dev/null 2>"$log" \
     || { cat "$log" >&2; die "the class-data archive could not be built"; }
   rm -f "$log"
 fi

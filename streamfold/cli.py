@@ -213,15 +213,23 @@ def stack_restart(service: ServiceArgument) -> None:
 
 @app.command()
 def check() -> None:
-    """Validate the pipeline file, and hold it against the database: the table, its key, its columns."""
+    """Validate the pipeline file, and hold it against the database: the table, its key, its columns, and
+    the file last set up (a change `setup` and `run` would refuse)."""
     import psycopg
 
-    from db import introspect
+    from db import introspect, pipeline_schema, schema
+    from pipeline import preflight
 
+    try:
+        preflight.check_plan(pf.load())
+    except pf.PipelineFileError as exc:
+        fail(str(exc), code=2)
     settings = config.load()
     try:
         with psycopg.connect(settings.pg_dsn, connect_timeout=10) as conn:
             introspect.check(conn, settings.pipeline)
+        with schema.engine(settings.pg_dsn).connect() as installed:
+            pipeline_schema.check_absorbable(installed, settings.pipeline)
     except pf.PipelineFileError as exc:
         fail(str(exc), code=2)
     except psycopg.OperationalError as exc:
@@ -241,8 +249,10 @@ def setup(
     """Schema and roles, topics, the Kinesis stream, and the Debezium connector; waits until it runs."""
     from connectors.setup import SetupError, run_setup
     from db.locks import LockWaitTimeout
+    from pipeline import preflight
 
     try:
+        preflight.check_plan(pf.load())  # what `run` would refuse, before anything is applied
         run_setup(config.load(), timeout_s=timeout, echo=lambda msg: console.print(f"[cyan]setup[/] {msg}"))
     except pf.PipelineFileError as exc:
         fail(str(exc), code=2)
@@ -508,11 +518,13 @@ def status(
     the replication slot."""
     import json
 
+    from streamfold import reprocess
     from streamfold import status as job_status
     from streamfold.status_view import render
 
     try:
-        figures = job_status.collect(config.load())
+        settings = config.load()
+        figures = job_status.collect(settings, lambda: reprocess.version_figures(settings))
     except config.ConfigError as exc:
         fail(str(exc))
     if as_json:

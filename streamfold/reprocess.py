@@ -377,6 +377,11 @@ def rows(settings: config.Settings) -> list[Row]:
     ]
 
 
+def version_figures(settings: config.Settings) -> list[dict[str, Any]]:
+    """`streamfold status`'s versions section: each reprocessed version, its job and its lag."""
+    return [row.as_json() for row in rows(settings)[1:]]
+
+
 # --- swap -------------------------------------------------------------------------------------------------
 
 

@@ -44,8 +44,9 @@ SLOT_WAL_WARN_MB = 1024
 MIB = 1024 * 1024
 
 
-def collect(settings: config.Settings) -> dict[str, Any]:
-    """Everything `streamfold status` shows, as JSON-able data."""
+def collect(settings: config.Settings, versions: Callable[[], list[dict[str, Any]]]) -> dict[str, Any]:
+    """Everything `streamfold status` shows, as JSON-able data; `versions` gathers each output version
+    `streamfold reprocess` made, its job and its lag (streamfold/reprocess.py, which reads this module)."""
     home = settings.home
     checkpoints = committed_offsets(home / "checkpoints")
     return {
@@ -61,15 +62,8 @@ def collect(settings: config.Settings) -> dict[str, Any]:
         "dead_letters_last_hour": section(lambda: dead_letters_last_hour(settings.reader_dsn)),
         "connector": section(lambda: connector(settings.connect_url, settings.pipeline.connector)),
         "replication_slot": section(lambda: replication_slot(settings.reader_dsn, settings.pipeline.slot)),
-        "versions": section(lambda: versions(settings)),
+        "versions": section(versions),
     }
-
-
-def versions(settings: config.Settings) -> list[dict[str, Any]]:
-    """Each output version `streamfold reprocess` made, its job and its lag (streamfold/reprocess.py)."""
-    from streamfold import reprocess
-
-    return [row.as_json() for row in reprocess.rows(settings)[1:]]
 
 
 def section(gather: Callable[[], Any]) -> Any:

@@ -5,8 +5,12 @@ installation cannot absorb is refused with nothing applied."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -15,7 +19,8 @@ from psycopg.conninfo import make_conninfo
 
 from common import config
 from common import pipeline_file as pf
-from db import schema
+from db import pipeline_schema, schema
+from pipeline import preflight
 
 pytestmark = pytest.mark.e2e
 
@@ -185,3 +190,55 @@ def test_the_live_table_is_checked_before_anything_is_applied(database: str) -> 
             schema.apply(database, pf.parse(text, "mine.yaml"))
         assert expected[old] in str(error.value) and str(error.value).startswith("mine.yaml:")
     assert columns(database, "streamfold.enriched_views") == []  # nothing applied
+
+
+def test_a_file_run_would_refuse_is_refused_by_setup_and_the_old_file_still_runs(
+    database: str, tmp_path: Path
+) -> None:
+    """A jsonb event field as an aggregate key: `run` cannot group by it, so `setup` refuses it before
+    applying anything, with the same message, and the installation still holds the old file (what `run`
+    checks first, db/pipeline_schema.check_applied)."""
+    old = pf.parse(CUSTOMERS)
+    schema.apply(database, old)
+    new = tmp_path / "new.yaml"
+    new.write_text(
+        CUSTOMERS.replace(
+            "fields: {path: text, ms_on_page: bigint}",
+            "fields: {path: text, ms_on_page: bigint, meta: jsonb}",
+        )
+        + "  - name: views_per_meta\n    group_by: {meta: meta}\n"
+    )
+    message = "aggregates.2.group_by.meta: the sink cannot group by a jsonb column yet: group by another"
+    result = subprocess.run(
+        [sys.executable, "-m", "streamfold", "--pipeline", str(new), "setup", "--timeout", "30"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "STREAMFOLD_PG_DSN": database, "COLUMNS": "400"},
+    )
+    assert result.returncode == 2 and message in result.stderr, result.stderr[-3000:]
+    with pytest.raises(pf.PipelineFileError, match=message):
+        preflight.check_plan(pf.load(new))  # what `run` calls first
+    with schema.engine(database).connect() as conn:
+        pipeline_schema.check_applied(conn, old)  # the old file still runs: setup applied nothing
+    assert "meta" not in columns(database, "streamfold.enriched_views")
+
+
+def test_check_refuses_a_change_setup_would_refuse_with_the_same_message(
+    database: str, tmp_path: Path
+) -> None:
+    schema.apply(database, pf.parse(CUSTOMERS))
+    changed = tmp_path / "mine.yaml"
+    changed.write_text(CUSTOMERS.replace("    credit: numeric\n", ""))
+    with pytest.raises(pf.PipelineFileError) as refused:
+        schema.apply(database, pf.load(changed))
+    assert "'credit' is gone" in str(refused.value)
+    result = subprocess.run(
+        [sys.executable, "-m", "streamfold", "--pipeline", str(changed), "check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "STREAMFOLD_PG_DSN": database, "COLUMNS": "400"},
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip() == f"error: {refused.value}"

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from common import config
+from common import config, kafka_logs
 
 SETTINGS = (
     *config.ENDPOINT_VARS,
@@ -61,9 +61,15 @@ def test_stack_env_lines_may_be_quoted_commented_or_bare(home: Path) -> None:
     assert settings.home == home.resolve()
 
 
+def without_logging(settings: config.ClientSettings) -> config.ClientSettings:
+    """The settings but the logger and error_cb every client gets (common/kafka_logs.py)."""
+    assert set(kafka_logs.client_logging()) <= set(settings)
+    return {k: v for k, v in settings.items() if k not in kafka_logs.client_logging()}
+
+
 def test_kafka_and_connect_clients_log_in_with_the_stacks_credentials(home: Path) -> None:
     write_stack_env(home, STREAMFOLD_KAFKA_PASSWORD="kafka-secret", STREAMFOLD_CONNECT_PASSWORD="rest-secret")
-    assert config.kafka_client_settings("127.0.0.1:1") == {
+    assert without_logging(config.kafka_client_settings("127.0.0.1:1")) == {
         "bootstrap.servers": "127.0.0.1:1",
         "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanism": "SCRAM-SHA-512",
@@ -78,7 +84,9 @@ def test_kafka_and_connect_clients_log_in_with_the_stacks_credentials(home: Path
 
 
 def test_without_passwords_clients_connect_without_credentials(home: Path) -> None:
-    assert config.kafka_client_settings("127.0.0.1:1") == {"bootstrap.servers": "127.0.0.1:1"}
+    assert without_logging(config.kafka_client_settings("127.0.0.1:1")) == {
+        "bootstrap.servers": "127.0.0.1:1"
+    }
     assert config.spark_kafka_options() == {}
     assert config.connect_auth() is None
 
