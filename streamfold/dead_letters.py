@@ -245,7 +245,7 @@ class Target:
         raise NotImplementedError
 
     def find(self, letter_ids: set[str], since_ms: int) -> dict[str, str]:
-        """{letter id: position} of records keyed by those ids written at or after since_ms."""
+        """{letter id: position} of records keyed by those ids; since_ms: none was written before it."""
         raise NotImplementedError
 
 
