@@ -52,6 +52,11 @@ dead_letters = sa.Table(
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("payload", sa.LargeBinary),
     sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    # `streamfold dead-letters replay` (streamfold/dead_letters.py): claimed, then marked replayed with the
+    # id (source position) of the record it sent. NULL: never replayed.
+    sa.Column("replay_started_at", sa.DateTime(timezone=True)),
+    sa.Column("replayed_at", sa.DateTime(timezone=True)),
+    sa.Column("replayed_as", sa.Text),
     # `streamfold status` counts the dead letters of the last hour.
     sa.Index("dead_letters_recorded_at", "recorded_at"),
     schema=SCHEMA,

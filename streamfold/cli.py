@@ -635,3 +635,47 @@ def topic(
         fail(f"no topic {name}")
     for record in records:
         print(f"{record.partition}:{record.offset} {record.key} {record.value}")
+
+
+dead_letters_app = typer.Typer(help="The dead letters: records the job could not process, and their replay.")
+app.add_typer(dead_letters_app, name="dead-letters")
+
+
+@dead_letters_app.command("replay")
+def replay_dead_letters(
+    reason: Annotated[
+        str | None, typer.Option(help="only letters whose reason contains this text", show_default=False)
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="only letters recorded since: an ISO-8601 time or a duration (2h, 7d)", show_default=False
+        ),
+    ] = None,
+    source: Annotated[
+        str | None, typer.Option(help="only letters of this source, e.g. kafka:clicks", show_default=False)
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the outcome as JSON")] = False,
+) -> None:
+    """Send the chosen events' dead letters through the pipeline again, each exactly once (docs/operations.md,
+    "Replaying dead letters"); those still bad come back as new dead letters."""
+    import dataclasses
+    import datetime as dt
+    import json
+
+    import psycopg
+
+    from streamfold import dead_letters
+
+    try:
+        settings = config.load()
+        chosen = dead_letters.Selection(
+            reason, dead_letters.parse_since(since, dt.datetime.now(dt.UTC)) if since else None, source
+        )
+        report = dead_letters.replay(settings, chosen, echo=console.print)
+    except (config.ConfigError, dead_letters.ReplayError, psycopg.Error) as exc:
+        fail(str(exc).strip())
+    if as_json:
+        print(json.dumps(dataclasses.asdict(report), indent=2))
+        return
+    print(dead_letters.describe(report))

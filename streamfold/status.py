@@ -5,7 +5,8 @@
 - CDC progress age: the newest Debezium timestamp among the CDC records the clicks query has processed;
 - batches and clicks waiting in the join: the files the running job writes (pipeline/status_files.py); the
   waiting count is taken when asked, so status asks the running job and waits up to COUNT_WAIT_S for it;
-- dead letters of the last hour (Postgres), and the Debezium connector's state (Kafka Connect REST);
+- dead letters of the last hour, and those not replayed by reason (Postgres), and the Debezium connector's
+  state (Kafka Connect REST);
 - each reprocessed output version: whether its job runs, its lag on every input partition, caught up or not;
 - the pipeline's replication slot (pg_replication_slots): whether Debezium reads it, the WAL it holds back,
   and a warning past STREAMFOLD_SLOT_WAL_WARN_MB or when PostgreSQL is about to invalidate it, or has.
@@ -29,6 +30,7 @@ from confluent_kafka import Consumer, TopicPartition
 from common import config, kinesis, names
 from pipeline.status_files import JOB_FILE, WAITING_FILE, now_ms, read_json, request_count, status_dir
 from pipeline.temporal_join import committed_batches
+from streamfold import dead_letters
 
 TIMEOUT_S = 5.0
 # Counting the records a Kinesis shard still holds stops here (MillisBehindLatest says the rest).
@@ -60,6 +62,7 @@ def collect(settings: config.Settings, versions: Callable[[], list[dict[str, Any
         ),
         "join_waiting": section(lambda: join_waiting(home)),
         "dead_letters_last_hour": section(lambda: dead_letters_last_hour(settings.reader_dsn)),
+        "dead_letters_by_reason": section(lambda: dead_letters.by_reason(settings.reader_dsn)),
         "connector": section(lambda: connector(settings.connect_url, settings.pipeline.connector)),
         "replication_slot": section(lambda: replication_slot(settings.reader_dsn, settings.pipeline.slot)),
         "versions": section(versions),

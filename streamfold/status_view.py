@@ -36,6 +36,7 @@ def render(figures: dict[str, Any], console: Console) -> None:
     console.print(f"CDC progress: {cdc_line(figures['cdc_progress'])}")
     console.print(f"clicks waiting in the join: {waiting_line(figures['join_waiting'])}")
     console.print(f"dead letters, last hour: {dead_letters_line(figures['dead_letters_last_hour'])}")
+    console.print(f"dead letters by reason: {reasons_line(figures['dead_letters_by_reason'])}")
     console.print(f"connector: {connector_line(figures['connector'])}")
     console.print(f"replication slot: {slot_line(figures['replication_slot'])}")
     for warning in slot_warnings(figures["replication_slot"]):
@@ -109,6 +110,19 @@ def dead_letters_line(dead: Any) -> str:
     if message := error(dead):
         return message
     return ", ".join(f"{source} {count}" for source, count in dead.items()) or "none"
+
+
+def reasons_line(letters: Any) -> str:
+    """The letters not replayed, the most common reasons first (`streamfold dead-letters replay`)."""
+    if message := error(letters):
+        return message
+    if not letters["waiting"]:
+        return f"none waiting ({letters['replayed']} replayed)"
+    top = "; ".join(f"{r['count']} × {r['reason']}" for r in letters["reasons"])
+    shown = sum(r["count"] for r in letters["reasons"])
+    others = letters["waiting"] - shown
+    more = f"; {others} of other reasons" if others else ""
+    return f"{letters['waiting']} waiting ({letters['replayed']} replayed): {top}{more}"
 
 
 def connector_line(connector: Any) -> str:
