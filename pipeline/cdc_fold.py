@@ -48,7 +48,7 @@ _PROGRESS = StructField("progress_ms", LongType())
 def fold_type(spec: dict[str, Any]) -> StructType:
     """The row EnvelopeFold returns, by position: kind, the key (as text), op, valid_from_ms, lsn, each
     column in spec order (its Spark type), unavailable (the indexes of the columns Debezium did not send),
-    progress_ms, error."""
+    drifted (records.DRIFTED), progress_ms, error."""
     columns = [StructField(c["name"], field_types.spark_type(c["type"])) for c in spec["columns"]]
     fields = [
         _KIND,
@@ -58,6 +58,7 @@ def fold_type(spec: dict[str, Any]) -> StructType:
         StructField("lsn", LongType()),
         *columns,
         records.UNAVAILABLE,
+        records.DRIFTED,
         _PROGRESS,
         records.REJECT["error"],
     ]

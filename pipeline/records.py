@@ -99,12 +99,15 @@ def click(pipeline: Pipeline) -> StructType:
 
 # A change's columns Debezium did not send (an unchanged TOASTed value), by index: spec/envelopes.py.
 UNAVAILABLE = StructField("unavailable", ArrayType(IntegerType()))
+# Per carried column (in order), why a change holds no value of its type (drift: the column renamed,
+# dropped or retyped), null where it does; null when no column drifted: spec/envelopes.py.
+DRIFTED = StructField("drifted", _STRS)
 
 
 def change(pipeline: Pipeline) -> StructType:
     """A profile version: the key (named as its column), op (c, u, d or r), valid_from_ms (source.ts_ms;
     BEGINNING_OF_TIME_MS for op=r), lsn, each carried column, then `unavailable`: the indexes of the columns
-    Debezium did not send (null when it sent them all)."""
+    Debezium did not send (null when it sent them all), and `drifted` (DRIFTED)."""
     profile = pipeline.profile
     return _unique(
         _struct(
@@ -114,6 +117,7 @@ def change(pipeline: Pipeline) -> StructType:
             ("lsn", _LONG),
             *((name, spark_type(c.type)) for name, c in profile.columns.items()),
             (UNAVAILABLE.name, UNAVAILABLE.dataType),
+            (DRIFTED.name, DRIFTED.dataType),
         )
     )
 
@@ -121,7 +125,8 @@ def change(pipeline: Pipeline) -> StructType:
 def enriched(pipeline: Pipeline) -> StructType:
     """An enriched event; the profile columns hold if_missing when it had no profile version, and
     complete is false when join.max_wait released it before CDC progress reached it (CDC stalled), or when
-    the version's value of a column is unknown (an unchanged TOASTed value, spec/temporal_state.py)."""
+    the version's value of a column is unknown (an unchanged TOASTed value, or drift:
+    spec/temporal_state.py)."""
     events, profile, named = pipeline.events, pipeline.profile, enriched_names(pipeline)
     return _unique(
         _struct(

@@ -72,6 +72,7 @@ from pipeline.join_config import LATEST, JoinConfig
 
 __all__ = [
     "CDC_PROGRESS_METRIC",
+    "DRIFT_METRIC",
     "Pending",
     "committed_batches",
     "join_spec",
@@ -94,12 +95,17 @@ _OPERATOR_NAME = "transformWithStateExec"
 # The observed metric (StreamingQueryProgress.observedMetrics) with the largest progress_ms of a batch's CDC
 # rows, null for a batch without any: event_time mode only.
 CDC_PROGRESS_METRIC = "cdc_progress"
+# The observed metric of a batch's drift (records.DRIFTED): `changes` with drifted columns, and `columns`,
+# each drifted column as "<table>.<column>: <why>" (io.streamfold.status.ProgressListener says and counts
+# them).
+DRIFT_METRIC = "cdc_drift"
 
 
 def tagged_schema(pipeline: Pipeline) -> StructType:
-    """kind, bucket, key, ts_ms, lsn, event_id, e_<field>..., count, op, p_<column>..., unavailable, error,
-    source, payload, progress_ms: each event field and profile column in the file's order, of its Spark type;
-    unavailable: a change's columns Debezium did not send (records.UNAVAILABLE)."""
+    """kind, bucket, key, ts_ms, lsn, event_id, e_<field>..., count, op, p_<column>..., unavailable, drifted,
+    error, source, payload, progress_ms: each event field and profile column in the file's order, of its
+    Spark type; unavailable: a change's columns Debezium did not send (records.UNAVAILABLE); drifted: why a
+    change holds no value of a column's type (records.DRIFTED)."""
     return StructType(
         [
             StructField("kind", _STR),
@@ -119,6 +125,7 @@ def tagged_schema(pipeline: Pipeline) -> StructType:
                 for name, c in pipeline.profile.columns.items()
             ),
             records.UNAVAILABLE,
+            records.DRIFTED,
             *records.REJECT.fields,
             StructField("progress_ms", _LONG),  # CDC rows only
         ]
@@ -202,7 +209,7 @@ def temporal_join(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: 
     jvm: Any = spark._jvm
     buckets = jvm.io.streamfold.join.TemporalJoin.BUCKETS
     tagged = tagged_schema(pipeline)
-    tagged_cdc = _tag_cdc(cdc, pipeline, tagged, buckets)
+    tagged_cdc = _tag_cdc(_observe_drift(cdc, pipeline), pipeline, tagged, buckets)
     if cfg.mode != LATEST:
         # The batch's CDC progress, for the job's stall line (pipeline/cdc_stall.py): a metric Spark gathers
         # as the batch runs and reports in its progress, with no second pass over the rows.
@@ -216,6 +223,20 @@ def temporal_join(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: 
         json.dumps(join_spec(pipeline)),
     )
     return DataFrame(joined, spark)
+
+
+def _observe_drift(cdc: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """The CDC rows, measured for DRIFT_METRIC as the batch runs (no second pass over the rows)."""
+    drifted = F.col("drifted")
+    table = pipeline.profile.table
+    said = F.array(
+        *(
+            F.when(drifted[i].isNotNull(), F.concat(F.lit(f"{table}.{name}: "), drifted[i]))
+            for i, name in enumerate(pipeline.profile.columns)
+        )
+    )
+    columns = F.array_distinct(F.flatten(F.collect_set(F.filter(said, lambda m: m.isNotNull()))))
+    return cdc.observe(DRIFT_METRIC, F.count(drifted).alias("changes"), columns.alias("columns"))
 
 
 def _project(df: DataFrame, tagged: StructType, values: dict[str, Column]) -> DataFrame:
@@ -293,6 +314,7 @@ def _tag_cdc(cdc: DataFrame, pipeline: Pipeline, tagged: StructType, buckets: in
             "lsn": F.coalesce(F.col("lsn"), F.lit(0)),
             "op": F.col("op"),
             "unavailable": F.col("unavailable"),
+            "drifted": F.col("drifted"),
             "progress_ms": F.col("progress_ms"),
             **{f"{PROFILE_PREFIX}{name}": F.col(f"`{name}`") for name in pipeline.profile.columns},
         },

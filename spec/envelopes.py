@@ -46,8 +46,15 @@ or a missing field is NULL:
                an array: its compact JSON text (members in document order, strings quoted as Jackson
                quotes them, integers in decimal, other numbers as written)
 A column with `max_bytes` (Postgres indexes it) is a dead letter past that many UTF-8 bytes (its text,
-numeric or jsonb text). Anything else (a float for a text, an object for an integer...) sends the record to
-the dead letters with a reason naming the column, instead of failing the batch.
+numeric or jsonb text).
+
+Drift: the table no longer matches the pipeline file. A carried column the row lacks (an absent field, not
+JSON null: PostgreSQL renames a column inside the publication's column list too, and a dropped one leaves
+it) or holds as a value its type cannot take (a float for a text, an object for an integer...: a retyped
+column) is unknown: it folds to None and Change.drifted says why (MISSING, or `retyped`). The change is
+still a version (its key and other columns are right), but the join must not take that column's value from
+the previous version, which may be stale (spec/temporal_state.py DRIFTED). A delete's row is checked too
+when it carries columns besides the key (REPLICA IDENTITY FULL); its version stays a tombstone.
 
 Debezium's placeholder for an unchanged TOASTed value is never data. Without REPLICA IDENTITY FULL (the
 publication's column list rules it out) pgoutput does not send a large value an UPDATE left unchanged, and
@@ -69,7 +76,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -89,6 +96,8 @@ MAX_COMMIT_MS = 253_402_300_799_999
 MAX_KEY_BYTES = 1024
 # What Debezium writes for a column it did not get (an unchanged TOASTed value).
 UNAVAILABLE = "__debezium_unavailable_value"
+# Why a drifted column is unknown (Change.drifted), the same words in jvm/.../cdc/ProfileValues.java.
+MISSING = "missing from the change event: renamed or dropped?"
 # The same patterns in jvm/.../cdc/ProfileValues.java and Timestamps.java.
 DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?|NaN")
 ISO_TIMESTAMP = re.compile(
@@ -109,6 +118,9 @@ class Change:
     # The indexes (in spec order) of the columns Debezium did not send (an unchanged TOASTed value): None in
     # `columns`, the previous version's value in the join.
     unavailable: tuple[int, ...] = ()
+    # Per column index, why the row does not hold a value the column can take (drift): None in `columns`,
+    # unknown in the join.
+    drifted: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -171,15 +183,61 @@ def parse_envelope(
     valid_from = BEGINNING_OF_TIME_MS if op == "r" else ts_ms
     columns = {column["name"]: None for column in spec["columns"]}
     unavailable: list[int] = []
-    if op != "d":
-        for index, column in enumerate(spec["columns"]):
-            name = column["name"]
-            raw = profile.get(name)
-            if is_unavailable(column, raw):
-                unavailable.append(index)
-                continue
-            columns[name] = _column(column, raw, partial(_literal, value, side, name))
-    return Change(user_key, op, valid_from, lsn or 0, ts_ms, columns, tuple(unavailable))
+    drifted = {i: MISSING for i, column in enumerate(spec["columns"]) if column["name"] not in profile}
+    if op == "d":
+        carries = len(drifted) < len(spec["columns"])
+        drifted = (
+            _retyped_in_delete(spec, profile, drifted, partial(_literal, value, side)) if carries else {}
+        )
+        return Change(user_key, op, valid_from, lsn or 0, ts_ms, columns, (), drifted)
+    for index, column in enumerate(spec["columns"]):
+        name = column["name"]
+        raw = profile.get(name)
+        if index in drifted:
+            continue
+        if is_unavailable(column, raw):
+            unavailable.append(index)
+            continue
+        typed = _column(column, raw, partial(_literal, value, side, name))
+        if typed is _MISMATCH:
+            drifted[index] = retyped(column, raw)
+        else:
+            columns[name] = typed
+    return Change(user_key, op, valid_from, lsn or 0, ts_ms, columns, tuple(unavailable), drifted)
+
+
+def _retyped_in_delete(
+    spec: dict[str, Any], profile: dict[str, Any], drifted: dict[int, str], literal: Callable[[str], Any]
+) -> dict[int, str]:
+    """A delete's row with columns: `drifted` (those it lacks) and those it holds as values their types
+    cannot take (its values are not kept, so neither byte limits nor the placeholder matter here)."""
+    found = dict(drifted)
+    for index, column in enumerate(spec["columns"]):
+        raw = profile.get(column["name"])
+        if index in drifted or raw is None or is_unavailable(column, raw):
+            continue
+        if _TYPED[column["type"]](raw, partial(literal, column["name"])) is None:
+            found[index] = retyped(column, raw)
+    return found
+
+
+def retyped(column: dict[str, Any], value: Any) -> str:
+    """Why a column's JSON value is unknown when its type cannot take it: the value's JSON kind (not the
+    value: it goes to the history) and the column's type."""
+    expected = _EXPECTED[column["type"]]
+    return f"{_json_kind(value)} in the change event where the column takes {expected}: retyped?"
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "a number"
 
 
 def is_unavailable(column: dict[str, Any], value: Any) -> bool:
@@ -250,9 +308,13 @@ def _within(value: str, where: str, limit: int) -> str:
 # --- the columns --------------------------------------------------------------------------------------
 
 
+# What _column returns for a value the column's type cannot take (drift).
+_MISMATCH: Any = object()
+
+
 def _column(column: dict[str, Any], value: Any, literal: Callable[[], Any]) -> Any:
-    """A column's value (its Spark value); `literal` gives its JSON again with each non-integer number's text
-    as written (a numeric's digits, a jsonb's text)."""
+    """A column's value (its Spark value), or _MISMATCH when its type cannot take it; `literal` gives its
+    JSON again with each non-integer number's text as written (a numeric's digits, a jsonb's text)."""
     where = f"after.{column['name']}"
     if value is None:
         return None
@@ -260,7 +322,7 @@ def _column(column: dict[str, Any], value: Any, literal: Callable[[], Any]) -> A
         raise BadEnvelope(f"{where} holds Debezium's unavailable-value placeholder beside other elements")
     typed = _TYPED[column["type"]](value, literal)
     if typed is None:
-        raise BadEnvelope(f"{where} must be {_EXPECTED[column['type']]}, got {value!r}")
+        return _MISMATCH
     limit = column.get("max_bytes")
     return _within(typed, where, limit) if limit and isinstance(typed, str) else typed
 

@@ -17,7 +17,11 @@ A change may lack columns: Debezium does not send a large (TOASTed) value an UPD
 from the key's previous version when it is stored (`filled`): the CDC topic is in commit order, so that is
 the version the database had before. Without one (no earlier version, or a tombstone) the value stays
 UNAVAILABLE: unknown. Events joined to such a version carry null there (or its if_missing) and are not
-complete, and its changelog record says which columns are unknown.
+complete, and its changelog record says which columns are unknown (`incomplete`).
+
+A change may also hold no value its column can take: the table drifted from the pipeline file (a column
+renamed, dropped or retyped; spec/envelopes.py, Change.drifted). Such a column holds Drifted (with why):
+unknown like UNAVAILABLE, but never filled from the previous version, whose value may have changed since.
 
 A TRUNCATE of the table (spec/envelopes.py Truncate) has no key: it reaches every key that has versions or
 input in its step (the operator fans it out to every bucket), as `truncates`, tombstones at the truncate's
@@ -51,6 +55,28 @@ UNKNOWN_VALUES = (
 )
 
 
+@dataclass(frozen=True)
+class Drifted:
+    """A profile value a change did not hold in a form its column takes (drift), and why."""
+
+    reason: str
+
+
+def unknown(value: Any) -> bool:
+    """Whether a stored value is unknown: UNAVAILABLE with nothing to fill it, or Drifted."""
+    return value is UNAVAILABLE or isinstance(value, Drifted)
+
+
+def incomplete(names: Sequence[str], profile: Sequence[Any]) -> str | None:
+    """A changelog record's reason when some of its values are unknown, else None: UNKNOWN_VALUES and the
+    unavailable columns' names, then each drifted column's "name: reason", "; " between them."""
+    unavailable = [name for name, value in zip(names, profile, strict=True) if value is UNAVAILABLE]
+    reasons = [f"{n}: {v.reason}" for n, v in zip(names, profile, strict=True) if isinstance(v, Drifted)]
+    if unavailable:
+        reasons.insert(0, UNKNOWN_VALUES + ", ".join(unavailable))
+    return "; ".join(reasons) or None
+
+
 class Version(NamedTuple):
     """One profile version of a key: its profile columns' values in the join spec's order; a delete is a
     tombstone version (op=d, every value None)."""
@@ -74,7 +100,7 @@ class Click(NamedTuple):
 class Enriched(NamedTuple):
     """One output row of kind "event": the event, the profile (if_missing applied) and its valid_from
     (None without a profile version). `row()` is the output's columns after kind, up to valid_from. known:
-    the version holds every column's value (none is UNAVAILABLE); the row is complete only then."""
+    the version holds every column's value (none is unknown); the row is complete only then."""
 
     event_id: str
     key: str | None
@@ -114,8 +140,8 @@ class IfMissing(NamedTuple):
         return IfMissing(values, blank)
 
     def fill(self, profile: tuple[Any, ...]) -> tuple[Any, ...]:
-        """A version's values as an event row holds them: an UNAVAILABLE one is null."""
-        known = (None if value is UNAVAILABLE else value for value in profile)
+        """A version's values as an event row holds them: an unknown one is null."""
+        known = (None if unknown(value) else value for value in profile)
         return tuple(
             missing if missing is not None and (value is None or (blank and value == "")) else value
             for value, missing, blank in zip(known, self.values, self.blank, strict=True)
@@ -158,7 +184,7 @@ def previous_version(versions: list[Version], version: Version) -> Version | Non
 
 def filled(version: Version, previous: Version | None) -> Version:
     """A change's UNAVAILABLE columns with the previous version's values; they stay UNAVAILABLE without a
-    previous version, after a tombstone, or where the previous version's value is unknown too."""
+    previous version or after a tombstone, and take the previous version's Drifted where that is one."""
     if UNAVAILABLE not in version.profile:
         return version
     source = None if previous is None or previous.op == DELETE else previous.profile
@@ -202,7 +228,7 @@ def enrich(click: Click, version: Version | None, if_missing: IfMissing) -> Enri
     with if_missing holds it for a null or empty value too (an aggregate keyed by it needs a value)."""
     if version is None or version.op == DELETE:
         return Enriched(*click, if_missing.values, None)
-    known = UNAVAILABLE not in version.profile
+    known = not any(unknown(value) for value in version.profile)
     return Enriched(*click, if_missing.fill(version.profile), version.valid_from_ms, known)
 
 

@@ -513,6 +513,9 @@ generate_app.command("clicks", hidden=True)(generate_events)
 @app.command()
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="exit 1 when something needs attention (drifted columns)")
+    ] = False,
 ) -> None:
     """How far behind the job is: source lag, CDC progress age, clicks waiting, batches, dead letters, and
     the replication slot."""
@@ -531,6 +534,8 @@ def status(
         print(json.dumps(figures, indent=2))
     else:
         render(figures, Console())
+    if check and job_status.needs_attention(figures):
+        raise typer.Exit(1)
 
 
 class QueryFormat(StrEnum):

@@ -8,6 +8,8 @@
 - dead letters of the last hour, and those not replayed by reason (Postgres), and the Debezium connector's
   state (Kafka Connect REST);
 - each reprocessed output version: whether its job runs, its lag on every input partition, caught up or not;
+- changes whose columns drifted from the pipeline file since the job started (the query's status file):
+  needs_attention, what `status --check` fails on;
 - the pipeline's replication slot (pg_replication_slots): whether Debezium reads it, the WAL it holds back,
   and a warning past STREAMFOLD_SLOT_WAL_WARN_MB or when PostgreSQL is about to invalidate it, or has.
 
@@ -136,8 +138,25 @@ def queries(home: Path, checkpoints: dict[str, Committed]) -> dict[str, dict[str
                 reported_ms=report["written_ms"],
                 state_rows=sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators", [])),
             )
+            if "drift" in report:  # changes with drifted columns since the job started (ProgressListener)
+                row["drift"] = report["drift"]
         result[name] = row
     return result
+
+
+def needs_attention(figures: dict[str, Any]) -> list[str]:
+    """What `streamfold status --check` fails on, a line each: changes whose columns drifted from the
+    pipeline file (renamed, dropped or retyped in the table: unknown in their versions)."""
+    queries = figures.get("queries")
+    if not isinstance(queries, dict) or "error" in queries:
+        return []
+    return [
+        f"{name}: {q['drift']['changes']} changes with drifted columns since the job started "
+        f"({'; '.join(q['drift']['columns'])}): restore the columns or edit the pipeline file, then "
+        "`streamfold setup`"
+        for name, q in queries.items()
+        if q.get("drift")
+    ]
 
 
 # --- the checkpoint's committed offsets --------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from streamfold.status import size
+from streamfold.status import needs_attention, size
 
 
 def render(figures: dict[str, Any], console: Console) -> None:
@@ -41,6 +41,8 @@ def render(figures: dict[str, Any], console: Console) -> None:
     console.print(f"replication slot: {slot_line(figures['replication_slot'])}")
     for warning in slot_warnings(figures["replication_slot"]):
         console.print(f"[bold yellow]warning:[/] {warning}")
+    for problem in needs_attention(figures):
+        console.print(f"[bold red]drift:[/] {problem}")
 
 
 def error(value: Any) -> str | None:

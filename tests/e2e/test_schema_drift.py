@@ -1,10 +1,13 @@
 """The source table's schema changes while the job runs: a column added and dropped, and `regionid`
 turned into an integer column, after which Debezium emits `"regionid": 3`. The fold takes a number as
-its decimal text, so the job keeps running and clicks keep joining the right version."""
+its decimal text, so the job keeps running and clicks keep joining the right version. A carried column
+renamed is drift: unknown in the versions after it, never silently null."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import uuid
 
@@ -14,6 +17,7 @@ from psycopg import sql
 
 from common import names, topics
 from common import pipeline_file as pf
+from connectors.setup import run_setup
 from db.schema import carried_columns
 from tests.support import pipeline as sp
 from tests.support.kafka import read_all
@@ -119,3 +123,87 @@ def test_added_dropped_and_retyped_columns_keep_the_job_joining(pg, streamfold_s
             (user.encode(),),
         ).fetchall()
     assert not dead
+
+
+def status_check(sandbox: sp.Sandbox) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "streamfold", "status", "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=sandbox.env(),
+        cwd=sp.ROOT,
+    )
+
+
+def test_a_renamed_column_is_unknown_in_later_versions_never_silently_null(
+    pg, streamfold_setup, tmp_path_factory
+):
+    """PostgreSQL renames a column inside the publication's column list too, so Debezium's rows then lack
+    it. The user's new version must say its interests are unknown, the clicks joining it are incomplete,
+    the job says which column and `status --check` fails until someone acts."""
+    sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, "renamed", tmp_path_factory.mktemp("renamed"))
+    user = f"renamed-{uuid.uuid4().hex[:6]}"
+    pg.execute(
+        "INSERT INTO public.users (userid, regionid, interests) VALUES (%s, 'Region_1', ARRAY['News'])",
+        (user,),
+    )
+    log = sandbox.home / "job.log"
+    job = sandbox.start("kafka", log)
+    try:
+        with sandbox.connect() as conn:
+            sp.wait_until(
+                lambda: conn.execute("SELECT count(*) FROM streamfold.sink_batches").fetchone()[0] > 0,
+                240,
+                "a first committed batch",
+            )
+        pg.execute("ALTER TABLE public.users RENAME COLUMN interests TO hobbies")
+        pg.execute("UPDATE public.users SET regionid = 'Region_2' WHERE userid = %s", (user,))
+        time.sleep(1.5)
+        body = {"userid": user, "url": "/renamed", "device_id": "d", "ip": "i", "event_time": now_ms()}
+        producer = topics.producer(streamfold_setup.kafka_bootstrap)
+        producer.produce(sandbox.clicks_topic, key=user, value=json.dumps(body).encode())
+        assert producer.flush(30) == 0
+        with sandbox.connect() as conn:
+            sp.wait_until(
+                lambda: (
+                    conn.execute(
+                        f"SELECT count(*) FROM {names.ENRICHED_CLICKS_TABLE} WHERE uid = %s", (user,)
+                    ).fetchone()[0]
+                    == 1
+                ),
+                180,
+                "the click joined",
+            )
+        sp.wait_until(lambda: status_check(sandbox).returncode == 1, 60, "status --check failing")
+        assert job.poll() is None, log.read_text()[-3000:]
+    finally:
+        if job.poll() is None:
+            sp.kill9(job)
+        renamed = pg.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'users' "
+            "AND column_name = 'hobbies'"
+        ).fetchone()
+        if renamed:
+            pg.execute("ALTER TABLE public.users RENAME COLUMN hobbies TO interests")
+        run_setup(streamfold_setup, echo=lambda _: None)
+
+    with sandbox.connect() as conn:
+        click = conn.execute(
+            f"SELECT user_regionid, user_interests, profile_complete FROM {names.ENRICHED_CLICKS_TABLE} "
+            "WHERE uid = %s",
+            (user,),
+        ).fetchone()
+        versions = conn.execute(
+            "SELECT regionid, interests, incomplete FROM streamfold.profile_history_clicks WHERE userid = %s "
+            "ORDER BY valid_from, lsn",
+            (user,),
+        ).fetchall()
+    assert click == ("Region_2", None, False)
+    assert versions == [
+        ("Region_1", ["News"], None),
+        ("Region_2", None, "interests: missing from the change event: renamed or dropped?"),
+    ]
+    said = log.read_text()
+    assert "public.users.interests: missing from the change event" in said and "`streamfold setup`" in said
+    assert "public.users.interests" in status_check(sandbox).stdout

@@ -51,4 +51,5 @@ CHANGE = _struct(
     ("interests", _STRS),
     ("registertime", _LONG),
     ("unavailable", ArrayType(IntegerType())),  # the columns Debezium did not send (unchanged TOASTed values)
+    ("drifted", _STRS),  # per column, why the change holds no value of its type (drift)
 )

@@ -18,6 +18,7 @@ from pipeline.cdc_fold import (
 from spec.envelopes import (
     BEGINNING_OF_TIME_MS,
     MAX_COMMIT_MS,
+    MISSING,
     UNAVAILABLE,
     BadEnvelope,
     Change,
@@ -180,15 +181,34 @@ def test_heartbeat_table_event_is_exact_progress_never_a_change(op):
     assert parse(TOPIC, b'{"id": 1}', heartbeat_row_event(op, 7_000)) == Progress(7_000)
 
 
-def test_profile_number_becomes_text_and_unreadable_fields_are_dead_letters():
+def test_profile_number_becomes_text_and_a_value_of_another_type_is_drift():
     change = parse(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": 7}))
-    assert change.columns["regionid"] == "7"
-    with pytest.raises(BadEnvelope, match="after.regionid must be a string"):
-        parse(TOPIC, KEY, envelope("u", after={**ALICE, "regionid": 7.5}))
-    with pytest.raises(BadEnvelope, match="after.interests must be an array of strings"):
-        parse(TOPIC, KEY, envelope("u", after={**ALICE, "interests": "News"}))
-    with pytest.raises(BadEnvelope, match="after.registertime must be an integer"):
-        parse(TOPIC, KEY, envelope("u", after={**ALICE, "registertime": "1"}))
+    assert change.columns["regionid"] == "7" and change.drifted == {}
+    retyped = {**ALICE, "regionid": 7.5, "interests": "News", "registertime": "1"}
+    change = parse(TOPIC, KEY, envelope("u", after=retyped))
+    assert change.columns == profile(gender="FEMALE")
+    assert change.drifted == {
+        0: "a number in the change event where the column takes a string (or an integer): retyped?",
+        2: "a string in the change event where the column takes an array of strings: retyped?",
+        3: "a string in the change event where the column takes an integer: retyped?",
+    }
+
+
+def test_a_column_missing_from_the_row_is_drift_but_json_null_is_a_value():
+    """A column renamed in the table is renamed in the publication's column list too: Debezium's row then
+    lacks it. Its value is unknown (the join must not take the previous version's), the rest is a version."""
+    renamed = {k: v for k, v in ALICE.items() if k != "interests"} | {"hobbies": ["Golf"]}
+    change = parse(TOPIC, KEY, envelope("u", after=renamed))
+    want = Change("alice", "u", 1_000, 42, 1_000, profile("asia", "FEMALE", None, 1), (), {2: MISSING})
+    assert change == want
+    assert parse(TOPIC, KEY, envelope("u", after={**ALICE, "interests": None})).drifted == {}
+
+
+def test_a_deletes_row_is_checked_only_when_it_carries_columns():
+    assert parse(TOPIC, KEY, envelope("d", before={"userid": "alice"})).drifted == {}
+    full = {k: v for k, v in ALICE.items() if k != "gender"} | {"interests": ["a", UNAVAILABLE]}
+    change = parse(TOPIC, KEY, envelope("d", before=full))
+    assert change == Change("alice", "d", 1_000, 42, 1_000, profile(), (), {1: MISSING})
 
 
 def test_an_unchanged_toasted_value_is_no_value_but_listed_as_unavailable():
@@ -259,15 +279,15 @@ def test_a_timestamp_is_iso_8601_or_epoch_microseconds(text, micros):
         "２026-11-22T15:00:00Z",
     ],
 )
-def test_other_timestamp_texts_are_dead_letters(text):
-    with pytest.raises(BadEnvelope, match="^after.at must be a timestamp"):
-        parse_spec({"id": 7, "at": text})
+def test_other_timestamp_texts_are_drift(text):
+    why = "a string in the change event where the column takes a timestamp"
+    assert parse_spec({"id": 7, "at": text}).drifted[0].startswith(why)
 
 
 def test_numbers_keep_their_text_and_json_its_document_order():
     raw = b'{"op": "c", "source": {"ts_ms": 1}, "after": {"id": 7, "price": 1.50, "ratio": 1e400}}'
-    with pytest.raises(BadEnvelope, match="^after.ratio must be a number"):
-        parse_envelope(TOPIC, None, raw, SPEC)
+    change = parse_envelope(TOPIC, None, raw, SPEC)
+    assert isinstance(change, Change) and change.drifted[2].startswith("a number in the change event where")
     after = b'{"id": 7, "price": 1.50E3, "doc": {"b": 1.0, "a": [2]}}'
     raw = b'{"op": "c", "source": {"ts_ms": 1}, "after": %s}' % after
     change = parse_envelope(TOPIC, None, raw, SPEC)
@@ -276,8 +296,8 @@ def test_numbers_keep_their_text_and_json_its_document_order():
     assert parse_spec({"id": 7, "price": "-12.5e-3", "ratio": "NaN"}).columns["price"] == "-12.5e-3"
     assert parse_spec({"id": 7, "ratio": "-Infinity", "doc": '[1, "x"]'}).columns["doc"] == '[1, "x"]'
     for field, value in [("price", "1."), ("price", "Infinity"), ("doc", "{"), ("doc", 5), ("n", 2**31)]:
-        with pytest.raises(BadEnvelope, match=f"^after.{field} must be"):
-            parse_spec({"id": 7, field: value})
+        index = [c["name"] for c in SPEC["columns"]].index(field)
+        assert parse_spec({"id": 7, field: value}).drifted[index].endswith(": retyped?")
     with pytest.raises(BadEnvelope, match="^after.doc of 21 bytes exceeds the 20-byte limit$"):
         parse_spec({"id": 7, "doc": '"' + "x" * 19 + '"'})
 
@@ -299,7 +319,7 @@ def test_fold_tags_every_record(spark):
         (TOPIC, None, b"{bad", "d"),
         (TOPIC, b'{"id": 1}', heartbeat_row_event("u", 8_000), "e"),
         (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": 7}, ts_ms=9_000), "f"),
-        (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": {"x": 1}}), "g"),
+        (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": "x" * 1025}), "g"),
         (TOPIC, KEY, envelope("u", after={**ALICE, "regionid": "x" * MAX_CHANGE_BYTES}), "h"),
         (TOPIC, KEY, envelope("u", after={**ALICE, "interests": [UNAVAILABLE]}, ts_ms=9_500), "i"),
         (TOPIC, None, json.dumps({"source": {"ts_ms": 9_600, "lsn": 50}, "op": "t"}).encode(), "j"),
@@ -322,7 +342,7 @@ def test_fold_tags_every_record(spark):
     ]
     assert [r["event_id"] for r in records] == [None, None, None, "d", None, None, "g", "h", None, None]
     assert records[3]["payload"] == b"{bad" and "not JSON" in records[3]["error"]
-    assert "after.regionid must be a string" in records[6]["error"]
+    assert "after.regionid of" in records[6]["error"]
     assert records[7]["error"] == (
         f"change event of {MAX_CHANGE_BYTES + 236} bytes exceeds the {MAX_CHANGE_BYTES}-byte limit"
     )

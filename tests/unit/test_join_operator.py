@@ -10,7 +10,8 @@ random values of its types (null, empty, non-ASCII, extremes). The histories mix
 inserts, updates, deletes and re-inserts, snapshot rows, replayed changes, equal timestamps (an event at a
 version's valid-from, two versions with one valid-from), progress that stalls and then jumps, releases by the
 wall clock (join.max_wait) rather than by CDC progress, versions old enough to expire, changes lacking values
-(unchanged TOASTed values Debezium did not send: filled from the previous version, or unknown) and truncates
+(unchanged TOASTed values Debezium did not send: filled from the previous version, or unknown), drifted
+columns (never filled) and truncates
 of the table (no key: every key's profile ends). The operator's changelog rows (the versions as stored, with
 their lsn) must equal the model's too, and so must each event's CDC progress at its release and whether
 join.max_wait released it. Rejected records ride along (the pipeline passes them through the operator):
@@ -38,14 +39,16 @@ from pipeline.join_config import LATEST, JoinConfig
 from pipeline.temporal_join import join_spec
 from spec.temporal_state import (
     UNAVAILABLE,
-    UNKNOWN_VALUES,
     Click,
+    Drifted,
     Enriched,
     IfMissing,
     UserState,
     Version,
     advance,
     advance_latest,
+    incomplete,
+    unknown,
 )
 from tests.support.join_harness import Harness, run_together
 from tests.support.pipelines import DEFAULT, VALUES, random_pipeline
@@ -101,6 +104,7 @@ class Histories:
     def __init__(self, seed: int, t0: int, shape: Shape, histories: int) -> None:
         self.rng = random.Random(seed)
         self.reject_rng = random.Random(seed + 1)  # its own stream: the histories stay the same
+        self.drift_rng = random.Random(seed + 2)  # likewise
         self.shape = shape
         self.histories = histories
         self.rejects = 0
@@ -186,6 +190,13 @@ class Histories:
                 change["unavailable"] = sorted(rng.sample(columns, rng.randint(1, len(columns))))
                 for i in change["unavailable"]:
                     change[self.shape.columns[i][0]] = None
+        if self.drift_rng.random() < 0.1:  # columns the change held no value of (drift); a delete's too
+            reasons = [None, None, "renamed?", "retyped?"]
+            drifted = [self.drift_rng.choice(reasons) for _ in self.shape.columns]
+            change["drifted"] = drifted
+            for (name, _), why in zip(self.shape.columns, drifted, strict=True):
+                if why is not None and op != "d":
+                    change[name] = None
         self.sent.append(change)
         return change
 
@@ -202,6 +213,7 @@ class Model:
         self.changelog: dict[str, list[tuple]] = {}  # the last batch's, per key
         self.released: dict[str, tuple] = {}  # the last batch's events: (CDC progress, released by max_wait)
         self.filled = self.unknown = 0  # values taken from a previous version; changes left with unknowns
+        self.drifted = 0  # versions stored with drifted values
         self.truncated = 0  # tombstones stored for a truncate
 
     def batch(self, step: Step, spark_watermark_ms: int) -> list[tuple]:
@@ -215,8 +227,13 @@ class Model:
 
     def version(self, change: dict[str, Any]) -> Version:
         unavailable = change.get("unavailable") or ()
+        drifted = change.get("drifted") if change["op"] != "d" else None
         profile = tuple(
-            UNAVAILABLE if i in unavailable else change.get(name)
+            Drifted(drifted[i])
+            if drifted and drifted[i] is not None
+            else UNAVAILABLE
+            if i in unavailable
+            else change.get(name)
             for i, (name, _) in enumerate(self.shape.columns)
         )
         return Version(change["valid_from_ms"], change["lsn"], change["op"], profile)
@@ -224,12 +241,9 @@ class Model:
     def changelog_record(self, version: Version) -> tuple:
         """A stored version as the operator's change row has it: op, lsn, valid_from, profile, complete,
         error."""
-        names = [
-            name for (name, _), v in zip(self.shape.columns, version.profile, strict=True) if v is UNAVAILABLE
-        ]
-        profile = tuple(None if v is UNAVAILABLE else v for v in version.profile)
-        incomplete = (False, UNKNOWN_VALUES + ", ".join(names)) if names else (None, None)
-        return (version.op, version.lsn, version.valid_from_ms, profile, *incomplete)
+        why = incomplete([name for name, _ in self.shape.columns], version.profile)
+        profile = tuple(None if unknown(v) else v for v in version.profile)
+        return (version.op, version.lsn, version.valid_from_ms, profile, False if why else None, why)
 
     def click(self, row: dict[str, Any]) -> Click:
         shape = self.shape
@@ -281,6 +295,7 @@ class Model:
             left = stored.profile.count(UNAVAILABLE)
             self.filled += given.get((stored.valid_from_ms, stored.lsn), 0) - left
             self.unknown += left > 0
+            self.drifted += any(isinstance(v, Drifted) for v in stored.profile)
             self.truncated += (stored.valid_from_ms, stored.lsn) not in given
         return result.rows
 
@@ -417,6 +432,7 @@ def _check_run(case: Case, mode: str) -> None:
     assert filled and unknown, (
         f"{where}: unavailable values both filled ({filled}) and left unknown ({unknown})"
     )
+    assert case.model.drifted, f"{where}: versions with drifted values"
     if mode != LATEST:
         released = Counter(row[-1] for row in joined)  # by CDC progress (True), by max_wait (False)
         assert released[True] and released[False], f"{where}: both kinds of release, got {released}"

@@ -15,6 +15,8 @@ from streamfold.status import (
     SLOT_WAL_WARN_VAR,
     committed_offsets,
     envelope_ts,
+    needs_attention,
+    queries,
     section,
     slot_wal_warn_bytes,
     slot_warnings,
@@ -175,3 +177,23 @@ def test_the_job_counts_on_a_request_and_ignores_a_file_that_is_not_one(tmp_path
     waiting.refresh(None)  # type: ignore[arg-type]
     counted = json.loads(answer.read_text())
     assert counted["clicks"] == 0 and counted["as_of_ms"] >= asked and said == []
+
+
+def test_drift_the_job_reported_needs_attention_and_shows_in_red(tmp_path):
+    """The JVM listener (ProgressListener) adds the drift it saw since the job started to the query's status
+    file; status reads it there, prints it and `--check` fails on it."""
+    offset_log(tmp_path / "checkpoints" / "clicks-kafka", 3, [KAFKA, CDC, 42], committed=True)
+    progress = {"batchId": 3, "batchDuration": 9, "numInputRows": 2, "processedRowsPerSecond": 1.0}
+    column = "public.users.interests: missing from the change event: renamed or dropped?"
+    drift = {"changes": 2, "columns": [column]}
+    report = {"written_ms": 1, "drift": drift, "progress": progress}
+    status_dir(tmp_path).mkdir(parents=True)
+    (status_dir(tmp_path) / "clicks-kafka.json").write_text(json.dumps(report))
+    figures = {"queries": queries(tmp_path, committed_offsets(tmp_path / "checkpoints"))}
+    [problem] = needs_attention(figures)
+    assert problem.startswith("clicks-kafka: 2 changes with drifted columns since the job started")
+    assert "public.users.interests: missing" in problem and "`streamfold setup`" in problem
+    del report["drift"]
+    (status_dir(tmp_path) / "clicks-kafka.json").write_text(json.dumps(report))
+    assert needs_attention({"queries": queries(tmp_path, committed_offsets(tmp_path / "checkpoints"))}) == []
+    assert needs_attention({"queries": {"error": "OSError: no"}}) == []

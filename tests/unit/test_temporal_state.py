@@ -11,7 +11,9 @@ from common.names import BEGINNING_OF_TIME_MS, UNKNOWN_REGION
 from pipeline.join_config import JoinConfig, parse_duration_ms
 from spec.temporal_state import (
     UNAVAILABLE,
+    UNKNOWN_VALUES,
     Click,
+    Drifted,
     Enriched,
     IfMissing,
     Step,
@@ -19,6 +21,7 @@ from spec.temporal_state import (
     Version,
     add_version,
     expire_versions,
+    incomplete,
     version_at,
 )
 from spec.temporal_state import advance as advance_with
@@ -261,6 +264,39 @@ def test_latest_mode_fills_each_change_from_the_one_before_it() -> None:
     assert step.rows[0].profile == ("asia", "F", ["news"], 7)
     gone = advance_latest(step.state, [DELETE], [])
     assert advance_latest(gone.state, [TOASTED_MOVE], []).state.versions[0].profile[2] is UNAVAILABLE
+
+
+# --- drift (Drifted): the same cases as UserHistoryTest's ---------------------------------------------------
+
+RENAMED = Drifted("missing from the change event: renamed or dropped?")
+DRIFTED_MOVE = Version(NOON, 20, "u", ("europe", "F", RENAMED, 1_600_000_000_000))
+NAMES = ("regionid", "gender", "interests", "registertime")
+
+
+def test_a_drifted_value_is_never_filled_from_the_previous_version_and_leaves_events_incomplete() -> None:
+    step = advance(UserState([SNAPSHOT]), [DRIFTED_MOVE], [], NOON - DAY, RETENTION)
+    assert step.changes[0].profile[2] is RENAMED  # her interests may have changed: unknown
+    clicks = [click("before", NOON - MINUTE), click("after", NOON + MINUTE)]
+    before, after = advance(step.state, [], clicks, NOON + DAY, RETENTION).rows
+    assert (before.profile[2], before.known) == (["news"], True)
+    assert (after.profile, after.known) == (("europe", "F", None, 1_600_000_000_000), False)
+    assert incomplete(NAMES, step.changes[0].profile) == "interests: " + RENAMED.reason
+
+
+def test_an_unavailable_value_after_a_drifted_one_is_unknown_for_the_same_reason() -> None:
+    for latest in (False, True):
+        state, changes = UserState([SNAPSHOT]), [DRIFTED_MOVE, TOASTED_BACK]
+        step = advance_latest(state, changes, []) if latest else advance(state, changes, [], NOON, RETENTION)
+        assert step.changes[1].profile[:3] == ("asia", "F", RENAMED)
+
+
+def test_incomplete_names_the_unavailable_columns_then_each_drifted_one() -> None:
+    retyped = Drifted("a string in the change event where the column takes an integer: retyped?")
+    profile = (UNAVAILABLE, RENAMED, UNAVAILABLE, retyped)
+    assert incomplete(NAMES, profile) == (
+        f"{UNKNOWN_VALUES}regionid, interests; gender: {RENAMED.reason}; registertime: {retyped.reason}"
+    )
+    assert incomplete(NAMES, ("asia", None, [], 1)) is None
 
 
 # --- TRUNCATE: the same cases as UserHistoryTest's -------------------------------------------------------

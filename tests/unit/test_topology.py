@@ -40,7 +40,8 @@ def raw_click(event_id: str, payload: str) -> dict[str, Any]:
 
 def change(op: str, user: str, ts: int, region: str | None = None) -> dict[str, Any]:
     """A Debezium envelope as the JSON converter writes it (schemas off)."""
-    row = None if region is None else {"userid": user, "regionid": region, "gender": "OTHER"}
+    columns = {"regionid": region, "gender": "OTHER", "interests": None, "registertime": None}
+    row = None if region is None else {"userid": user, **columns}  # every carried column, as Debezium sends
     source = {"connector": "postgresql", "ts_ms": ts, "lsn": ts, "snapshot": "true" if op == "r" else "false"}
     envelope = {
         "before": {"userid": user} if op == "d" else None,

@@ -21,7 +21,8 @@ import org.apache.spark.sql.api.java.UDF3;
  * <p>Made by pipeline.cdc_fold with the profile spec's JSON and registered as
  * `streamfold_fold_envelope(is_heartbeat_topic, key, value)` with the return type cdc_fold.fold_type(spec):
  * kind (change | truncate | progress | skip | error), key, op, valid_from_ms, lsn, each column in spec order,
- * unavailable (the indexes of the columns Debezium did not send), progress_ms, error.
+ * unavailable (the indexes of the columns Debezium did not send), drifted (per column, why the change holds
+ * no value of its type: spec/envelopes.py), progress_ms, error.
  */
 public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
   private static final long serialVersionUID = 1L;
@@ -138,11 +139,13 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
     String userKey = ProfileValues.checkedKey(spec, found != null ? found : keyOfKafkaKey(key));
     long validFrom = "r".equals(op) ? BEGINNING_OF_TIME_MS : ts;
     Object[] row = change(spec, userKey, op, validFrom, lsn, ts);
-    if (!delete) {
-      Object[] json = new Object[spec.columns.length];
-      for (int i = 0; i < json.length; i++) {
-        json[i] = profile.get(spec.columns[i].name());
-      }
+    Object[] json = new Object[spec.columns.length];
+    for (int i = 0; i < json.length; i++) {
+      json[i] = profile.get(spec.columns[i].name());
+    }
+    if (delete) {
+      ProfileValues.deleted(spec, json, row);
+    } else {
       ProfileValues.columns(spec, json, row);
     }
     return RowFactory.create(row);

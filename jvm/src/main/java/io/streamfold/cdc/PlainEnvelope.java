@@ -98,7 +98,9 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
     String userKey = ProfileValues.checkedKey(spec, found != null ? found : keyOfKafkaKey(spec, key));
     long validFrom = "r".equals(op) ? EnvelopeFold.BEGINNING_OF_TIME_MS : ts;
     Object[] row = EnvelopeFold.change(spec, userKey, op, validFrom, lsn, ts);
-    if (!delete) {
+    if (delete) {
+      ProfileValues.deleted(spec, values, row);
+    } else {
       ProfileValues.columns(spec, values, row);
     }
     return RowFactory.create(row);

@@ -15,7 +15,7 @@ import java.util.Map;
  * UDF is made on the driver; executors get it inside the serialised UDF.
  *
  * <p>The fold's row, by position: kind, key, op, valid_from_ms, lsn, each column in spec order,
- * unavailable, progress_ms, error.
+ * unavailable, drifted, progress_ms, error.
  */
 public final class ProfileSpec implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -25,7 +25,7 @@ public final class ProfileSpec implements Serializable {
 
   /** The row's fixed fields; no column may take their names. */
   private static final List<String> FIXED =
-      List.of("kind", "op", "valid_from_ms", "lsn", "unavailable", "progress_ms", "error");
+      List.of("kind", "op", "valid_from_ms", "lsn", "unavailable", "drifted", "progress_ms", "error");
 
   public static final int KIND = 0;
   public static final int KEY = 1;
@@ -84,7 +84,7 @@ public final class ProfileSpec implements Serializable {
 
   /** The row's width: the fixed fields and one per column. */
   int width() {
-    return FIRST_COLUMN + columns.length + 3;
+    return FIRST_COLUMN + columns.length + 4;
   }
 
   /** The indexes of the columns Debezium did not send (an unchanged TOASTed value), or null. */
@@ -92,12 +92,17 @@ public final class ProfileSpec implements Serializable {
     return FIRST_COLUMN + columns.length;
   }
 
-  int progressField() {
+  /** Per column, why the row holds no value of its type (drift; ProfileValues.columns), or null. */
+  int driftedField() {
     return FIRST_COLUMN + columns.length + 1;
   }
 
-  int errorField() {
+  int progressField() {
     return FIRST_COLUMN + columns.length + 2;
+  }
+
+  int errorField() {
+    return FIRST_COLUMN + columns.length + 3;
   }
 
   private static void unique(Map<String, Integer> byName, String name, int slot) {

@@ -18,31 +18,91 @@ import java.util.regex.Pattern;
 final class ProfileValues {
   /** What Debezium writes for a column it did not get (an unchanged TOASTed value): never data. */
   static final String UNAVAILABLE = "__debezium_unavailable_value";
+  /** Why a carried column the row lacks is unknown (drift; spec/envelopes.py MISSING). */
+  static final String MISSING = "missing from the change event: renamed or dropped?";
+  /** What typed returns for a value the column's type cannot take (drift). */
+  private static final Object MISMATCH = new Object();
   /** spec/envelopes.py's DECIMAL: a numeric's text. */
   private static final Pattern DECIMAL = Pattern.compile("-?[0-9]+(\\.[0-9]+)?([eE][+-]?[0-9]+)?|NaN");
   private static final Object NULL = StrictJson.NULL;
+  /** What each type takes, in drift reasons (spec/envelopes.py _EXPECTED). */
+  private static final Map<FieldType, String> EXPECTED = Map.of(
+      FieldType.TEXT, "a string (or an integer)",
+      FieldType.INTEGER, "a 32-bit integer",
+      FieldType.BIGINT, "an integer",
+      FieldType.DOUBLE, "a number (or \"NaN\", \"Infinity\", \"-Infinity\")",
+      FieldType.NUMERIC, "a decimal number (a string or a number)",
+      FieldType.BOOLEAN, "a boolean",
+      FieldType.TIMESTAMPTZ, "a timestamp (ISO-8601 text or epoch microseconds)",
+      FieldType.TIMESTAMP, "a timestamp (ISO-8601 text or epoch microseconds)",
+      FieldType.TEXT_ARRAY, "an array of strings",
+      FieldType.JSONB, "JSON");
 
   private ProfileValues() {}
 
   /**
    * Each column's value into the fold's row (`json`: the columns' JSON in spec order, more entries ignored).
    * A column Debezium did not send (isUnavailable) stays null and its index goes into the row's unavailable
-   * field, a list (null when there is none): the join takes its value from the key's previous version.
+   * field, a list (null when there is none): the join takes its value from the key's previous version. A
+   * column the row lacks (Java null: an absent field) or holds as a value its type cannot take stays null
+   * and its reason goes into the row's drifted field, one entry per column (null when none drifted): the
+   * join takes it as unknown.
    */
   static void columns(ProfileSpec spec, Object[] json, Object[] row) throws Rejected {
     List<Integer> unavailable = null;
+    String[] drifted = null;
     for (int i = 0; i < spec.columns.length; i++) {
       ProfileSpec.Column column = spec.columns[i];
-      if (isUnavailable(column, json[i])) {
+      if (json[i] != null && isUnavailable(column, json[i])) {
         if (unavailable == null) {
           unavailable = new ArrayList<>();
         }
         unavailable.add(i);
+        continue;
+      }
+      Object value = json[i] == null ? MISMATCH : value(column, json[i]);
+      if (value == MISMATCH) {
+        drifted = drifted == null ? new String[spec.columns.length] : drifted;
+        drifted[i] = json[i] == null ? MISSING : retyped(column, json[i]);
       } else {
-        row[ProfileSpec.FIRST_COLUMN + i] = value(column, json[i]);
+        row[ProfileSpec.FIRST_COLUMN + i] = value;
       }
     }
     row[spec.unavailableField()] = unavailable;
+    row[spec.driftedField()] = drifted;
+  }
+
+  /**
+   * A delete's row (its values are not kept): when it carries a column, the drifted field says which it
+   * lacks or holds as values their types cannot take (byte limits and the placeholder do not matter here).
+   */
+  static void deleted(ProfileSpec spec, Object[] json, Object[] row) {
+    boolean carries = false;
+    for (int i = 0; i < spec.columns.length; i++) {
+      carries |= json[i] != null;
+    }
+    if (!carries) {
+      return;
+    }
+    String[] drifted = null;
+    for (int i = 0; i < spec.columns.length; i++) {
+      ProfileSpec.Column column = spec.columns[i];
+      Object value = json[i];
+      boolean fits = value != null
+          && (value == NULL || isUnavailable(column, value) || typed(column, value) != MISMATCH);
+      if (!fits) {
+        drifted = drifted == null ? new String[spec.columns.length] : drifted;
+        drifted[i] = value == null ? MISSING : retyped(column, value);
+      }
+    }
+    row[spec.driftedField()] = drifted;
+  }
+
+  /** Why a value of a type the column cannot take is unknown: its JSON kind (never the value) and the type. */
+  static String retyped(ProfileSpec.Column column, Object json) {
+    String kind = json instanceof String ? "a string" : json instanceof Boolean ? "a boolean"
+        : json instanceof List ? "an array" : json instanceof Map ? "an object" : "a number";
+    return kind + " in the change event where the column takes " + EXPECTED.get(column.type()) + ": retyped?";
   }
 
   /**
@@ -54,8 +114,11 @@ final class ProfileValues {
         && l.size() == 1 && UNAVAILABLE.equals(l.get(0)));
   }
 
-  /** A column's value as the fold's row carries it (its Spark type), null when missing or null. */
-  static Object value(ProfileSpec.Column column, Object json) throws Rejected {
+  /**
+   * A column's value as the fold's row carries it (its Spark type), null when null, MISMATCH when its type
+   * cannot take it.
+   */
+  private static Object value(ProfileSpec.Column column, Object json) throws Rejected {
     if (json == null || json == NULL) {
       return null;
     }
@@ -72,7 +135,8 @@ final class ProfileValues {
     return value;
   }
 
-  private static Object typed(ProfileSpec.Column column, Object json) throws Rejected {
+  /** A JSON value (not null) as the column's type carries it, or MISMATCH. */
+  private static Object typed(ProfileSpec.Column column, Object json) {
     switch (column.type()) {
       case TEXT -> {
         if (json instanceof String s) {
@@ -81,22 +145,22 @@ final class ProfileValues {
         if (json instanceof Long l) {
           return Long.toString(l);
         }
-        throw bad(column, "a string (or an integer)", json);
+        return MISMATCH;
       }
       case INTEGER -> {
         if (json instanceof Long l && l >= Integer.MIN_VALUE && l <= Integer.MAX_VALUE) {
           return l.intValue();
         }
-        throw bad(column, "a 32-bit integer", json);
+        return MISMATCH;
       }
       case BIGINT -> {
         if (json instanceof Long l) {
           return l;
         }
-        throw bad(column, "an integer", json);
+        return MISMATCH;
       }
       case DOUBLE -> {
-        return dbl(column, json);
+        return dbl(json);
       }
       case NUMERIC -> {
         if (json instanceof String s && DECIMAL.matcher(s).matches()) {
@@ -108,33 +172,33 @@ final class ProfileValues {
         if (json instanceof StrictJson.Other number) {
           return number.text();
         }
-        throw bad(column, "a decimal number (a string or a number)", json);
+        return MISMATCH;
       }
       case BOOLEAN -> {
         if (json instanceof Boolean b) {
           return b;
         }
-        throw bad(column, "a boolean", json);
+        return MISMATCH;
       }
       case TIMESTAMPTZ, TIMESTAMP -> {
         Long micros = json instanceof Long l ? l : json instanceof String s ? Timestamps.micros(s) : null;
         if (micros != null) {
           return micros;
         }
-        throw bad(column, "a timestamp (ISO-8601 text or epoch microseconds)", json);
+        return MISMATCH;
       }
       case TEXT_ARRAY -> {
-        return strings(column, json);
+        return strings(json);
       }
       case JSONB -> {
-        return jsonText(column, json);
+        return jsonText(json);
       }
       default -> throw new IllegalStateException(column.type().name());
     }
   }
 
   /** A JSON number, or the text Jackson writes for a non-finite double (Kafka's JsonConverter). */
-  private static Double dbl(ProfileSpec.Column column, Object json) throws Rejected {
+  private static Object dbl(Object json) {
     if (json instanceof Long l) {
       return l.doubleValue();
     }
@@ -158,12 +222,12 @@ final class ProfileValues {
         default -> { }
       }
     }
-    throw bad(column, "a number (or \"NaN\", \"Infinity\", \"-Infinity\")", json);
+    return MISMATCH;
   }
 
-  private static String[] strings(ProfileSpec.Column column, Object json) throws Rejected {
+  private static Object strings(Object json) {
     if (!(json instanceof List<?> list)) {
-      throw bad(column, "an array of strings", json);
+      return MISMATCH;
     }
     String[] out = new String[list.size()];
     for (int i = 0; i < out.length; i++) {
@@ -171,14 +235,14 @@ final class ProfileValues {
       if (item instanceof String s) {
         out[i] = s;
       } else if (item != NULL) {
-        throw bad(column, "an array of strings", json);
+        return MISMATCH;
       }
     }
     return out;
   }
 
   /** jsonb: a string holding strict JSON (Debezium's io.debezium.data.Json) as is, an object or array as its text. */
-  private static String jsonText(ProfileSpec.Column column, Object json) throws Rejected {
+  private static Object jsonText(Object json) {
     if (json instanceof Map || json instanceof List) {
       return StrictJson.text(json);
     }
@@ -187,14 +251,10 @@ final class ProfileValues {
         StrictJson.parse(s.getBytes(StandardCharsets.UTF_8));
         return s;
       } catch (StrictJson.NotJson notJson) {
-        // not JSON: said below
+        // not JSON: a mismatch
       }
     }
-    throw bad(column, "JSON", json);
-  }
-
-  private static Rejected bad(ProfileSpec.Column column, String what, Object json) {
-    return new Rejected(column.where() + " must be " + what + ", got " + StrictJson.shown(json));
+    return MISMATCH;
   }
 
   /**

@@ -11,7 +11,8 @@ import scala.jdk.javaapi.CollectionConverters;
 /**
  * The Spark types an event field or a profile column is carried as (pipeline/field_types.py), and how the
  * join state stores a value of each (StateCodec): a tag byte, 0 for null, 8 for UserHistory.UNAVAILABLE (a
- * profile value unknown), else the type's own, then the value. The tag makes a state written for other
+ * profile value unknown), 9 for a UserHistory.Drifted one (then its reason's text), else the type's own, then
+ * the value. The tag makes a state written for other
  * columns fail loudly instead of being misread.
  */
 enum ColumnType {
@@ -25,6 +26,7 @@ enum ColumnType {
   private static final int NULL = 0;
   private static final int TRUE = 6;
   private static final int UNAVAILABLE = 8;
+  private static final int DRIFTED = 9;
 
   final DataType sparkType;
   private final int tag;
@@ -53,6 +55,11 @@ enum ColumnType {
       out.write(UNAVAILABLE);
       return;
     }
+    if (value instanceof UserHistory.Drifted drifted) {
+      out.write(DRIFTED);
+      out.text(drifted.reason());
+      return;
+    }
     if (this == BOOLEAN) {
       out.write((Boolean) value ? TRUE : tag);
       return;
@@ -77,6 +84,7 @@ enum ColumnType {
     int found = in.read();
     if (found == NULL) return null;
     if (found == UNAVAILABLE) return UserHistory.UNAVAILABLE;
+    if (found == DRIFTED) return new UserHistory.Drifted(in.text());
     if (this == BOOLEAN && (found == tag || found == TRUE)) return found == TRUE;
     if (found != tag) throw Body.In.corrupt("a " + name().toLowerCase() + " value tagged " + found);
     return switch (this) {

@@ -24,8 +24,8 @@ import org.apache.spark.sql.types.StructType;
  * and whether it is complete (CDC progress had reached it and the version holds every value), the CDC progress
  * when it was released and whether join.max_wait released it; "change": a profile version as stored (the key,
  * its values, valid_from, change_op and change_lsn; complete false and error
- * naming the columns when some are unknown, UserHistory.UNAVAILABLE); "reject": a rejected record passed
- * through (event_id, error, source, payload). UNAVAILABLE is null in every row.
+ * naming the columns when some are unknown, UserHistory.UNAVAILABLE or Drifted); "reject": a rejected record
+ * passed through (event_id, error, source, payload). An unknown value is null in every row.
  */
 final class OutputRows implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -129,7 +129,7 @@ final class OutputRows implements Serializable {
       Object[] held = v.profile();
       for (int i = 0; i < profileCount; i++) {
         Object value = held[i];
-        if (value == UserHistory.UNAVAILABLE) {
+        if (UserHistory.unknown(value)) {
           known = false;
           value = null;
         }
@@ -148,23 +148,26 @@ final class OutputRows implements Serializable {
 
   /**
    * A profile version as stored (the changelog): the key, its values, valid_from, change_op; when some values
-   * are unknown (UNAVAILABLE: null here), complete false and error saying which.
+   * are unknown (UNAVAILABLE or Drifted: null here), complete false and error saying which ("; " between the
+   * unavailable columns' part and each drifted column's "name: reason").
    */
   Row change(String key, Version v) {
     Object[] values = new Object[width];
     values[KIND] = TaggedRow.CHANGE;
     values[KEY] = key;
     System.arraycopy(v.profile(), 0, values, profile, profileCount);
-    StringBuilder unknown = null;
+    List<String> unavailable = new ArrayList<>();
+    List<String> reasons = new ArrayList<>();
     for (int i = 0; i < profileCount; i++) {
-      if (values[profile + i] != UserHistory.UNAVAILABLE) continue;
-      values[profile + i] = null;
-      unknown = unknown == null ? new StringBuilder() : unknown.append(", ");
-      unknown.append(names[i]);
+      Object value = values[profile + i];
+      if (value == UserHistory.UNAVAILABLE) unavailable.add(names[i]);
+      if (value instanceof UserHistory.Drifted d) reasons.add(names[i] + ": " + d.reason());
+      if (UserHistory.unknown(value)) values[profile + i] = null;
     }
-    if (unknown != null) {
+    if (!unavailable.isEmpty()) reasons.add(0, UNKNOWN_VALUES + String.join(", ", unavailable));
+    if (!reasons.isEmpty()) {
       values[complete] = false;
-      values[error] = UNKNOWN_VALUES + unknown;
+      values[error] = String.join("; ", reasons);
     }
     values[validFrom] = v.validFromMs();
     values[changeOp] = v.op();

@@ -13,13 +13,15 @@ import org.apache.spark.sql.types.StructType;
  * and rejected records in one shape, told apart by `kind`:
  *
  * <pre>kind, bucket, key, ts_ms, lsn, event_id, e_(each event field), count, op, p_(each profile column),
- * unavailable, error, source, payload, progress_ms</pre>
+ * unavailable, drifted, error, source, payload, progress_ms</pre>
  *
  * ts_ms is an event's time, a change's or truncate's valid-from, or the CDC progress; a progress row and a
  * truncate (no key) name their bucket (every bucket gets one, see TemporalJoin.cdcRows), and so does a reject (any bucket: it only passes
  * through, see TemporalJoin); events and changes are bucketed by key. A change also passes through, as a
  * changelog row (OutputRows.change). A change's unavailable lists the profile columns Debezium did not send
- * (an unchanged TOASTed value): they become UserHistory.UNAVAILABLE. Every ordinal is looked up once, here.
+ * (an unchanged TOASTed value): they become UserHistory.UNAVAILABLE; its drifted holds, per profile column,
+ * why the change holds no value of its type (spec/envelopes.py): such a column becomes UserHistory.Drifted
+ * (a delete's stays a tombstone). Every ordinal is looked up once, here.
  */
 final class TaggedRow implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -32,7 +34,8 @@ final class TaggedRow implements Serializable {
   static final String PROFILE_PREFIX = "p_";
 
   private final int width;
-  private final int kind, bucket, key, ts, lsn, eventId, count, op, unavailable, error, source, payload;
+  private final int kind, bucket, key, ts, lsn, eventId, count, op, unavailable, drifted, error, source,
+      payload;
   private final int[] fields, profile;
   final ColumnType[] fieldTypes, profileTypes;
 
@@ -47,6 +50,7 @@ final class TaggedRow implements Serializable {
     count = schema.fieldIndex("count");
     op = schema.fieldIndex("op");
     unavailable = schema.fieldIndex("unavailable");
+    drifted = schema.fieldIndex("drifted");
     error = schema.fieldIndex("error");
     source = schema.fieldIndex("source");
     payload = schema.fieldIndex("payload");
@@ -137,7 +141,14 @@ final class TaggedRow implements Serializable {
       if (!r.isNullAt(unavailable)) {
         for (Object at : r.getList(unavailable)) values[(Integer) at] = UserHistory.UNAVAILABLE;
       }
-      changes.add(new Version(r.getLong(ts), r.isNullAt(lsn) ? 0L : r.getLong(lsn), r.getString(op), values));
+      String changeOp = r.getString(op);
+      if (!r.isNullAt(drifted) && !UserHistory.DELETE.equals(changeOp)) {
+        List<Object> reasons = r.getList(drifted);
+        for (int i = 0; i < values.length; i++) {
+          if (reasons.get(i) != null) values[i] = new UserHistory.Drifted((String) reasons.get(i));
+        }
+      }
+      changes.add(new Version(r.getLong(ts), r.isNullAt(lsn) ? 0L : r.getLong(lsn), changeOp, values));
     }
   }
 

@@ -26,6 +26,19 @@ final class UserHistory {
   };
 
   /**
+   * A profile value a change did not hold in a form its column takes (drift: the column renamed, dropped or
+   * retyped in the table, spec/envelopes.py), and why. Unknown like UNAVAILABLE, but never filled from the
+   * previous version, whose value may have changed since. Stored as such (ColumnType), null in every output
+   * row.
+   */
+  record Drifted(String reason) {}
+
+  /** Whether a stored value is unknown: UNAVAILABLE with nothing to fill it, or Drifted. */
+  static boolean unknown(Object value) {
+    return value == UNAVAILABLE || value instanceof Drifted;
+  }
+
+  /**
    * A profile version: the profile columns' values in the join spec's order; a delete is a tombstone
    * (op = d, every value null). Equal when their values are, so a replayed change is no state write.
    */
@@ -80,7 +93,7 @@ final class UserHistory {
 
   /**
    * A change's UNAVAILABLE columns with the previous version's values; they stay UNAVAILABLE without a
-   * previous version, after a tombstone, or where the previous version's value is unknown too.
+   * previous version or after a tombstone, and take the previous version's Drifted where that is one.
    */
   static Version filled(Version version, Version previous) {
     Object[] profile = version.profile();
@@ -112,9 +125,9 @@ final class UserHistory {
     return false;
   }
 
-  /** Whether a version holds every column's value (none UNAVAILABLE). */
+  /** Whether a version holds every column's value (none unknown). */
   static boolean known(Version version) {
-    for (Object value : version.profile()) if (value == UNAVAILABLE) return false;
+    for (Object value : version.profile()) if (unknown(value)) return false;
     return true;
   }
 

@@ -1,5 +1,6 @@
 package io.streamfold.status;
 
+import io.streamfold.json.StrictJson;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
@@ -7,8 +8,13 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
+import java.util.HashMap;
 import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeSet;
 import org.apache.spark.SparkConf;
+import org.apache.spark.sql.Row;
 import org.apache.spark.sql.streaming.StreamingQueryListener;
 import org.apache.spark.sql.streaming.StreamingQueryProgress;
 
@@ -25,8 +31,32 @@ public final class ProgressListener extends StreamingQueryListener {
   public static final String STATUS_DIR = "spark.streamfold.status.dir";
   public static final String PROGRESS_LOG = "spark.streamfold.progress.log";
 
+  /** pipeline/temporal_join.py DRIFT_METRIC: a batch's changes with drifted columns, and which columns. */
+  static final String DRIFT_METRIC = "cdc_drift";
+  static final String DRIFT_FIX = "unknown in their versions, events joining them profile_complete = false; "
+      + "restore the column or edit the pipeline file, then `streamfold setup`";
+
   private final Path statusDir;
   private final Path progressLog;
+  /** Per query: the drift seen since the job started (changes, and each column's line). */
+  private final Map<String, Drift> drift = new HashMap<>();
+
+  /** The drift a query has seen: drifted changes, and each drifted column as "table.column: why". */
+  static final class Drift {
+    long changes;
+    final Set<String> columns = new TreeSet<>();
+
+    /** The status record's "drift" member. */
+    String json() {
+      StringBuilder out = new StringBuilder("{\"changes\": ").append(changes).append(", \"columns\": [");
+      String comma = "";
+      for (String column : columns) {
+        out.append(comma).append(StrictJson.text(column));
+        comma = ", ";
+      }
+      return out.append("]}").toString();
+    }
+  }
 
   public ProgressListener(SparkConf conf) {
     statusDir = conf.contains(STATUS_DIR) ? Path.of(conf.get(STATUS_DIR)) : null;
@@ -43,8 +73,11 @@ public final class ProgressListener extends StreamingQueryListener {
     if (progress.numInputRows() > 0) {
       System.out.println(summary(progress));
     }
+    Drift seen = drifted(progress);
     if (statusDir != null) {
-      String record = "{\"written_ms\": " + System.currentTimeMillis() + ", \"progress\": " + json + "}";
+      String driftJson = seen == null ? "" : ", \"drift\": " + seen.json();
+      String record = "{\"written_ms\": " + System.currentTimeMillis() + driftJson + ", \"progress\": "
+          + json + "}";
       writeAtomically(statusDir.resolve(progress.name() + ".json"), record);
     }
     if (progressLog != null) {
@@ -54,6 +87,29 @@ public final class ProgressListener extends StreamingQueryListener {
 
   @Override
   public void onQueryTerminated(QueryTerminatedEvent event) {}
+
+  /**
+   * Says each drifted column of the batch (one line each) and adds the batch's drift to the query's; the
+   * query's drift so far, or null while it has none.
+   */
+  private Drift drifted(StreamingQueryProgress p) {
+    Row metric = p.observedMetrics() == null ? null : p.observedMetrics().get(DRIFT_METRIC);
+    long changes = metric == null || metric.isNullAt(0) ? 0 : metric.getLong(0);
+    if (changes > 0) {
+      Drift total = drift.computeIfAbsent(p.name(), name -> new Drift());
+      total.changes += changes;
+      for (Object column : metric.getList(1)) {
+        System.out.println(driftLine(p, changes, (String) column));
+        total.columns.add((String) column);
+      }
+    }
+    return drift.get(p.name());
+  }
+
+  static String driftLine(StreamingQueryProgress p, long changes, String column) {
+    return String.format(Locale.ROOT, "%s batch %d: DRIFT %s (%d changes with drifted columns): %s",
+        p.name(), p.batchId(), column, changes, DRIFT_FIX);
+  }
 
   static String summary(StreamingQueryProgress p) {
     String watermark = p.eventTime().getOrDefault("watermark", "-");

@@ -14,7 +14,9 @@ import org.junit.jupiter.api.Test;
  * The CDC fold's handling of Debezium's placeholder for an unchanged TOASTed value (spec/envelopes.py, which
  * tests/unit/test_parsers_spark.py holds the fold to at random): as Debezium 3.4 writes it, the string for a
  * text, numeric or jsonb column and a one-element array for a text[], it is no value but a column listed in
- * the row's unavailable field, by the fast path (PlainEnvelope) and the full fold alike.
+ * the row's unavailable field, by the fast path (PlainEnvelope) and the full fold alike. A carried column the
+ * row lacks or holds as a value of another type (drift: renamed, dropped, retyped) is no value either, but a
+ * reason in the row's drifted field, and the change still folds.
  */
 class EnvelopeFoldTest {
   static final String SPEC = "{\"key\": {\"column\": \"id\", \"type\": \"bigint\"}, \"columns\": ["
@@ -85,5 +87,55 @@ class EnvelopeFoldTest {
         row.get(PROFILE.progressField())));
     assertNull(row.get(ProfileSpec.KEY));
     assertNull(row.get(PROFILE.errorField()));
+  }
+
+  static final String ALL = "{\"id\": 7, \"region\": \"north\", \"bio\": null, \"amount\": \"1.5\", "
+      + "\"prefs\": \"{}\", \"tags\": [\"a\"], \"n\": 3}";
+
+  /** The drifted field of a change folded from `after`, by the full fold and the fast path alike. */
+  static List<?> drifted(String after) {
+    folded(after);
+    return (List<?>) cells(new EnvelopeFold(SPEC).call(false, null, update(after))).get(PROFILE.driftedField());
+  }
+
+  @Test
+  void aRenamedColumnIsDriftedWhereJsonNullIsAValue() {
+    String renamed = ALL.replace("\"n\":", "\"count\":");
+    assertEquals(Arrays.asList("north", null, "1.5", "{}", List.of("a"), null, null), folded(renamed));
+    assertEquals(Arrays.asList(null, null, null, null, null, ProfileValues.MISSING), drifted(renamed));
+    assertNotNull(PlainEnvelope.fold(PROFILE, null, update(renamed)), "a drifted change takes the fast path");
+    Row row = new EnvelopeFold(SPEC).call(false, null, update(ALL));
+    assertNull(row.get(PROFILE.driftedField()), "every column there (bio as JSON null): nothing drifted");
+  }
+
+  @Test
+  void aValueOfAnotherTypeIsDriftedNotADeadLetter() {
+    String retyped = ALL.replace("\"n\": 3", "\"n\": \"3\"").replace("\"tags\": [\"a\"]", "\"tags\": \"a\"");
+    assertEquals(Arrays.asList(null, null, null, null,
+        "a string in the change event where the column takes an array of strings: retyped?",
+        "a string in the change event where the column takes a 32-bit integer: retyped?"), drifted(retyped));
+    // An integer where a text column is (a column retyped to a number) is its decimal text: no drift.
+    assertEquals("3", folded(ALL.replace("\"north\"", "3")).get(0));
+    assertNull(new EnvelopeFold(SPEC).call(false, null, update(ALL.replace("\"north\"", "3")))
+        .get(PROFILE.driftedField()));
+  }
+
+  static Row delete(String before) {
+    byte[] value = ("{\"before\": " + before + ", \"after\": null, \"op\": \"d\", \"source\": {\"ts_ms\": 5,"
+        + " \"schema\": \"public\", \"table\": \"t\"}}").getBytes(StandardCharsets.UTF_8);
+    Row row = new EnvelopeFold(SPEC).call(false, null, value);
+    Row fast = PlainEnvelope.fold(PROFILE, null, value);
+    if (fast != null) assertEquals(cells(row), cells(fast));
+    return row;
+  }
+
+  @Test
+  void aDeleteIsCheckedOnlyWhenItsRowCarriesColumns() {
+    assertNull(delete("{\"id\": 7}").get(PROFILE.driftedField()), "the key alone: the replica identity");
+    Row full = delete(ALL.replace("\"n\": 3", "\"count\": 3").replace("[\"a\"]", "[\"a\", " + U + "]"));
+    assertEquals("change", full.getString(ProfileSpec.KIND), "no dead letter: a delete keeps no values");
+    assertEquals(Arrays.asList(null, null, null, null, null, ProfileValues.MISSING),
+        cells(full).get(PROFILE.driftedField()));
+    assertNull(full.get(ProfileSpec.FIRST_COLUMN), "a delete's values stay null");
   }
 }

@@ -69,8 +69,9 @@ final class JoinSpecs {
     for (Column f : fields) schema = schema.add(TaggedRow.EVENT_PREFIX + f.name(), sparkType(f.type()));
     schema = schema.add("count", DataTypes.IntegerType).add("op", DataTypes.StringType);
     for (Column c : profile) schema = schema.add(TaggedRow.PROFILE_PREFIX + c.name(), sparkType(c.type()));
-    return schema.add("unavailable", DataTypes.createArrayType(DataTypes.IntegerType)).add("error", DataTypes.StringType).add("source", DataTypes.StringType)
-        .add("payload", DataTypes.BinaryType).add("progress_ms", DataTypes.LongType);
+    return schema.add("unavailable", DataTypes.createArrayType(DataTypes.IntegerType))
+        .add("drifted", DataTypes.createArrayType(DataTypes.StringType)).add("error", DataTypes.StringType)
+        .add("source", DataTypes.StringType).add("payload", DataTypes.BinaryType).add("progress_ms", DataTypes.LongType);
   }
 
   StructType output() {

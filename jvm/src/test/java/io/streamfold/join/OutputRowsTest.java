@@ -105,6 +105,24 @@ class OutputRowsTest {
   }
 
   @Test
+  void aDriftedValueIsNullTheEventIncompleteAndTheChangeSaysWhyAfterTheUnavailableOnes() {
+    Object renamed = new UserHistory.Drifted("missing from the change event: renamed or dropped?");
+    Object retyped = new UserHistory.Drifted("a string in the change event where the column takes JSON: retyped?");
+    Version drifted = new Version(500, 1, "u", new Object[] {"gold", renamed, "12.50", null, true, seq("a")});
+    Row event = OUTPUT.event("k", new Enriched(CLICK, drifted), true, 100L);
+    assertEquals(Arrays.asList("gold", null, "12.50", 0L, true, seq("a"), 500L, false),
+        cells(event, TIER, COMPLETE));
+    Row change = OUTPUT.change("k", drifted);
+    assertEquals(Arrays.asList("gold", null, "12.50", null, true, seq("a"), 500L, false), cells(change, TIER, COMPLETE));
+    assertEquals("note: missing from the change event: renamed or dropped?", change.getString(COMPLETE + 1));
+    Version both = new Version(500, 1, "u",
+        new Object[] {UserHistory.UNAVAILABLE, renamed, "12.50", retyped, UserHistory.UNAVAILABLE, seq("a")});
+    assertEquals(OutputRows.UNKNOWN_VALUES + "tier, vip; note: missing from the change event: renamed or dropped?; "
+        + "score: a string in the change event where the column takes JSON: retyped?",
+        OUTPUT.change("k", both).getString(COMPLETE + 1));
+  }
+
+  @Test
   void aRejectRowHoldsOnlyTheRejectColumns() {
     byte[] payload = {1, 2};
     Row row = OUTPUT.reject("e9", "not JSON", "clicks/0/12", payload);

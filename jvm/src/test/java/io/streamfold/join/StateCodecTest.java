@@ -176,6 +176,12 @@ class StateCodecTest {
     for (Object unknown : ALL.decodeUser(ALL.encodeUser(versions)).get(9).profile()) {
       assertTrue(unknown == UserHistory.UNAVAILABLE, "an unknown value reads back as UNAVAILABLE");
     }
+    Object[] drifted = typed("a", 1, 2L, 3.0, true, seq("b"));
+    drifted[1] = new UserHistory.Drifted("missing from the change event: renamed or dropped?");
+    drifted[5] = new UserHistory.Drifted("\u20ac " + HUGE);
+    List<Version> withDrift = List.of(new Version(9, 13, "u", drifted));
+    assertRoundTrips(ALL, withDrift);
+    assertEquals(drifted[5], ALL.decodeUser(ALL.encodeUser(withDrift)).get(0).profile()[5], "with its reason");
     Object[] back = ALL.decodeUser(ALL.encodeUser(versions)).get(4).profile();
     assertInstanceOf(String.class, back[0]);
     assertInstanceOf(Integer.class, back[1]);

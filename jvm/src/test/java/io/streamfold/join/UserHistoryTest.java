@@ -1,6 +1,7 @@
 package io.streamfold.join;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -371,6 +372,39 @@ class UserHistoryTest {
     advanceLatest(h, List.of(DELETE), List.of());
     advanceLatest(h, List.of(TOASTED_MOVE), List.of());
     assertSame(UNAVAILABLE, interests(h.versions.get(0)));  // after a delete: nothing to take it from
+  }
+
+  // --- drift: a column the change did not hold in a form its type takes ------------------------------------
+
+  static final Object RENAMED = new UserHistory.Drifted("missing from the change event: renamed or dropped?");
+  /** Alice moves to europe after interests was renamed in the table: the change event lacks it. */
+  static final Version DRIFTED_MOVE = new Version(NOON, 20, "u", profile("europe", "F", RENAMED, 1_600_000_000_000L));
+
+  @Test
+  void aDriftedValueIsNeverFilledFromThePreviousVersionAndEveryEventJoiningItIsIncomplete() {
+    UserHistory h = history(SNAPSHOT);
+    advance(h, List.of(DRIFTED_MOVE), List.of(), NOON - DAY, RETENTION);
+    assertSame(RENAMED, interests(h.stored.get(0)), "her interests may have changed: unknown, not the snapshot's");
+    assertFalse(UserHistory.known(h.stored.get(0)));
+    List<Enriched> rows = advance(h, List.of(), List.of(click("before", NOON - MINUTE), click("after", NOON + MINUTE)),
+        NOON + DAY, RETENTION);
+    assertEquals(Arrays.asList("asia", "F", seq("news"), 1_600_000_000_000L, SNAPSHOT.validFromMs()),
+        profileOf(rows.get(0)));
+    assertEquals(Arrays.asList("europe", "F", null, 1_600_000_000_000L, NOON), profileOf(rows.get(1)));
+    int complete = OUTPUT.schema().fieldIndex("complete");
+    assertEquals(true, OUTPUT.event("alice", rows.get(0), true, 100L).get(complete));
+    assertEquals(false, OUTPUT.event("alice", rows.get(1), true, 100L).get(complete));
+  }
+
+  @Test
+  void anUnavailableValueAfterADriftedOneIsUnknownForTheSameReason() {
+    for (boolean latest : List.of(false, true)) {
+      UserHistory h = history(SNAPSHOT);
+      List<Version> changes = List.of(DRIFTED_MOVE, TOASTED_BACK);
+      if (latest) advanceLatest(h, changes, List.of()); else advance(h, changes, List.of(), NOON - DAY, RETENTION);
+      assertSame(RENAMED, interests(h.stored.get(1)));
+      assertEquals("asia", regionid(h.stored.get(1)));
+    }
   }
 
   // --- TRUNCATE: a tombstone for every key, stored where it ends a profile ---------------------------------
