@@ -502,9 +502,12 @@ generate_app.command("clicks", hidden=True)(generate_events)
 @app.command()
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="exit 1 when the capture of the profile table was lost")
+    ] = False,
 ) -> None:
-    """How far behind the job is: source lag, CDC progress age, clicks waiting, batches, dead letters, and
-    the replication slot."""
+    """How far behind the job is: source lag, CDC progress age, clicks waiting, batches, dead letters, the
+    replication slot, and whether the publication still captures the profile table."""
     import json
 
     from streamfold import status as job_status
@@ -518,6 +521,8 @@ def status(
         print(json.dumps(figures, indent=2))
     else:
         render(figures, Console())
+    if check and job_status.problems(figures):
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -9,6 +9,8 @@
 - each reprocessed output version: whether its job runs, its lag on every input partition, caught up or not;
 - the pipeline's replication slot (pg_replication_slots): whether Debezium reads it, the WAL it holds back,
   and a warning past STREAMFOLD_SLOT_WAL_WARN_MB or when PostgreSQL is about to invalidate it, or has.
+- the capture (db/capture.py): whether the publication still carries the profile table and every column the
+  pipeline file carries; when not, `problems` names it and `status --check` exits 1.
 
 Each section is gathered on its own: a service that is down turns its section into an error, not the screen.
 """
@@ -27,6 +29,9 @@ from botocore.config import Config
 from confluent_kafka import Consumer, TopicPartition
 
 from common import config, kinesis, names
+from common import pipeline_file as pf
+from db import capture as db_capture
+from db import schema
 from pipeline.status_files import JOB_FILE, WAITING_FILE, now_ms, read_json, request_count, status_dir
 from pipeline.temporal_join import committed_batches
 
@@ -62,7 +67,23 @@ def collect(settings: config.Settings) -> dict[str, Any]:
         "connector": section(lambda: connector(settings.connect_url, settings.pipeline.connector)),
         "replication_slot": section(lambda: replication_slot(settings.reader_dsn, settings.pipeline.slot)),
         "versions": section(lambda: versions(settings)),
+        "capture": section(lambda: capture(settings.reader_dsn, settings.pipeline)),
     }
+
+
+def capture(reader_dsn: str, pipeline: pf.Pipeline) -> dict[str, Any]:
+    """Whether the publication captures the profile table and its carried columns (db/capture.py)."""
+    carried = schema.carried_columns(pipeline)
+    with psycopg.connect(reader_dsn, connect_timeout=int(TIMEOUT_S)) as conn:
+        found = db_capture.lost(conn, pipeline, carried)
+    lost = None if found is None else {"columns": list(found.columns), "message": found.message()}
+    return {"table": pipeline.profile.table, "publication": pipeline.publication, "lost": lost}
+
+
+def problems(figures: dict[str, Any]) -> list[str]:
+    """What `status --check` fails on: a capture that was lost."""
+    lost = figures["capture"].get("lost") if isinstance(figures.get("capture"), dict) else None
+    return [lost["message"]] if lost else []
 
 
 def versions(settings: config.Settings) -> list[dict[str, Any]]:

@@ -40,6 +40,7 @@ def render(figures: dict[str, Any], console: Console) -> None:
     console.print(f"replication slot: {slot_line(figures['replication_slot'])}")
     for warning in slot_warnings(figures["replication_slot"]):
         console.print(f"[bold yellow]warning:[/] {warning}")
+    console.print(f"capture: {capture_line(figures['capture'])}")
 
 
 def error(value: Any) -> str | None:
@@ -135,3 +136,11 @@ def slot_line(slot: Any) -> str:
 
 def slot_warnings(slot: Any) -> list[str]:
     return [] if error(slot) else list(slot.get("warnings", []))
+
+
+def capture_line(capture: Any) -> str:
+    if error(capture):
+        return error(capture) or ""
+    if capture["lost"]:
+        return f"[bold red]{capture['lost']['message']}[/]"
+    return f"[green]{capture['table']} captured by publication {capture['publication']}[/]"

@@ -31,12 +31,12 @@ TOPIC = names.CDC_USERS_TOPIC
 ALICE = {"userid": "alice", "regionid": "asia", "gender": "FEMALE", "interests": ["News"], "registertime": 1}
 
 
-def envelope(op: str, before=None, after=None, ts_ms=1_000, lsn=42) -> bytes:
+def envelope(op: str, before=None, after=None, ts_ms=1_000, lsn=42, snapshot: str | None = None) -> bytes:
     source = {
         "connector": "postgresql",
         "ts_ms": ts_ms,
         "lsn": lsn,
-        "snapshot": "true" if op == "r" else "false",
+        "snapshot": snapshot or ("true" if op == "r" else "false"),
     }
     return json.dumps(
         {"before": before, "after": after, "op": op, "source": source, "ts_ms": ts_ms + 5}
@@ -73,6 +73,16 @@ def test_snapshot_read_is_valid_from_the_beginning_of_time_but_reports_progress(
     change = parse(TOPIC, KEY, envelope("r", after=ALICE, ts_ms=7_000))
     assert change.valid_from_ms == BEGINNING_OF_TIME_MS
     assert change.progress_ms == 7_000
+    for marker in ("first", "last", "first_in_data_collection", "last_in_data_collection"):
+        read = parse(TOPIC, KEY, envelope("r", after=ALICE, snapshot=marker))
+        assert read.valid_from_ms == BEGINNING_OF_TIME_MS
+
+
+def test_incremental_snapshot_read_is_valid_from_when_it_was_read():
+    """`streamfold setup` recaptures a table whose capture was lost with an incremental snapshot: its rows
+    are versions from their read on, not from the beginning of time (which would rewrite the past)."""
+    change = parse(TOPIC, KEY, envelope("r", after=ALICE, ts_ms=7_000, snapshot="incremental"))
+    assert change == Change("alice", "r", 7_000, 42, 7_000, profile("asia", "FEMALE", ["News"], 1))
 
 
 def test_delete_takes_userid_from_before_and_has_no_profile():
@@ -96,9 +106,13 @@ def test_tombstone_is_skipped():
     assert parse(TOPIC, KEY, None) is None
 
 
-def test_heartbeat_reports_progress():
+def test_a_debezium_heartbeat_is_no_progress():
+    """Debezium sends them whether or not the table is still captured (db/capture.py): only the heartbeat
+    table's events, which stop with the capture, are progress. A bad one is still a dead letter."""
     beat = json.dumps({"ts_ms": 12_345}).encode()
-    assert parse(names.HEARTBEAT_TOPIC, b'{"serverName":"cdc"}', beat) == Progress(12_345 - 1000)
+    assert parse(names.HEARTBEAT_TOPIC, b'{"serverName":"cdc"}', beat) is None
+    with pytest.raises(BadEnvelope, match="heartbeat.ts_ms must be an integer"):
+        parse(names.HEARTBEAT_TOPIC, None, b'{"ts_ms": "soon"}')
 
 
 @pytest.mark.parametrize(
