@@ -40,7 +40,8 @@ def render(figures: dict[str, Any], console: Console) -> None:
     console.print(f"replication slot: {slot_line(figures['replication_slot'])}")
     for warning in slot_warnings(figures["replication_slot"]):
         console.print(f"[bold yellow]warning:[/] {warning}")
-    console.print(f"capture: {capture_line(figures['capture'])}")
+    if figures.get("capture") is not None:
+        console.print(f"capture: {capture_line(figures['capture'])}")
 
 
 def error(value: Any) -> str | None:
