@@ -102,6 +102,7 @@ def connector_config(settings: config.Settings, columns: tuple[str, ...] | None 
         "PROFILE_TABLE": table,
         "HEARTBEAT_TABLE": heartbeat,
         "SIGNAL_TABLE": capture.SIGNAL_TABLE,
+        "HEARTBEAT_ID": str(capture.heartbeat_id(pipeline)),
         # The heartbeat commits only while the publication captures the table and every carried column:
         # once it does not (db/capture.py), CDC progress stops where the capture did.
         "PUBLICATION_LITERAL": _literal(pipeline.publication),

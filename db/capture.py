@@ -10,6 +10,7 @@ the cause for `streamfold status`, the job's stall line and `streamfold setup`.
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass
 
 import psycopg
@@ -35,6 +36,12 @@ class CaptureLost:
         else:
             lost = f"{self.table} column {', '.join(self.columns)} is not in publication {self.publication}"
         return f"capture lost: {lost}, so its changes are not captured; {FIX}"
+
+
+def heartbeat_id(pipeline: pf.Pipeline) -> int:
+    """The pipeline's row of streamfold.cdc_heartbeat: its publication carries that row alone (a row filter),
+    so another pipeline's heartbeats never move its progress past a capture it lost."""
+    return zlib.crc32(pipeline.publication.encode()) & 0x7FFFFFFF
 
 
 def published_columns(conn: psycopg.Connection, pipeline: pf.Pipeline) -> tuple[str, ...] | None:

@@ -209,10 +209,11 @@ def _ensure_publication(conn: psycopg.Connection, pipeline: pf.Pipeline, carried
     It also carries streamfold.cdc_heartbeat (CDC progress, see pipeline/cdc_fold.py) and Debezium's signal
     table (db/capture.py), whose rows Debezium reads from the stream."""
     # The heartbeat table too: its change events are CDC progress, in commit order with the profiles'.
-    table = sql.SQL("{} ({}), {}, {}").format(
+    table = sql.SQL("{} ({}), {} WHERE (id = {}), {}").format(
         _profile_table(pipeline),
         sql.SQL(", ").join(sql.Identifier(c) for c in carried),
         sql.Identifier(pf.HEARTBEAT_SCHEMA, pf.HEARTBEAT_TABLE),
+        sql.Literal(capture.heartbeat_id(pipeline)),
         sql.SQL(capture.SIGNAL_TABLE),
     )
     name = sql.Identifier(pipeline.publication)

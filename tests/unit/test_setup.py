@@ -11,6 +11,7 @@ import pytest
 from common import config, names
 from common import pipeline_file as pf
 from connectors import setup
+from db import capture
 
 PII = {"name", "email", "contactinfo"}
 # The default pipeline file's carried columns of public.users.
@@ -89,7 +90,8 @@ def test_the_heartbeat_commits_only_while_the_table_and_its_columns_are_publishe
     """A capture that was lost (db/capture.py) stops the heartbeat, so CDC progress stops where it did."""
     query = setup.connector_config(settings, ("userid", "regionid", "it's"))["heartbeat.action.query"]
     assert query == (
-        "INSERT INTO streamfold.cdc_heartbeat (id, ts) SELECT 1, now() WHERE EXISTS (SELECT 1 FROM "
+        f"INSERT INTO streamfold.cdc_heartbeat (id, ts) SELECT {capture.heartbeat_id(settings.pipeline)}, "
+        "now() WHERE EXISTS (SELECT 1 FROM "
         "pg_publication_tables WHERE pubname = 'streamfold_users' AND schemaname = 'public' AND "
         "tablename = 'users' AND attnames @> ARRAY['userid', 'regionid', 'it''s']::name[]) "
         "ON CONFLICT (id) DO UPDATE SET ts = now()"
