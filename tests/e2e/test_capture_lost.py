@@ -101,7 +101,8 @@ def test_a_lost_capture_holds_progress_and_setup_recaptures_the_gap(customers, s
 
         with customers.connect() as pg:
             pg.execute(f"ALTER TABLE {p.profile.table} ADD COLUMN tier text")
-        repaired = customers.streamfold("setup").stdout
+        result = customers.streamfold("setup")
+        repaired = " ".join((result.stdout + result.stderr).split())
         assert f"capture of {p.profile.table} had been lost and is restored" in repaired
         assert "incremental snapshot of the table requested" in repaired
         sp.wait_until(lambda: recaptured(bootstrap, p.cdc_topic), 120, "the table read again")
