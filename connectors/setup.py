@@ -9,10 +9,12 @@ import json
 import re
 import string
 import time
+import uuid
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
+import psycopg
 import requests
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
@@ -27,7 +29,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from common import config, names
 from common import pipeline_file as pf
-from db import schema
+from db import capture, schema
 
 CLICK_PARTITIONS = 3
 # The keyed topics streamfold writes have as many partitions as clicks, and every producer places keys by
@@ -99,6 +101,14 @@ def connector_config(settings: config.Settings, columns: tuple[str, ...] | None 
         "CDC_TOPIC": pipeline.cdc_topic,
         "PROFILE_TABLE": table,
         "HEARTBEAT_TABLE": heartbeat,
+        "SIGNAL_TABLE": capture.SIGNAL_TABLE,
+        "HEARTBEAT_ID": str(capture.heartbeat_id(pipeline)),
+        # The heartbeat commits only while the publication captures the table and every carried column:
+        # once it does not (db/capture.py), CDC progress stops where the capture did.
+        "PUBLICATION_LITERAL": _literal(pipeline.publication),
+        "PROFILE_SCHEMA_LITERAL": _literal(pipeline.profile.schema_name),
+        "PROFILE_TABLE_LITERAL": _literal(pipeline.profile.table_name),
+        "CARRIED_COLUMNS_ARRAY": f"ARRAY[{', '.join(map(_literal, columns))}]::name[]",
         # The heartbeat table's events go to the profile topic: CDC progress in commit order with them.
         "HEARTBEAT_TOPIC_REGEX": re.escape(f"{prefix}.{heartbeat}"),
         "INCLUDED_COLUMNS": ",".join(f"{table}.{c}" for c in columns),
@@ -109,6 +119,11 @@ def connector_config(settings: config.Settings, columns: tuple[str, ...] | None 
     rendered: dict[str, str] = json.loads(template)
     fill = string.Template
     return {fill(key).substitute(values): fill(value).substitute(values) for key, value in rendered.items()}
+
+
+def _literal(text: str) -> str:
+    """A SQL string literal (standard_conforming_strings, PostgreSQL's default since 9.1)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def pipeline_topics(pipeline: pf.Pipeline, events_topic: str | None = None) -> list[tuple[str, bool]]:
@@ -259,7 +274,9 @@ def _error_text(response: requests.Response) -> str:
 
 
 def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[[str], None] = print) -> None:
-    """Every step of `streamfold setup`, in order; each is a no-op when already done."""
+    """Every step of `streamfold setup`, in order; each is a no-op when already done. A capture that was
+    lost (db/capture.py) is published again, then recaptured by an incremental snapshot of the table."""
+    lost = schema.capture_lost(settings.pg_dsn, settings.pipeline)
     before, after = schema.apply(
         settings.pg_dsn, settings.pipeline, echo=lambda change: echo(f"tables: {change}")
     )
@@ -282,3 +299,17 @@ def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[
     echo(f"connector {connector}: {'registered' if changed else 'unchanged'}; waiting until it runs")
     wait_until_running(settings.connect_url, connector, timeout_s)
     echo(f"connector {connector}: RUNNING")
+    if lost is not None:
+        recapture(settings, lost, echo)
+
+
+def recapture(settings: config.Settings, lost: capture.CaptureLost, echo: Callable[[str], None]) -> None:
+    """The publication carries the table again: ask the connector to read it again, so the changes made
+    while it was lost reach the job (as versions valid from when they are read)."""
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        capture.request_snapshot(conn, settings.pipeline, f"streamfold-recapture-{uuid.uuid4().hex}")
+    echo(
+        f"capture of {lost.table} had been lost and is restored; connector {settings.pipeline.connector}: "
+        "incremental snapshot of the table requested (its rows are read again, each a version valid from "
+        "when it is read)"
+    )

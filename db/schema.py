@@ -18,7 +18,7 @@ from psycopg import sql
 
 from common import config
 from common import pipeline_file as pf
-from db import introspect, locks, pipeline_schema, tables, versions
+from db import capture, introspect, locks, pipeline_schema, tables, versions
 
 _ROLES = (
     (config.DEBEZIUM_ROLE, "LOGIN REPLICATION"),
@@ -192,6 +192,12 @@ def shared_columns(dsn: str, pipeline: pf.Pipeline) -> tuple[str, ...]:
         return carried_columns(*versions.sharing_inputs(conn, pipeline))
 
 
+def capture_lost(dsn: str, pipeline: pf.Pipeline) -> capture.CaptureLost | None:
+    """Whether the publication lacks the profile table or a column its file carries (db/capture.py)."""
+    with psycopg.connect(dsn) as conn:
+        return capture.lost(conn, pipeline, carried_columns(pipeline))
+
+
 def _profile_table(pipeline: pf.Pipeline) -> sql.Composable:
     return sql.Identifier(pipeline.profile.schema_name, pipeline.profile.table_name)
 
@@ -217,6 +223,9 @@ def _grant(conn: psycopg.Connection, pipeline: pf.Pipeline, carried: tuple[str, 
         sql.SQL("GRANT USAGE ON SCHEMA streamfold TO {}").format(debezium),
         sql.SQL("REVOKE ALL ON streamfold.cdc_heartbeat FROM {}").format(debezium),
         sql.SQL("GRANT SELECT, INSERT, UPDATE ON streamfold.cdc_heartbeat TO {}").format(debezium),
+        # The signal table (db/capture.py): Debezium reads the signals and writes its snapshot watermarks.
+        sql.SQL("REVOKE ALL ON {} FROM {}").format(sql.SQL(capture.SIGNAL_TABLE), debezium),
+        sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(sql.SQL(capture.SIGNAL_TABLE), debezium),
         sql.SQL("GRANT USAGE ON SCHEMA streamfold TO {}, {}").format(writer, reader),
         sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA streamfold TO {}").format(
             writer
@@ -235,12 +244,15 @@ def _grant(conn: psycopg.Connection, pipeline: pf.Pipeline, carried: tuple[str, 
 def _ensure_publication(conn: psycopg.Connection, pipeline: pf.Pipeline, carried: tuple[str, ...]) -> None:
     """A publication with a column list (PostgreSQL 15+): pgoutput never decodes the PII columns.
 
-    It also carries streamfold.cdc_heartbeat (CDC progress, see pipeline/cdc_fold.py)."""
+    It also carries streamfold.cdc_heartbeat (CDC progress, see pipeline/cdc_fold.py) and Debezium's signal
+    table (db/capture.py), whose rows Debezium reads from the stream."""
     # The heartbeat table too: its change events are CDC progress, in commit order with the profiles'.
-    table = sql.SQL("{} ({}), {}").format(
+    table = sql.SQL("{} ({}), {} WHERE (id = {}), {}").format(
         _profile_table(pipeline),
         sql.SQL(", ").join(sql.Identifier(c) for c in carried),
         sql.Identifier(pf.HEARTBEAT_SCHEMA, pf.HEARTBEAT_TABLE),
+        sql.Literal(capture.heartbeat_id(pipeline)),
+        sql.SQL(capture.SIGNAL_TABLE),
     )
     name = sql.Identifier(pipeline.publication)
     exists = conn.execute(

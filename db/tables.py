@@ -34,6 +34,18 @@ cdc_heartbeat = sa.Table(
     schema=SCHEMA,
 )
 
+# Debezium's signal table (signal.data.collection): `streamfold setup` inserts an incremental snapshot of the
+# profile table here when its capture was lost, and Debezium its snapshot windows' watermarks
+# (connectors/setup.py). Its three columns are the ones Debezium requires, in its order.
+debezium_signal = sa.Table(
+    "debezium_signal",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("type", sa.Text, nullable=False),
+    sa.Column("data", sa.Text),
+    schema=SCHEMA,
+)
+
 # The default pipeline's sink tables (streamfold.yaml: the enriched table and one table per aggregate),
 # derived from the file as any pipeline's are (db/pipeline_tables.py); the first migrations created them.
 # The demo's source table, public.users, is the demo's own: the first migration creates it, and nothing

@@ -14,6 +14,7 @@ INFO line when progress advances again: a batch line every half second must not 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -35,8 +36,17 @@ class Notice:
 class CdcStall:
     """Follows CDC progress batch by batch; `batch` returns the line to log, if any."""
 
-    def __init__(self, topic: str, max_wait_ms: int, started_ms: int, repeat_ms: int = REPEAT_MS) -> None:
+    def __init__(
+        self,
+        topic: str,
+        max_wait_ms: int,
+        started_ms: int,
+        repeat_ms: int = REPEAT_MS,
+        cause: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        """cause: the stall's known cause, when there is one (a capture that was lost, db/capture.py)."""
         self.topic = topic
+        self.cause = cause
         self.max_wait_ms = max_wait_ms
         self.repeat_ms = repeat_ms
         self.started_ms = started_ms
@@ -72,7 +82,8 @@ class CdcStall:
         return (
             f"CDC stalled: progress on {self.topic} has not advanced for {seconds(now_ms - self.advanced_ms)}"
             f" ({self._newest(now_ms)}); {self.released} events released by join.max_wait "
-            f"({seconds(self.max_wait_ms)}) without it, marked profile_complete = false; {CHECK}"
+            f"({seconds(self.max_wait_ms)}) without it, marked profile_complete = false; "
+            f"{self.cause() or CHECK}"
         )
 
     def _newest(self, now_ms: int) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -32,6 +33,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from common import pipeline_file as pf
 from common.config import Settings
+from db import capture, schema
 from pipeline import cdc_fold, events, sources
 from pipeline.cdc_stall import CdcStall
 from pipeline.join_config import LATEST, JoinConfig
@@ -85,7 +87,9 @@ def flow(
 
     name = f"{settings.pipeline.name}-{source}"  # the query: its checkpoint folder and batch ledger
     # Postgres (enriched events, the totals, dead letters) exactly once, then Kafka.
-    watch = CdcStall(settings.pipeline.cdc_topic, join.max_wait_ms, now_ms())
+    pipeline = settings.pipeline
+    cause = partial(capture.lost_message, settings.writer_dsn, pipeline, schema.carried_columns(pipeline))
+    watch = CdcStall(pipeline.cdc_topic, join.max_wait_ms, now_ms(), cause=cause)
     stall = None if join.mode == LATEST else StallWatch(watch, spark.streams)
     sink = Sink(
         name,

@@ -4,7 +4,9 @@ Debezium (JSON converter, schemas off) writes a profile table's changes to one t
 commit order):
     key   {"<key column>": ...}
     value {"before": {...}|null, "after": {...}|null, "op": c|u|d|r, "source": {"ts_ms", "lsn", ...}, ...}
-then a tombstone (null value) after each delete. A snapshot read (op=r) is valid from the beginning of time.
+then a tombstone (null value) after each delete. A read of the initial snapshot (op=r) is valid from the
+beginning of time; a read of an incremental snapshot (op=r, source.snapshot "incremental": `streamfold setup`
+recapturing a table whose capture was lost, connectors/setup.py) from its source.ts_ms, when it was read.
 A TRUNCATE of the table is one event with no key, op=t and no rows (the connector sets skipped.operations
 to none: Debezium skips truncates by default): a Truncate, which ends every key's profile at its commit
 time (spec/temporal_state.py).
@@ -22,8 +24,10 @@ CDC progress (the largest source.ts_ms seen) drives the temporal join's complete
   the key column: never a profile). They arrive in the same partition in WAL commit order, so their
   source.ts_ms is exact progress with no margin; they are progress only, never a change, whatever their op
   (a delete of the row included) - recognised by source.schema/source.table, before anything else;
-- Debezium's own heartbeat topic ({"ts_ms": ...}, stamped when sent, not in commit order with the
-  changes): kept as a fallback, counted HEARTBEAT_SAFETY_MS earlier.
+- not Debezium's own heartbeat topic ({"ts_ms": ...}): Debezium sends it whether or not the table is still
+  captured, so it would move progress past changes it can no longer see (db/capture.py); its records are
+  checked (a bad one is a dead letter) and skipped. The job still reads the topic so that its checkpoints,
+  whose Kafka source subscribes to it, resume.
 
 The key: a `text` key is a non-empty string, an `integer` (32-bit) or `bigint` key a JSON integer carried
 as its decimal text. It comes from the row (after; before for a delete) or, when the row has none (missing,
@@ -84,9 +88,6 @@ from common import names
 from common.names import BEGINNING_OF_TIME_MS
 from spec.strict_json import is_int, loads_strict
 
-# A Debezium heartbeat-topic record is stamped when Debezium sends it, and a change committed just before
-# may still be on its way from the WAL: count it as progress up to a second earlier.
-HEARTBEAT_SAFETY_MS = 1000
 # A commit time (source.ts_ms, a heartbeat's ts_ms) outside 1970-01-01..9999-12-31 is a dead letter: no
 # PostgreSQL commit has one, and the join makes CDC progress a Spark timestamp (microseconds in 64 bits) and
 # valid_from a timestamptz. A forged ts_ms of 9e18 would overflow there and fail every batch after it.
@@ -145,10 +146,10 @@ def parse_envelope(
     topic: str, key: bytes | None, value: bytes | None, spec: dict[str, Any]
 ) -> Change | Truncate | Progress | None:
     """One Debezium record of the profile table `spec` describes -> a Change, a Truncate, a Progress
-    report, or None for a tombstone."""
+    report, or None for a tombstone or a Debezium heartbeat."""
     if topic.startswith(f"{names.HEARTBEAT_TOPIC_PREFIX}."):  # Debezium's own heartbeat topic
-        beat = _json(value, "heartbeat")
-        return Progress(_commit_ms(beat, "ts_ms", "heartbeat") - HEARTBEAT_SAFETY_MS)
+        _commit_ms(_json(value, "heartbeat"), "ts_ms", "heartbeat")
+        return None  # no progress: see the module's docstring
     if value is None:
         return None  # the tombstone after a delete: the delete event itself carries the change
     limit = spec["max_change_bytes"]
@@ -180,7 +181,7 @@ def parse_envelope(
         raise BadEnvelope("op=d event whose 'before' is not an object")
     profile: dict[str, Any] = row or {}
     user_key = _key(spec, profile.get(spec["key"]["column"]), key)
-    valid_from = BEGINNING_OF_TIME_MS if op == "r" else ts_ms
+    valid_from = read_valid_from(source, ts_ms) if op == "r" else ts_ms
     columns = {column["name"]: None for column in spec["columns"]}
     unavailable: list[int] = []
     drifted = {i: MISSING for i, column in enumerate(spec["columns"]) if column["name"] not in profile}
@@ -238,6 +239,12 @@ def _json_kind(value: Any) -> str:
     if isinstance(value, dict):
         return "an object"
     return "a number"
+
+
+def read_valid_from(source: dict[str, Any], ts_ms: int) -> int:
+    """A snapshot read's valid_from: the beginning of time for the initial snapshot's, the read's time
+    (source.ts_ms) for an incremental snapshot's, which recaptures a table after a gap."""
+    return ts_ms if source.get("snapshot") == "incremental" else BEGINNING_OF_TIME_MS
 
 
 def is_unavailable(column: dict[str, Any], value: Any) -> bool:

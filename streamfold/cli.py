@@ -514,11 +514,12 @@ generate_app.command("clicks", hidden=True)(generate_events)
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
     check: Annotated[
-        bool, typer.Option("--check", help="exit 1 when something needs attention (drifted columns)")
+        bool,
+        typer.Option("--check", help="exit 1 when something needs attention (a lost capture, drifted columns)"),
     ] = False,
 ) -> None:
-    """How far behind the job is: source lag, CDC progress age, clicks waiting, batches, dead letters, and
-    the replication slot."""
+    """How far behind the job is: source lag, CDC progress age, clicks waiting, batches, dead letters, the
+    replication slot, and whether the publication still captures the profile table."""
     import json
 
     from streamfold import reprocess

@@ -12,6 +12,8 @@
   needs_attention, what `status --check` fails on;
 - the pipeline's replication slot (pg_replication_slots): whether Debezium reads it, the WAL it holds back,
   and a warning past STREAMFOLD_SLOT_WAL_WARN_MB or when PostgreSQL is about to invalidate it, or has.
+- the capture (db/capture.py): whether the publication still carries the profile table and every column the
+  pipeline file carries; when not, `problems` names it and `status --check` exits 1.
 
 Each section is gathered on its own: a service that is down turns its section into an error, not the screen.
 """
@@ -30,6 +32,9 @@ from botocore.config import Config
 from confluent_kafka import Consumer, TopicPartition
 
 from common import config, kinesis, names
+from common import pipeline_file as pf
+from db import capture as db_capture
+from db import schema
 from pipeline.status_files import JOB_FILE, WAITING_FILE, now_ms, read_json, request_count, status_dir
 from pipeline.temporal_join import committed_batches
 from streamfold import dead_letters
@@ -68,7 +73,23 @@ def collect(settings: config.Settings, versions: Callable[[], list[dict[str, Any
         "connector": section(lambda: connector(settings.connect_url, settings.pipeline.connector)),
         "replication_slot": section(lambda: replication_slot(settings.reader_dsn, settings.pipeline.slot)),
         "versions": section(versions),
+        "capture": section(lambda: capture(settings.reader_dsn, settings.pipeline)),
     }
+
+
+def capture(reader_dsn: str, pipeline: pf.Pipeline) -> dict[str, Any]:
+    """Whether the publication captures the profile table and its carried columns (db/capture.py)."""
+    carried = schema.carried_columns(pipeline)
+    with psycopg.connect(reader_dsn, connect_timeout=int(TIMEOUT_S)) as conn:
+        found = db_capture.lost(conn, pipeline, carried)
+    lost = None if found is None else {"columns": list(found.columns), "message": found.message()}
+    return {"table": pipeline.profile.table, "publication": pipeline.publication, "lost": lost}
+
+
+def capture_problems(figures: dict[str, Any]) -> list[str]:
+    """A capture that was lost, as a line."""
+    lost = figures["capture"].get("lost") if isinstance(figures.get("capture"), dict) else None
+    return [lost["message"]] if lost else []
 
 
 def section(gather: Callable[[], Any]) -> Any:
@@ -145,8 +166,14 @@ def queries(home: Path, checkpoints: dict[str, Committed]) -> dict[str, dict[str
 
 
 def needs_attention(figures: dict[str, Any]) -> list[str]:
-    """What `streamfold status --check` fails on, a line each: changes whose columns drifted from the
-    pipeline file (renamed, dropped or retyped in the table: unknown in their versions)."""
+    """What `streamfold status --check` fails on, a line each: a capture that was lost, and changes whose
+    columns drifted from the pipeline file (renamed, dropped or retyped in the table: unknown in their
+    versions)."""
+    return capture_problems(figures) + drift_problems(figures)
+
+
+def drift_problems(figures: dict[str, Any]) -> list[str]:
+    """Changes whose columns drifted, a line per query."""
     queries = figures.get("queries")
     if not isinstance(queries, dict) or "error" in queries:
         return []

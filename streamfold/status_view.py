@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from streamfold.status import needs_attention, size
+from streamfold.status import drift_problems, size
 
 
 def render(figures: dict[str, Any], console: Console) -> None:
@@ -41,7 +41,9 @@ def render(figures: dict[str, Any], console: Console) -> None:
     console.print(f"replication slot: {slot_line(figures['replication_slot'])}")
     for warning in slot_warnings(figures["replication_slot"]):
         console.print(f"[bold yellow]warning:[/] {warning}")
-    for problem in needs_attention(figures):
+    if figures.get("capture") is not None:
+        console.print(f"capture: {capture_line(figures['capture'])}")
+    for problem in drift_problems(figures):
         console.print(f"[bold red]drift:[/] {problem}")
 
 
@@ -151,3 +153,11 @@ def slot_line(slot: Any) -> str:
 
 def slot_warnings(slot: Any) -> list[str]:
     return [] if error(slot) else list(slot.get("warnings", []))
+
+
+def capture_line(capture: Any) -> str:
+    if error(capture):
+        return error(capture) or ""
+    if capture["lost"]:
+        return f"[bold red]{capture['lost']['message']}[/]"
+    return f"[green]{capture['table']} captured by publication {capture['publication']}[/]"

@@ -380,6 +380,13 @@ def cdc_records(rng: random.Random) -> list[tuple[str, bytes | None, bytes | Non
         (names.HEARTBEAT_TOPIC, None, b'{"ts_ms": 5.0}'),
         (names.HEARTBEAT_TOPIC, None, b"[]"),
         (names.HEARTBEAT_TOPIC, None, b"{"),
+        # An incremental snapshot's read: valid from its ts_ms, not from the beginning of time.
+        (
+            users,
+            b'{"userid":"inc"}',
+            b'{"op": "r", "after": {"userid": "inc", "regionid": "x"}, '
+            b'"source": {"ts_ms": 7, "lsn": 3, "snapshot": "incremental"}}',
+        ),
         (
             users,
             b'{"userid":"big"}',

@@ -11,6 +11,7 @@ import pytest
 from common import config, names
 from common import pipeline_file as pf
 from connectors import setup
+from db import capture
 
 PII = {"name", "email", "contactinfo"}
 # The default pipeline file's carried columns of public.users.
@@ -66,6 +67,9 @@ def test_only_the_profile_columns_leave_postgres(settings: config.Settings) -> N
     assert set(included) - {f"public.users.{c}" for c in users} == {
         "streamfold.cdc_heartbeat.id",
         "streamfold.cdc_heartbeat.ts",
+        "streamfold.debezium_signal.id",
+        "streamfold.debezium_signal.type",
+        "streamfold.debezium_signal.data",
     }
     selected = cfg["snapshot.select.statement.overrides.public.users"]
     assert selected == f"SELECT {', '.join(PUBLIC_USER_COLUMNS)} FROM public.users"
@@ -80,9 +84,32 @@ def test_heartbeats_land_in_the_users_topic_in_commit_order(settings: config.Set
     assert cfg["publication.autocreate.mode"] == "disabled"  # setup creates it, with a column list
 
 
+def test_the_heartbeat_commits_only_while_the_table_and_its_columns_are_published(
+    settings: config.Settings,
+) -> None:
+    """A capture that was lost (db/capture.py) stops the heartbeat, so CDC progress stops where it did."""
+    query = setup.connector_config(settings, ("userid", "regionid", "it's"))["heartbeat.action.query"]
+    assert query == (
+        f"INSERT INTO streamfold.cdc_heartbeat (id, ts) SELECT {capture.heartbeat_id(settings.pipeline)}, "
+        "now() WHERE EXISTS (SELECT 1 FROM "
+        "pg_publication_tables WHERE pubname = 'streamfold_users' AND schemaname = 'public' AND "
+        "tablename = 'users' AND attnames @> ARRAY['userid', 'regionid', 'it''s']::name[]) "
+        "ON CONFLICT (id) DO UPDATE SET ts = now()"
+    )
+
+
+def test_the_connector_reads_signals_from_the_signal_table(settings: config.Settings) -> None:
+    cfg = setup.connector_config(settings)
+    assert cfg["signal.data.collection"] == "streamfold.debezium_signal"
+    assert cfg["signal.enabled.channels"] == "source"
+    assert "streamfold.debezium_signal" in cfg["table.include.list"].split(",")
+    signal = {f"streamfold.debezium_signal.{c}" for c in ("id", "type", "data")}
+    assert signal <= set(cfg["column.include.list"].split(","))
+
+
 def test_a_users_own_table_is_captured_with_its_columns_only(settings: config.Settings) -> None:
     cfg = setup.connector_config(dataclasses.replace(settings, pipeline=pf.parse(CUSTOMERS)))
-    assert cfg["table.include.list"] == "crm.customers,streamfold.cdc_heartbeat"
+    assert cfg["table.include.list"] == "crm.customers,streamfold.cdc_heartbeat,streamfold.debezium_signal"
     assert cfg["column.include.list"].split(",")[:3] == [
         "crm.customers.id",
         "crm.customers.tier",

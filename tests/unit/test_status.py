@@ -93,6 +93,37 @@ def test_the_screen_renders_errors_and_empty_sections():
     assert "ConnectionError: refused" in text and "replication slot: OperationalError: refused" in text
 
 
+def test_a_lost_capture_is_a_red_line_and_a_problem_for_check():
+    message = (
+        "capture lost: public.users is not in publication streamfold_users, so ...; run `streamfold setup`"
+    )
+    lost = {
+        "table": "public.users",
+        "publication": "streamfold_users",
+        "lost": {"columns": [], "message": message},
+    }
+    console = Console(record=True, width=400)
+    render({**EMPTY, "capture": lost}, console)
+    assert f"capture: {message}" in console.export_text()
+    assert needs_attention({"capture": lost}) == [message]
+    captured = {**lost, "lost": None}
+    assert needs_attention({"capture": captured}) == []
+    assert needs_attention({"capture": {"error": "OperationalError: refused"}}) == []
+
+
+EMPTY: dict[str, object] = {
+    "job": None,
+    "queries": {},
+    "kafka_lag": [],
+    "kinesis_lag": [],
+    "cdc_progress": None,
+    "join_waiting": None,
+    "dead_letters_last_hour": {},
+    "connector": {"name": "streamfold-users", "state": "RUNNING", "tasks": []},
+    "replication_slot": {"error": "OperationalError: refused"},
+}
+
+
 def slot(**figures: object) -> dict[str, object]:
     return {
         "name": "streamfold_users",

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from common import names
+from common import pipeline_file as pf
 from pipeline import records
 from pipeline.join_config import JoinConfig
 from pipeline.topology import enrich
@@ -60,10 +61,12 @@ def change(op: str, user: str, ts: int, region: str | None = None) -> dict[str, 
 
 
 def heartbeat(ts: int) -> dict[str, Any]:
-    value = json.dumps({"ts_ms": ts})
+    """A heartbeat-table event, routed into the CDC topic: CDC progress."""
+    source = {"ts_ms": ts, "lsn": 1, "schema": pf.HEARTBEAT_SCHEMA, "table": pf.HEARTBEAT_TABLE}
+    value = json.dumps({"before": None, "after": {"id": 1}, "op": "u", "source": source})
     return {
-        "topic": names.HEARTBEAT_TOPIC,
-        "key": None,
+        "topic": names.CDC_USERS_TOPIC,
+        "key": '{"id": 1}',
         "value": value,
         "event_id": f"hb:{ts}",
         "written_ms": ts,

@@ -11,7 +11,7 @@ import org.apache.spark.sql.api.java.UDF3;
  * The CDC fold (spec/envelopes.py) as one Spark UDF over a record's (heartbeat topic?, key, value), for the
  * profile table a ProfileSpec describes: spec.envelopes.parse_envelope, line for line, in the JVM. The plain
  * change events most records are take PlainEnvelope's streaming path; the rest (tombstones, Debezium
- * heartbeats, anything unusual) are read into a tree (StrictJson: strict JSON as spec/strict_json.py reads
+ * heartbeats, skipped once checked, anything unusual) are read into a tree (StrictJson: strict JSON as spec/strict_json.py reads
  * it), to find their answer or the reason they cannot be folded. The differential tests
  * (tests/unit/test_parsers_spark.py) hold it to the Python spec, reason categories included.
  *
@@ -27,8 +27,6 @@ import org.apache.spark.sql.api.java.UDF3;
 public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
   private static final long serialVersionUID = 1L;
 
-  // spec/envelopes.py: a Debezium heartbeat is stamped when sent, so it counts a second earlier.
-  static final long HEARTBEAT_SAFETY_MS = 1000;
   // spec/envelopes.py: the range of a commit time, 1970-01-01..9999-12-31 in ms.
   static final long MIN_COMMIT_MS = 0L;
   static final long MAX_COMMIT_MS = 253_402_300_799_999L;
@@ -87,16 +85,32 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
     return row;
   }
 
+  /**
+   * A Debezium heartbeat-topic record: checked, then skipped. It is no progress: Debezium sends it whether or
+   * not the table is still captured (spec/envelopes.py).
+   */
   private Row heartbeat(byte[] value) throws Rejected {
-    Map<String, Object> beat = json(value, "heartbeat");
-    return progress(spec, commitMs(beat, "ts_ms", "heartbeat") - HEARTBEAT_SAFETY_MS);
+    commitMs(json(value, "heartbeat"), "ts_ms", "heartbeat");
+    return skip();
+  }
+
+  private Row skip() {
+    Object[] skip = new Object[spec.width()];
+    skip[ProfileSpec.KIND] = "skip";
+    return RowFactory.create(skip);
+  }
+
+  /**
+   * A snapshot read's valid_from (spec/envelopes.py read_valid_from): the beginning of time for the initial
+   * snapshot's, its source.ts_ms for an incremental snapshot's, which recaptures a table after a gap.
+   */
+  static long readValidFrom(Map<?, ?> source, long ts) {
+    return "incremental".equals(source.get("snapshot")) ? ts : BEGINNING_OF_TIME_MS;
   }
 
   private Row change(byte[] key, byte[] value) throws Rejected {
     if (value == null) {
-      Object[] skip = new Object[spec.width()];
-      skip[ProfileSpec.KIND] = "skip"; // a delete's tombstone
-      return RowFactory.create(skip);
+      return skip(); // a delete's tombstone
     }
     if (value.length > spec.maxChangeBytes) {
       throw new Rejected("change event of " + value.length + " bytes exceeds the " + spec.maxChangeBytes
@@ -137,7 +151,7 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
     Map<?, ?> profile = rowValue instanceof Map<?, ?> m ? m : Map.of();
     String found = ProfileValues.rowKey(spec, profile.get(spec.keyColumn));
     String userKey = ProfileValues.checkedKey(spec, found != null ? found : keyOfKafkaKey(key));
-    long validFrom = "r".equals(op) ? BEGINNING_OF_TIME_MS : ts;
+    long validFrom = "r".equals(op) ? readValidFrom(source, ts) : ts;
     Object[] row = change(spec, userKey, op, validFrom, lsn, ts);
     Object[] json = new Object[spec.columns.length];
     for (int i = 0; i < json.length; i++) {

@@ -96,7 +96,7 @@ public final class PlainEnvelope implements UDF2<byte[], byte[], Row> {
     Object[] values = slots.values();
     String found = ProfileValues.rowKey(spec, values[spec.columns.length]);
     String userKey = ProfileValues.checkedKey(spec, found != null ? found : keyOfKafkaKey(spec, key));
-    long validFrom = "r".equals(op) ? EnvelopeFold.BEGINNING_OF_TIME_MS : ts;
+    long validFrom = "r".equals(op) ? EnvelopeFold.readValidFrom(source, ts) : ts;
     Object[] row = EnvelopeFold.change(spec, userKey, op, validFrom, lsn, ts);
     if (delete) {
       ProfileValues.deleted(spec, values, row);

@@ -1,0 +1,92 @@
+"""Whether the publication still captures the profile table and every column the pipeline carries.
+
+PostgreSQL drops a table from a publication with a column list when a published column is dropped with
+CASCADE (`ALTER TABLE ... DROP COLUMN ... CASCADE`), and a renamed column is published under its new name.
+Debezium keeps running either way and never sees the table's changes again. The heartbeat query
+(connectors/debezium-postgres.json) stops with the capture, so CDC progress stops too; this module names
+the cause for `streamfold status`, the job's stall line and `streamfold setup`.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass
+
+import psycopg
+
+from common import pipeline_file as pf
+
+# Debezium's signal table (db/tables.py): setup asks the connector here for an incremental snapshot.
+SIGNAL_TABLE = "streamfold.debezium_signal"
+FIX = "run `streamfold setup` to publish it again and recapture the table (docs/operations.md)"
+
+
+@dataclass(frozen=True)
+class CaptureLost:
+    """The profile table, or some of its carried columns, no longer in the pipeline's publication."""
+
+    table: str
+    publication: str
+    columns: tuple[str, ...]  # the carried columns it lacks; () when the whole table left it
+
+    def message(self) -> str:
+        if not self.columns:
+            lost = f"{self.table} is not in publication {self.publication}"
+        else:
+            lost = f"{self.table} column {', '.join(self.columns)} is not in publication {self.publication}"
+        return f"capture lost: {lost}, so its changes are not captured; {FIX}"
+
+
+def heartbeat_id(pipeline: pf.Pipeline) -> int:
+    """The pipeline's row of streamfold.cdc_heartbeat: its publication carries that row alone (a row filter),
+    so another pipeline's heartbeats never move its progress past a capture it lost."""
+    return zlib.crc32(pipeline.publication.encode()) & 0x7FFFFFFF
+
+
+def published_columns(conn: psycopg.Connection, pipeline: pf.Pipeline) -> tuple[str, ...] | None:
+    """The profile table's columns in the pipeline's publication; None when the table is not in it."""
+    row = conn.execute(
+        "SELECT attnames FROM pg_publication_tables "
+        "WHERE pubname = %s AND schemaname = %s AND tablename = %s",
+        (pipeline.publication, pipeline.profile.schema_name, pipeline.profile.table_name),
+    ).fetchone()
+    return None if row is None else tuple(row[0])
+
+
+def publication_exists(conn: psycopg.Connection, pipeline: pf.Pipeline) -> bool:
+    found = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (pipeline.publication,))
+    return found.fetchone() is not None
+
+
+def lost(conn: psycopg.Connection, pipeline: pf.Pipeline, carried: tuple[str, ...]) -> CaptureLost | None:
+    """Whether a publication `streamfold setup` made lacks the profile table or one of `carried`; None
+    while it captures them all, or before setup made it."""
+    if not publication_exists(conn, pipeline):
+        return None
+    published = published_columns(conn, pipeline)
+    missing = () if published is None else tuple(c for c in carried if c not in published)
+    if published is not None and not missing:
+        return None
+    return CaptureLost(pipeline.profile.table, pipeline.publication, missing)
+
+
+def lost_message(dsn: str, pipeline: pf.Pipeline, carried: tuple[str, ...]) -> str | None:
+    """What `lost` says, for the job's stall line; None when captured or when the database cannot say."""
+    try:
+        with psycopg.connect(dsn, connect_timeout=5) as conn:
+            found = lost(conn, pipeline, carried)
+    except psycopg.Error:
+        return None  # PostgreSQL unreachable: the stall line names the usual suspects
+    return None if found is None else found.message()
+
+
+def request_snapshot(conn: psycopg.Connection, pipeline: pf.Pipeline, signal_id: str) -> None:
+    """Asks the pipeline's connector for an incremental snapshot of the profile table: Debezium reads every
+    row again (its carried columns only, as column.include.list says) while it streams, and each read is
+    a version valid from the time it was read (spec/envelopes.py)."""
+    data = {"data-collections": [pipeline.profile.table], "type": "incremental"}
+    conn.execute(
+        f"INSERT INTO {SIGNAL_TABLE} (id, type, data) VALUES (%s, 'execute-snapshot', %s)",
+        (signal_id, json.dumps(data)),
+    )
