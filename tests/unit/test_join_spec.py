@@ -38,8 +38,8 @@ def test_the_default_join_spec_carries_the_demo_columns_and_the_unknown_region()
 def test_the_tagged_schema_prefixes_event_fields_and_profile_columns():
     assert tagged_schema(DEFAULT).fieldNames() == [
         "kind", "bucket", "key", "ts_ms", "lsn", "event_id", "e_url", "e_device_id", "e_ip", "count",
-        "op", "p_regionid", "p_gender", "p_interests", "p_registertime", "unavailable", "drifted", "error", "source",
-        "payload", "progress_ms",
+        "op", "p_regionid", "p_gender", "p_interests", "p_registertime", "unavailable", "drifted", "error",
+        "source", "payload", "progress_ms",
     ]  # fmt: skip
 
 
