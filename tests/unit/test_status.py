@@ -119,6 +119,7 @@ EMPTY: dict[str, object] = {
     "cdc_progress": None,
     "join_waiting": None,
     "dead_letters_last_hour": {},
+    "dead_letters_by_reason": {"waiting": 0, "replayed": 0, "reasons": []},
     "connector": {"name": "streamfold-users", "state": "RUNNING", "tasks": []},
     "replication_slot": {"error": "OperationalError: refused"},
 }
