@@ -107,8 +107,10 @@ def test_heartbeat_table_events_follow_changes_in_commit_order_and_are_only_prog
     all_beats = [
         m for m in messages if isinstance(m.value, dict) and m.value["source"].get("table") == HEARTBEAT_TABLE
     ]
-    for beat in all_beats:
-        assert beat.key == {"id": 1}  # no userid: never a user's key
+    from db.capture import heartbeat_id
+
+    for beat in all_beats:  # the pipeline's own heartbeat row, no userid: never a user's key
+        assert beat.key == {"id": heartbeat_id(streamfold_setup.pipeline)}
         folded = parse_envelope(names.CDC_USERS_TOPIC, beat_key(beat), beat.raw_value, DEFAULT_PROFILE_SPEC)
         assert folded == Progress(beat.value["source"]["ts_ms"])
     # The user changes themselves still fold to changes.
