@@ -65,13 +65,31 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
+# The sandbox's job folds the session's shared CDC topic too, whose letters other tests made.
+EVENT_LETTERS = "source NOT LIKE 'kafka:cdc.%'"
+
+
 def letters(sandbox: sp.Sandbox) -> dict[str, tuple[str, str | None, bool]]:
-    """dead_letter_id -> (reason, replayed_as, replayed)."""
+    """dead_letter_id -> (reason, replayed_as, replayed), of the events' letters."""
     with sandbox.connect() as conn:
         rows = conn.execute(
-            "SELECT dead_letter_id, reason, replayed_as, replayed_at IS NOT NULL FROM streamfold.dead_letters"
+            "SELECT dead_letter_id, reason, replayed_as, replayed_at IS NOT NULL "
+            f"FROM streamfold.dead_letters WHERE {EVENT_LETTERS}"
         ).fetchall()
     return {row[0]: (row[1], row[2], row[3]) for row in rows}
+
+
+def event_status(sandbox: sp.Sandbox, **env: str) -> dict[str, Any]:
+    """status's dead letters by reason, less the CDC letters' (a change event's reasons)."""
+    status = json.loads(streamfold(sandbox, "status", "--json", **env).stdout)["dead_letters_by_reason"]
+    with sandbox.connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM streamfold.dead_letters "
+            f"WHERE NOT ({EVENT_LETTERS}) AND replayed_at IS NULL"
+        ).fetchone()
+    cdc = row[0] if row else 0
+    reasons = [r for r in status["reasons"] if not r["reason"].startswith("change event")]
+    return {**status, "waiting": status["waiting"] - cdc, "reasons": reasons}
 
 
 def joined(sandbox: sp.Sandbox) -> list[str]:
@@ -116,7 +134,7 @@ def test_replayed_letters_join_once_and_the_still_bad_come_back(streamfold_setup
     with sandbox.connect() as conn:
         stored = {row[0] for row in conn.execute("SELECT payload FROM streamfold.dead_letters")}
     assert set(soon) | set(later) <= stored
-    status = json.loads(streamfold(sandbox, "status", "--json").stdout)["dead_letters_by_reason"]
+    status = event_status(sandbox)
     assert status == {
         "waiting": 7,
         "replayed": 0,
@@ -170,7 +188,7 @@ def test_replayed_letters_join_once_and_the_still_bad_come_back(streamfold_setup
     run_once(sandbox, "kafka", **fixed)
     assert sorted(joined(sandbox)) == sorted(events) and letters(sandbox) == after
 
-    status = json.loads(streamfold(sandbox, "status", "--json", **fixed).stdout)["dead_letters_by_reason"]
+    status = event_status(sandbox, **fixed)
     assert status["waiting"] == 4 and status["replayed"] == 5
     assert {r["reason"]: r["count"] for r in status["reasons"]} == {
         "event_time … is outside the plausible range (2000-01-01 .. arrival + 1 day)": 2,

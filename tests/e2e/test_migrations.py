@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e
 PRE_ALEMBIC_DDL = Path(__file__).parent / "data" / "schema_pre_alembic.sql"
 
 # Tables the first Alembic revision did not create.
-AFTER_ALEMBIC = {"streamfold.pipelines", "streamfold.profile_history_clicks"}
+AFTER_ALEMBIC = {"streamfold.pipelines", "streamfold.profile_history_clicks", "streamfold.debezium_signal"}
 # The demo's source table: the first revision creates it, db/tables.py does not own it.
 DEMO = {"public.users"}
 

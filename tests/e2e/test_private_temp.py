@@ -52,7 +52,12 @@ def used_under_tmp(pid: int) -> set[Path]:
     except OSError:
         return used
     paths = [*map(str, links), *(line.split()[-1] for line in maps if "/" in line)]
-    return {Path(p) for p in paths if p.startswith("/tmp/") and not SHARED.match(p)}
+    checkout = str(sp.ROOT.resolve())  # the code and venv it runs, wherever the checkout is: not its files
+    return {
+        Path(p)
+        for p in paths
+        if p.startswith("/tmp/") and not SHARED.match(p) and not (p + "/").startswith(checkout + "/")
+    }
 
 
 def open_to_others(paths: list[Path]) -> list[str]:
