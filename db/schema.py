@@ -193,9 +193,16 @@ def shared_columns(dsn: str, pipeline: pf.Pipeline) -> tuple[str, ...]:
 
 
 def capture_lost(dsn: str, pipeline: pf.Pipeline) -> capture.CaptureLost | None:
-    """Whether the publication lacks the profile table or a column its file carries (db/capture.py)."""
+    """Whether the publication lacks the profile table or a column the file carries that the file last set up
+    carried too (db/capture.py): a column the file adds was never captured, so it is not lost."""
+    with engine(dsn).connect() as conn:
+        installed = sa.inspect(conn).has_table(tables.pipelines.name, schema=tables.pipelines.schema)
+        before = pipeline_schema.applied(conn, pipeline.name) if installed else None
+    carried = carried_columns(pipeline)
+    if before is not None:
+        carried = tuple(c for c in carried if c in carried_columns(before))
     with psycopg.connect(dsn) as conn:
-        return capture.lost(conn, pipeline, carried_columns(pipeline))
+        return capture.lost(conn, pipeline, carried)
 
 
 def _profile_table(pipeline: pf.Pipeline) -> sql.Composable:
