@@ -193,14 +193,16 @@ def shared_columns(dsn: str, pipeline: pf.Pipeline) -> tuple[str, ...]:
 
 
 def capture_lost(dsn: str, pipeline: pf.Pipeline) -> capture.CaptureLost | None:
-    """Whether the publication lacks the profile table or a column the file carries that the file last set up
-    carried too (db/capture.py): a column the file adds was never captured, so it is not lost."""
+    """Whether the publication lacks the profile table or a column the file carries that a file set up on
+    the same inputs carried too (db/capture.py): a column no set-up file carried was never captured (a
+    file or a reprocessed version that adds it), so it is not lost."""
+    with psycopg.connect(dsn) as conn:
+        sharing = versions.sharing_inputs(conn, pipeline)
     with engine(dsn).connect() as conn:
         installed = sa.inspect(conn).has_table(tables.pipelines.name, schema=tables.pipelines.schema)
-        before = pipeline_schema.applied(conn, pipeline.name) if installed else None
-    carried = carried_columns(pipeline)
-    if before is not None:
-        carried = tuple(c for c in carried if c in carried_columns(before))
+        set_up = [pipeline_schema.applied(conn, p.name) for p in sharing] if installed else []
+    captured = set(carried_columns(*(p for p in set_up if p is not None))) if any(set_up) else set()
+    carried = tuple(c for c in carried_columns(pipeline) if c in captured)
     with psycopg.connect(dsn) as conn:
         return capture.lost(conn, pipeline, carried)
 

@@ -312,6 +312,14 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
             v2 = v.versioned(pf.load(changed), "v2")
             result = views.streamfold("reprocess", "--version", "v2", "--pipeline", str(changed))
             assert "started the job of v2" in " ".join(result.stderr.split())
+            # v2 adds a column no set-up file carried: new, not a lost capture to snapshot again.
+            assert "capture of" not in result.stderr
+            with views.connect() as pg:
+                signals = pg.execute(
+                    "SELECT count(*) FROM streamfold.debezium_signal WHERE data LIKE %s",
+                    (f"%{p.profile.table}%",),
+                ).fetchone()
+            assert signals == (0,), "reprocess asked for an incremental snapshot"
 
             # Bad input, refused with its reason.
             assert "exists already" in views.refused(
