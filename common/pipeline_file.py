@@ -51,6 +51,9 @@ TYPES = (
     "jsonb",
 )
 KEY_TYPES = ("text", "integer", "bigint")
+# Key types that join each other: an integer foreign key finds a bigint key and back.
+_KEY_FAMILY = {"text": "text", "integer": "integer", "bigint": "integer"}
+_RESERVED_TABLE_NAMES = ("event", "events", "profile")
 # Types an aggregate cannot group by in the sink: a Postgres key compares them by value, not by their text.
 UNGROUPABLE = ("text[]", "jsonb")
 NUMBER_TYPES = ("integer", "bigint", "double", "numeric")
@@ -210,6 +213,25 @@ class Profile(_Strict):
         return columns
 
 
+class Lookup(Profile):
+    """A further table an event joins: on an event field, or on a column of the profile or of a table
+    declared before it (a foreign-key chain). Its columns come out under `prefix` (default `<name>_`)."""
+
+    join_on: str
+    prefix: Identifier | None = None
+
+    @field_validator("join_on")
+    @classmethod
+    def _join_on_a_reference(cls, on: str) -> str:
+        source, _, name = on.partition(".")
+        if not name or not _IDENTIFIER.match(source) or not _IDENTIFIER.match(name):
+            raise ValueError(
+                f"{on!r} is not a reference: write event.FIELD, profile.COLUMN or TABLE.COLUMN (a table "
+                "declared before this one)"
+            )
+        return on
+
+
 class EventField(_Strict):
     type: TypeName
     required: bool = True
@@ -338,6 +360,7 @@ class Pipeline(_Strict):
 
     name: Identifier = "events"
     profile: Profile
+    tables: dict[Identifier, Lookup] = Field(default_factory=dict)
     events: Events
     join: Join = Join()
     outputs: Outputs = Outputs()
@@ -355,6 +378,69 @@ class Pipeline(_Strict):
     def refusal(self, message: str) -> PipelineFileError:
         """An error about the file as a whole."""
         return PipelineFileError(f"{self._source}: {message}")
+
+    @model_validator(mode="after")
+    def _tables_join_what_comes_before(self) -> Pipeline:
+        """Each table joins an event field or a column of a table declared before it, of a type its key
+        takes; so the tables join in the file's order and no chain is circular."""
+        prefixes = {self.outputs.enriched.profile_prefix: "profile"}
+        for name, table in self.tables.items():
+            where = f"tables.{name}"
+            if name in _RESERVED_TABLE_NAMES:
+                raise ValueError(
+                    f"{where}: {name!r} names the events or the profile: name the table otherwise"
+                )
+            source, _, column = table.join_on.partition(".")
+            kind = self._reference_type(source, column, name, f"{where}.join_on")
+            if _KEY_FAMILY[kind] != _KEY_FAMILY[table.key_type]:
+                raise ValueError(
+                    f"{where}.join_on: {table.join_on} is {kind}, and {table.table}'s key {table.key!r} is "
+                    f"{table.key_type}: join on a column of the key's type, or set key_type"
+                )
+            prefix = table.prefix or f"{name}_"
+            if prefix in prefixes:
+                raise ValueError(
+                    f"{where}: its columns would come out as {prefix}*, as {prefixes[prefix]}'s: set prefix"
+                )
+            prefixes[prefix] = name
+        return self
+
+    def _reference_type(self, source: str, column: str, before: str, where: str) -> str:
+        """The type of what a table joins on: an event field, the key, or a column of the profile or of a
+        table declared before `before`."""
+        if source == "event":
+            if column == self.events.key:
+                return self.key_type
+            field = self.events.fields.get(column)
+            if field is None:
+                known = [self.events.key, *self.events.fields]
+                raise ValueError(f"{where}: {column!r} is not an event field{_did_you_mean(column, known)}")
+            return self._key_like(field.type, where)
+        earlier = list(self.tables)[: list(self.tables).index(before)]
+        if source != "profile" and source not in earlier:
+            known = ["event", "profile", *earlier]
+            raise ValueError(
+                f"{where}: {source!r} is not the events, the profile or a table declared before "
+                f"{before!r}{_did_you_mean(source, known)}"
+            )
+        table = self.profile if source == "profile" else self.tables[source]
+        if column == table.key:
+            return table.key_type
+        carried = table.columns.get(column)
+        if carried is None:
+            hint = _did_you_mean(column, list(table.columns))
+            raise ValueError(
+                f"{where}: {column!r} is not a column {source} carries{hint}: add it to its columns"
+            )
+        return self._key_like(carried.type, where)
+
+    @staticmethod
+    def _key_like(kind: str, where: str) -> str:
+        if kind not in KEY_TYPES:
+            raise ValueError(
+                f"{where}: a {kind} value cannot be a key: join on a text, integer or bigint one"
+            )
+        return kind
 
     @model_validator(mode="after")
     def _references(self) -> Pipeline:

@@ -31,6 +31,15 @@ CASES = {
         ),
         "profile.columns.age.if_missing: 99999999999 is not a value of type integer",
     ),
+    "a further table": (
+        DEFAULT_TEXT.replace(
+            "\nevents:\n",
+            "\ntables:\n  region:\n    table: public.regions\n    key: id\n    columns: {name: text}\n"
+            "    join_on: profile.regionid\n\nevents:\n",
+            1,
+        ),
+        "tables: this version joins the profile table only",
+    ),
     "no version retention": (
         DEFAULT_TEXT.replace("version_retention: 7d", "version_retention: 0ms", 1),
         "join.version_retention: Input should be greater than 0",

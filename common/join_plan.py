@@ -1,0 +1,59 @@
+"""The pipeline file compiled into the joins an event goes through, in order (docs/join-semantics.md,
+"Several tables").
+
+The profile joins first, on the events' key; then each table of the file's `tables`, in the file's order, on
+an event field or on a column of a join before it (a foreign-key chain). The file's validation
+(common/pipeline_file.py) made sure every reference points backwards and has a key's type, so the order
+of the file is an order the joins can run in. Every part that deals with tables reads them from here: what
+setup captures, what the join carries, what the outputs name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common import pipeline_file as pf
+
+PROFILE = "profile"
+EVENT = "event"
+
+
+@dataclass(frozen=True)
+class TableJoin:
+    """One table an event joins: `on` is (EVENT, field) or (the name of a join before it, its column)."""
+
+    name: str
+    table: pf.Profile
+    prefix: str
+    on: tuple[str, str]
+
+    def carried(self) -> tuple[str, ...]:
+        """The columns that may leave the database for this join: the key, then the declared columns."""
+        return (self.table.key, *self.table.columns)
+
+
+def joins(pipeline: pf.Pipeline) -> tuple[TableJoin, ...]:
+    """The profile on the events' key, then the file's tables in order."""
+    first = TableJoin(
+        PROFILE, pipeline.profile, pipeline.outputs.enriched.profile_prefix, (EVENT, pipeline.events.key)
+    )
+    more = (
+        TableJoin(name, table, table.prefix or f"{name}_", _reference(table.join_on))
+        for name, table in pipeline.tables.items()
+    )
+    return (first, *more)
+
+
+def _reference(text: str) -> tuple[str, str]:
+    source, _, name = text.partition(".")
+    return source, name
+
+
+def captured(*pipelines: pf.Pipeline) -> dict[str, tuple[str, ...]]:
+    """Each Postgres table the files join, with the columns that may leave the database (key first), across
+    every join of it in every file: a table joined twice is captured once. PII, every other column, stays."""
+    tables: dict[str, dict[str, None]] = {}
+    for pipeline in pipelines:
+        for join in joins(pipeline):
+            tables.setdefault(join.table.table, {}).update(dict.fromkeys(join.carried()))
+    return {table: tuple(columns) for table, columns in tables.items()}
