@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from common import pipeline_file as pf
 
 PROFILE = "profile"
+# A Postgres table (schema.table) -> the columns that may leave the database, its key first.
+Captured = dict[str, tuple[str, ...]]
 EVENT = "event"
 
 
@@ -49,7 +51,7 @@ def _reference(text: str) -> tuple[str, str]:
     return source, name
 
 
-def captured(*pipelines: pf.Pipeline) -> dict[str, tuple[str, ...]]:
+def captured(*pipelines: pf.Pipeline) -> Captured:
     """Each Postgres table the files join, with the columns that may leave the database (key first), across
     every join of it in every file: a table joined twice is captured once. PII, every other column, stays."""
     tables: dict[str, dict[str, None]] = {}

@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
 )
 from psycopg.conninfo import conninfo_to_dict
 
-from common import config, names
+from common import config, join_plan, names
 from common import pipeline_file as pf
 from db import capture, schema
 
@@ -79,18 +79,20 @@ class SetupError(RuntimeError):
     """A set-up step failed; the message says which and why (no stack trace for users)."""
 
 
-def connector_config(settings: config.Settings, columns: tuple[str, ...] | None = None) -> dict[str, str]:
+def connector_config(settings: config.Settings, captured: join_plan.Captured | None = None) -> dict[str, str]:
     """connectors/debezium-postgres.json with endpoints and the pipeline file's names filled in. The
     password stays a reference (`${env:STREAMFOLD_DEBEZIUM_PASSWORD}`) that the Connect worker resolves
-    from its own environment, so neither the REST API nor the config topic ever holds it. `columns`: the
-    profile columns it carries (default: the file's; setup passes those of every version reading them)."""
+    from its own environment, so neither the REST API nor the config topic ever holds it. `captured`: the
+    tables and columns it carries (default: the file's; setup passes those of every version reading them).
+    Every table's change events and the heartbeats go to the one CDC topic: one partition in commit order,
+    so one CDC progress covers every table."""
     template = resources.files("connectors").joinpath("debezium-postgres.json").read_text()
     dsn = conninfo_to_dict(settings.pg_dsn)
     pipeline = settings.pipeline
-    table = pipeline.profile.table
-    columns = columns or schema.carried_columns(pipeline)
+    captured = captured or join_plan.captured(pipeline)
     heartbeat = f"{pf.HEARTBEAT_SCHEMA}.{pf.HEARTBEAT_TABLE}"
     prefix = pipeline.outputs.cdc_topic_prefix
+    routed = [heartbeat, *(t for t in captured if t != pipeline.profile.table)]
     values = {
         # Where Kafka Connect reaches Postgres; differs from the DSN when setup runs outside the containers.
         "PG_HOST": config.lookup("STREAMFOLD_CONNECT_PG_HOST", str(dsn.get("host", "localhost"))),
@@ -99,26 +101,39 @@ def connector_config(settings: config.Settings, columns: tuple[str, ...] | None 
         "DEBEZIUM_ROLE": config.DEBEZIUM_ROLE,
         "CDC_TOPIC_PREFIX": prefix,
         "CDC_TOPIC": pipeline.cdc_topic,
-        "PROFILE_TABLE": table,
+        "CAPTURED_TABLES": ",".join(captured),
         "HEARTBEAT_TABLE": heartbeat,
         "SIGNAL_TABLE": capture.SIGNAL_TABLE,
         "HEARTBEAT_ID": str(capture.heartbeat_id(pipeline)),
-        # The heartbeat commits only while the publication captures the table and every carried column:
-        # once it does not (db/capture.py), CDC progress stops where the capture did.
-        "PUBLICATION_LITERAL": _literal(pipeline.publication),
-        "PROFILE_SCHEMA_LITERAL": _literal(pipeline.profile.schema_name),
-        "PROFILE_TABLE_LITERAL": _literal(pipeline.profile.table_name),
-        "CARRIED_COLUMNS_ARRAY": f"ARRAY[{', '.join(map(_literal, columns))}]::name[]",
-        # The heartbeat table's events go to the profile topic: CDC progress in commit order with them.
-        "HEARTBEAT_TOPIC_REGEX": re.escape(f"{prefix}.{heartbeat}"),
-        "INCLUDED_COLUMNS": ",".join(f"{table}.{c}" for c in columns),
-        "SNAPSHOT_SELECT": f"SELECT {', '.join(columns)} FROM {table}",
+        # The heartbeat commits only while the publication captures every table and carried column: once
+        # it does not (db/capture.py), CDC progress stops where the capture did.
+        "CAPTURED_CONDITION": " AND ".join(
+            _published_condition(pipeline.publication, table, columns) for table, columns in captured.items()
+        ),
+        # The heartbeat table's and the other tables' events go to the profile topic: CDC progress in
+        # commit order with them.
+        "ROUTED_TOPIC_REGEX": "|".join(re.escape(f"{prefix}.{table}") for table in routed),
+        "INCLUDED_COLUMNS": ",".join(f"{table}.{c}" for table, columns in captured.items() for c in columns),
         "PUBLICATION_NAME": pipeline.publication,
         "SLOT_NAME": pipeline.slot,
     }
     rendered: dict[str, str] = json.loads(template)
     fill = string.Template
-    return {fill(key).substitute(values): fill(value).substitute(values) for key, value in rendered.items()}
+    filled = {fill(key).substitute(values): fill(value).substitute(values) for key, value in rendered.items()}
+    # The initial snapshot reads the carried columns only: the Debezium role may read no other.
+    filled["snapshot.select.statement.overrides"] = ",".join(captured)
+    for table, columns in captured.items():
+        filled[f"snapshot.select.statement.overrides.{table}"] = f"SELECT {', '.join(columns)} FROM {table}"
+    return filled
+
+
+def _published_condition(publication: str, table: str, columns: tuple[str, ...]) -> str:
+    schema, name = table.split(".")
+    return (
+        f"EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = {_literal(publication)} AND "
+        f"schemaname = {_literal(schema)} AND tablename = {_literal(name)} AND "
+        f"attnames @> ARRAY[{', '.join(map(_literal, columns))}]::name[])"
+    )
 
 
 def _literal(text: str) -> str:
@@ -294,22 +309,26 @@ def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[
         kept = f"created, retention {STREAM_RETENTION_HOURS} h" if made else "exists, keeps its retention"
         echo(f"kinesis stream {stream}: active ({kept})")
     connector = settings.pipeline.connector
-    columns = schema.shared_columns(settings.pg_dsn, settings.pipeline)
-    changed = register_connector(settings.connect_url, connector, connector_config(settings, columns))
+    captured = schema.shared_capture(settings.pg_dsn, settings.pipeline)
+    changed = register_connector(settings.connect_url, connector, connector_config(settings, captured))
     echo(f"connector {connector}: {'registered' if changed else 'unchanged'}; waiting until it runs")
     wait_until_running(settings.connect_url, connector, timeout_s)
     echo(f"connector {connector}: RUNNING")
-    if lost is not None:
+    if lost:
         recapture(settings, lost, echo)
 
 
-def recapture(settings: config.Settings, lost: capture.CaptureLost, echo: Callable[[str], None]) -> None:
-    """The publication carries the table again: ask the connector to read it again, so the changes made
-    while it was lost reach the job (as versions valid from when they are read)."""
+def recapture(
+    settings: config.Settings, lost: tuple[capture.CaptureLost, ...], echo: Callable[[str], None]
+) -> None:
+    """The publication carries the tables again: ask the connector to read them again, so the changes made
+    while they were lost reach the job (as versions valid from when they are read)."""
+    tables = list(dict.fromkeys(found.table for found in lost))
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        capture.request_snapshot(conn, settings.pipeline, f"streamfold-recapture-{uuid.uuid4().hex}")
-    echo(
-        f"capture of {lost.table} had been lost and is restored; connector {settings.pipeline.connector}: "
-        "incremental snapshot of the table requested (its rows are read again, each a version valid from "
-        "when it is read)"
-    )
+        capture.request_snapshot(conn, tables, f"streamfold-recapture-{uuid.uuid4().hex}")
+    for table in tables:
+        echo(
+            f"capture of {table} had been lost and is restored; connector {settings.pipeline.connector}: "
+            "incremental snapshot of the table requested (its rows are read again, each a version valid "
+            "from when it is read)"
+        )

@@ -1,4 +1,4 @@
-"""Whether the publication still captures the profile table and every column the pipeline carries.
+"""Whether the publication still captures every table the pipeline joins and every column it carries.
 
 PostgreSQL drops a table from a publication with a column list when a published column is dropped with
 CASCADE (`ALTER TABLE ... DROP COLUMN ... CASCADE`), and a renamed column is published under its new name.
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from common import join_plan
 from common import pipeline_file as pf
 
 # Debezium's signal table (db/tables.py): setup asks the connector here for an incremental snapshot.
@@ -24,7 +25,7 @@ FIX = "run `streamfold setup` to publish it again and recapture the table (docs/
 
 @dataclass(frozen=True)
 class CaptureLost:
-    """The profile table, or some of its carried columns, no longer in the pipeline's publication."""
+    """A captured table, or some of its carried columns, no longer in the pipeline's publication."""
 
     table: str
     publication: str
@@ -44,12 +45,13 @@ def heartbeat_id(pipeline: pf.Pipeline) -> int:
     return zlib.crc32(pipeline.publication.encode()) & 0x7FFFFFFF
 
 
-def published_columns(conn: psycopg.Connection, pipeline: pf.Pipeline) -> tuple[str, ...] | None:
-    """The profile table's columns in the pipeline's publication; None when the table is not in it."""
+def published_columns(conn: psycopg.Connection, publication: str, table: str) -> tuple[str, ...] | None:
+    """A table's columns in the publication; None when the table is not in it."""
+    schema, name = table.split(".")
     row = conn.execute(
         "SELECT attnames FROM pg_publication_tables "
         "WHERE pubname = %s AND schemaname = %s AND tablename = %s",
-        (pipeline.publication, pipeline.profile.schema_name, pipeline.profile.table_name),
+        (publication, schema, name),
     ).fetchone()
     return None if row is None else tuple(row[0])
 
@@ -59,33 +61,42 @@ def publication_exists(conn: psycopg.Connection, pipeline: pf.Pipeline) -> bool:
     return found.fetchone() is not None
 
 
-def lost(conn: psycopg.Connection, pipeline: pf.Pipeline, carried: tuple[str, ...]) -> CaptureLost | None:
-    """Whether a publication `streamfold setup` made lacks the profile table or one of `carried`; None
-    while it captures them all, or before setup made it."""
+def lost_tables(
+    conn: psycopg.Connection, pipeline: pf.Pipeline, captured: join_plan.Captured
+) -> tuple[CaptureLost, ...]:
+    """Each captured table (join_plan.captured) a publication `streamfold setup` made lacks, or lacks one
+    of its columns; () while it captures them all, or before setup made it."""
     if not publication_exists(conn, pipeline):
-        return None
-    published = published_columns(conn, pipeline)
-    missing = () if published is None else tuple(c for c in carried if c not in published)
-    if published is not None and not missing:
-        return None
-    return CaptureLost(pipeline.profile.table, pipeline.publication, missing)
+        return ()
+    found = []
+    for table, carried in captured.items():
+        published = published_columns(conn, pipeline.publication, table)
+        missing = () if published is None else tuple(c for c in carried if c not in published)
+        if published is None or missing:
+            found.append(CaptureLost(table, pipeline.publication, missing))
+    return tuple(found)
 
 
-def lost_message(dsn: str, pipeline: pf.Pipeline, carried: tuple[str, ...]) -> str | None:
+def lost(conn: psycopg.Connection, pipeline: pf.Pipeline, captured: join_plan.Captured) -> CaptureLost | None:
+    """The first of lost_tables, if any."""
+    return next(iter(lost_tables(conn, pipeline, captured)), None)
+
+
+def lost_message(dsn: str, pipeline: pf.Pipeline, captured: join_plan.Captured) -> str | None:
     """What `lost` says, for the job's stall line; None when captured or when the database cannot say."""
     try:
         with psycopg.connect(dsn, connect_timeout=5) as conn:
-            found = lost(conn, pipeline, carried)
+            found = lost(conn, pipeline, captured)
     except psycopg.Error:
         return None  # PostgreSQL unreachable: the stall line names the usual suspects
     return None if found is None else found.message()
 
 
-def request_snapshot(conn: psycopg.Connection, pipeline: pf.Pipeline, signal_id: str) -> None:
-    """Asks the pipeline's connector for an incremental snapshot of the profile table: Debezium reads every
-    row again (its carried columns only, as column.include.list says) while it streams, and each read is
-    a version valid from the time it was read (spec/envelopes.py)."""
-    data = {"data-collections": [pipeline.profile.table], "type": "incremental"}
+def request_snapshot(conn: psycopg.Connection, tables: list[str], signal_id: str) -> None:
+    """Asks the pipeline's connector for an incremental snapshot of `tables`: Debezium reads every row
+    again (its carried columns only, as column.include.list says) while it streams, and each read is a
+    version valid from the time it was read (spec/envelopes.py)."""
+    data = {"data-collections": tables, "type": "incremental"}
     conn.execute(
         f"INSERT INTO {SIGNAL_TABLE} (id, type, data) VALUES (%s, 'execute-snapshot', %s)",
         (signal_id, json.dumps(data)),

@@ -1,4 +1,4 @@
-"""The pipeline file held against the live database: the profile table exists, its key is the primary key
+"""The pipeline file held against the live database: each table it joins exists, its key is the primary key
 (or has a unique index of its own), and every carried column exists with a type the file's declaration
 can carry. Each mistake is one pipeline_file.PipelineFileError at the file's line, with the fix."""
 
@@ -8,7 +8,8 @@ import difflib
 
 import psycopg
 
-from common.pipeline_file import Pipeline
+from common import join_plan
+from common.pipeline_file import Pipeline, Profile
 
 # The Postgres types (format_type, without modifiers) each declared type carries.
 COMPATIBLE: dict[str, tuple[str, ...]] = {
@@ -37,30 +38,41 @@ SELECT a.attname FROM pg_index i
 
 
 def check(conn: psycopg.Connection, pipeline: Pipeline) -> None:
-    """Raises PipelineFileError at the first mismatch between the file and the database."""
-    table = pipeline.profile.table
+    """Raises PipelineFileError at the first mismatch between the file and the database, table by table
+    (the profile, then the file's tables)."""
+    for join in join_plan.joins(pipeline):
+        where = "profile" if join.name == join_plan.PROFILE else f"tables.{join.name}"
+        _check_table(conn, pipeline, join.table, where)
+
+
+def _check_table(conn: psycopg.Connection, pipeline: Pipeline, profile: Profile, where: str) -> None:
+    table = profile.table
     if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,):
-        raise pipeline.error("profile.table", f"no table {table} in this database{_near(conn, table)}")
+        raise pipeline.error(f"{where}.table", f"no table {table} in this database{_near(conn, table)}")
     columns: dict[str, str] = {name: kind for name, kind in conn.execute(_COLUMNS, (table,))}
-    key = pipeline.profile.key
-    _check_column(pipeline, columns, key, pipeline.key_type, "profile.key", "profile.key_type")
+    key = profile.key
+    _check_column(pipeline, table, columns, key, profile.key_type, f"{where}.key", f"{where}.key_type")
     unique = {row[0] for row in conn.execute(_UNIQUE_KEYS, (table,))}
     if key not in unique:
         raise pipeline.error(
-            "profile.key",
+            f"{where}.key",
             f"{key} is not the primary key of {table} and has no unique index of its own: name the primary "
             f"key, or add one (CREATE UNIQUE INDEX ON {table} ({key}))",
         )
-    for name, column in pipeline.profile.columns.items():
-        _check_column(
-            pipeline, columns, name, column.type, f"profile.columns.{name}", f"profile.columns.{name}"
-        )
+    for name, column in profile.columns.items():
+        path = f"{where}.columns.{name}"
+        _check_column(pipeline, table, columns, name, column.type, path, path)
 
 
 def _check_column(
-    pipeline: Pipeline, columns: dict[str, str], name: str, declared: str, where: str, type_where: str
+    pipeline: Pipeline,
+    table: str,
+    columns: dict[str, str],
+    name: str,
+    declared: str,
+    where: str,
+    type_where: str,
 ) -> None:
-    table = pipeline.profile.table
     if name not in columns:
         close = difflib.get_close_matches(name, list(columns), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else f"; its columns: {', '.join(columns)}"

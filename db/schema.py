@@ -16,7 +16,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from psycopg import sql
 
-from common import config
+from common import config, join_plan
 from common import pipeline_file as pf
 from db import capture, introspect, locks, pipeline_schema, tables, versions
 
@@ -132,9 +132,9 @@ def _apply_once(
         if moved:  # after the roles: the views are granted to the reader
             for change in versions.ensure_views(conn, pipeline, config.READER_ROLE):
                 echo(change)
-        columns = carried_columns(*versions.sharing_inputs(conn, pipeline))
-        _grant(conn, pipeline, columns)
-        _ensure_publication(conn, pipeline, columns)
+        captured = join_plan.captured(*versions.sharing_inputs(conn, pipeline))
+        _grant(conn, pipeline, captured)
+        _ensure_publication(conn, pipeline, captured)
     return revisions
 
 
@@ -177,57 +177,56 @@ def _set_reader_timeout(conn: psycopg.Connection) -> None:
     )
 
 
-def carried_columns(pipeline: pf.Pipeline, *others: pf.Pipeline) -> tuple[str, ...]:
-    """The profile table's columns that may leave the database: the key and the declared columns, then
-    those only `others` declare (the files of other versions reading the same inputs). Every other column
-    (PII by default) stays behind."""
-    return tuple(dict.fromkeys(c for p in (pipeline, *others) for c in (p.profile.key, *p.profile.columns)))
-
-
-def shared_columns(dsn: str, pipeline: pf.Pipeline) -> tuple[str, ...]:
-    """The columns the connector and the publication carry for `pipeline`: those of every file that reads
-    its inputs (db/versions.py sharing_inputs), so that setup of one version (the live file's at every
-    compose up) never stops a column another version's job carries."""
+def shared_capture(dsn: str, pipeline: pf.Pipeline) -> join_plan.Captured:
+    """The tables and columns the connector and the publication carry for `pipeline`: those of every file
+    that reads its inputs (db/versions.py sharing_inputs), so that setup of one version (the live file's at
+    every compose up) never stops a column another version's job carries."""
     with psycopg.connect(dsn) as conn:
-        return carried_columns(*versions.sharing_inputs(conn, pipeline))
+        return join_plan.captured(*versions.sharing_inputs(conn, pipeline))
 
 
-def capture_lost(dsn: str, pipeline: pf.Pipeline) -> capture.CaptureLost | None:
-    """Whether the publication lacks the profile table or a column the file carries that a file set up on
-    the same inputs carried too (db/capture.py): a column no set-up file carried was never captured (a
-    file or a reprocessed version that adds it), so it is not lost."""
+def capture_lost(dsn: str, pipeline: pf.Pipeline) -> tuple[capture.CaptureLost, ...]:
+    """The tables the publication lacks, or lacks a column of, that the file carries and that a file set up
+    on the same inputs carried too (db/capture.py): a table or column no set-up file carried was never
+    captured (a file or a reprocessed version that adds it), so it is not lost."""
     with psycopg.connect(dsn) as conn:
         sharing = versions.sharing_inputs(conn, pipeline)
     with engine(dsn).connect() as conn:
         installed = sa.inspect(conn).has_table(tables.pipelines.name, schema=tables.pipelines.schema)
         set_up = [pipeline_schema.applied(conn, p.name) for p in sharing] if installed else []
-    captured = set(carried_columns(*(p for p in set_up if p is not None))) if any(set_up) else set()
-    carried = tuple(c for c in carried_columns(pipeline) if c in captured)
+    before = join_plan.captured(*(p for p in set_up if p is not None))
+    was_captured = {
+        table: tuple(c for c in columns if c in before[table])
+        for table, columns in join_plan.captured(pipeline).items()
+        if table in before
+    }
     with psycopg.connect(dsn) as conn:
-        return capture.lost(conn, pipeline, carried)
+        return capture.lost_tables(conn, pipeline, was_captured)
 
 
-def _profile_table(pipeline: pf.Pipeline) -> sql.Composable:
-    return sql.Identifier(pipeline.profile.schema_name, pipeline.profile.table_name)
+def _quoted(table: str) -> sql.Composable:
+    return sql.Identifier(*table.split("."))
 
 
-def _grant(conn: psycopg.Connection, pipeline: pf.Pipeline, carried: tuple[str, ...]) -> None:
+def _grant(conn: psycopg.Connection, pipeline: pf.Pipeline, captured: join_plan.Captured) -> None:
     db = conn.info.dbname
     debezium, writer, reader = (
         sql.Identifier(r) for r in (config.DEBEZIUM_ROLE, config.WRITER_ROLE, config.READER_ROLE)
     )
-    columns = sql.SQL(", ").join(sql.Identifier(c) for c in carried)
-    profile = _profile_table(pipeline)
     statements = [
         sql.SQL("GRANT CONNECT ON DATABASE {} TO {}, {}, {}").format(
             sql.Identifier(db), debezium, writer, reader
         ),
-        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
-            sql.Identifier(pipeline.profile.schema_name), debezium
-        ),
-        # Column-level: even a misconfigured connector cannot read PII.
-        sql.SQL("REVOKE ALL ON {} FROM {}").format(profile, debezium),
-        sql.SQL("GRANT SELECT ({}) ON {} TO {}").format(columns, profile, debezium),
+    ]
+    for table, carried in captured.items():
+        columns = sql.SQL(", ").join(sql.Identifier(c) for c in carried)
+        statements += [
+            sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(table.split(".")[0]), debezium),
+            # Column-level: even a misconfigured connector cannot read PII.
+            sql.SQL("REVOKE ALL ON {} FROM {}").format(_quoted(table), debezium),
+            sql.SQL("GRANT SELECT ({}) ON {} TO {}").format(columns, _quoted(table), debezium),
+        ]
+    statements += [
         # The heartbeat table (pipeline/cdc_fold.py): Debezium's heartbeat.action.query upserts its row.
         sql.SQL("GRANT USAGE ON SCHEMA streamfold TO {}").format(debezium),
         sql.SQL("REVOKE ALL ON streamfold.cdc_heartbeat FROM {}").format(debezium),
@@ -250,15 +249,20 @@ def _grant(conn: psycopg.Connection, pipeline: pf.Pipeline, carried: tuple[str, 
         conn.execute(statement)
 
 
-def _ensure_publication(conn: psycopg.Connection, pipeline: pf.Pipeline, carried: tuple[str, ...]) -> None:
-    """A publication with a column list (PostgreSQL 15+): pgoutput never decodes the PII columns.
+def _ensure_publication(
+    conn: psycopg.Connection, pipeline: pf.Pipeline, captured: join_plan.Captured
+) -> None:
+    """A publication with a column list per table (PostgreSQL 15+): pgoutput never decodes the PII columns.
 
     It also carries streamfold.cdc_heartbeat (CDC progress, see pipeline/cdc_fold.py) and Debezium's signal
     table (db/capture.py), whose rows Debezium reads from the stream."""
-    # The heartbeat table too: its change events are CDC progress, in commit order with the profiles'.
-    table = sql.SQL("{} ({}), {} WHERE (id = {}), {}").format(
-        _profile_table(pipeline),
-        sql.SQL(", ").join(sql.Identifier(c) for c in carried),
+    captured_tables = [
+        sql.SQL("{} ({})").format(_quoted(table), sql.SQL(", ").join(sql.Identifier(c) for c in carried))
+        for table, carried in captured.items()
+    ]
+    # The heartbeat table too: its change events are CDC progress, in commit order with the tables'.
+    table = sql.SQL("{}, {} WHERE (id = {}), {}").format(
+        sql.SQL(", ").join(captured_tables),
         sql.Identifier(pf.HEARTBEAT_SCHEMA, pf.HEARTBEAT_TABLE),
         sql.Literal(capture.heartbeat_id(pipeline)),
         sql.SQL(capture.SIGNAL_TABLE),

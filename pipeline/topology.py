@@ -31,9 +31,10 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from common import join_plan
 from common import pipeline_file as pf
 from common.config import Settings
-from db import capture, schema
+from db import capture
 from pipeline import cdc_fold, events, sources
 from pipeline.cdc_stall import CdcStall
 from pipeline.join_config import LATEST, JoinConfig
@@ -88,7 +89,7 @@ def flow(
     name = f"{settings.pipeline.name}-{source}"  # the query: its checkpoint folder and batch ledger
     # Postgres (enriched events, the totals, dead letters) exactly once, then Kafka.
     pipeline = settings.pipeline
-    cause = partial(capture.lost_message, settings.writer_dsn, pipeline, schema.carried_columns(pipeline))
+    cause = partial(capture.lost_message, settings.writer_dsn, pipeline, join_plan.captured(pipeline))
     watch = CdcStall(pipeline.cdc_topic, join.max_wait_ms, now_ms(), cause=cause)
     stall = None if join.mode == LATEST else StallWatch(watch, spark.streams)
     sink = Sink(

@@ -22,7 +22,7 @@ import psycopg
 import requests
 from psycopg import sql
 
-from common import config, kinesis
+from common import config, join_plan, kinesis
 from common import pipeline_file as pf
 from spec.envelopes import BadEnvelope, Change, parse_envelope
 from spec.events import Rejected, parse_event
@@ -157,14 +157,15 @@ def create(admin_dsn: str, home: Path, kinesis_only: bool = False) -> OwnPipelin
 def drop(own: OwnPipeline, connect_url: str) -> None:
     """The connector, its slot, publication and tables: nothing keeps WAL or rows after the test."""
     p = own.pipeline
+    tables = (*join_plan.captured(p), *(p.aggregate_table(a) for a in p.aggregates))
+    drop_installation(own.dsn, connect_url, p, tables)
+
+
+def drop_installation(dsn: str, connect_url: str, p: pf.Pipeline, tables: tuple[str, ...]) -> None:
+    """A pipeline's connector, slot, publication, profile_at function, enriched and history tables, and
+    `tables` (the captured ones, aggregates), so that nothing keeps WAL or rows after a test."""
     requests.delete(f"{connect_url}/connectors/{p.connector}", timeout=30, auth=config.connect_auth())
-    tables = [
-        p.profile.table,
-        p.enriched_table,
-        p.history_table,
-        *(p.aggregate_table(a) for a in p.aggregates),
-    ]
-    with own.connect() as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         for _ in range(60):
             slot = conn.execute(
                 "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (p.slot,)
@@ -176,7 +177,7 @@ def drop(own: OwnPipeline, connect_url: str) -> None:
             conn.execute("SELECT pg_drop_replication_slot(%s)", (p.slot,))
         conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(p.publication)))
         conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.SQL(p.profile_at_function)))
-        for table in tables:  # the history's view with it
+        for table in (*tables, p.enriched_table, p.history_table):  # the history's view with it
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.SQL(table)))
         conn.execute("DELETE FROM streamfold.pipelines WHERE name = %s", (p.name,))
 

@@ -88,7 +88,8 @@ def test_the_heartbeat_commits_only_while_the_table_and_its_columns_are_publishe
     settings: config.Settings,
 ) -> None:
     """A capture that was lost (db/capture.py) stops the heartbeat, so CDC progress stops where it did."""
-    query = setup.connector_config(settings, ("userid", "regionid", "it's"))["heartbeat.action.query"]
+    captured = {"public.users": ("userid", "regionid", "it's")}
+    query = setup.connector_config(settings, captured)["heartbeat.action.query"]
     assert query == (
         f"INSERT INTO streamfold.cdc_heartbeat (id, ts) SELECT {capture.heartbeat_id(settings.pipeline)}, "
         "now() WHERE EXISTS (SELECT 1 FROM "
@@ -129,3 +130,33 @@ def test_a_users_own_table_is_captured_with_its_columns_only(settings: config.Se
 def test_every_placeholder_is_filled(settings: config.Settings) -> None:
     values = setup.connector_config(settings).values()
     assert [v for v in values if "${" in v and not v.startswith("${env:")] == []
+
+
+SCANS = CUSTOMERS.replace(
+    "events:",
+    "tables:\n"
+    "  plan: {table: crm.plans, key: code, columns: {price: numeric}, join_on: profile.tier}\n"
+    "  depot: {table: ops.depots, key: code, columns: {city: text}, join_on: event.depot}\n"
+    "events:",
+).replace("time: ts}", "time: ts, fields: {depot: text}}")
+
+
+def test_every_table_of_the_file_is_captured_into_the_one_cdc_topic(settings: config.Settings) -> None:
+    """One connector, one slot, one topic in commit order: one CDC progress covers every table."""
+    pipeline = pf.parse(SCANS)
+    cfg = setup.connector_config(dataclasses.replace(settings, pipeline=pipeline))
+    assert cfg["table.include.list"] == (
+        "crm.customers,crm.plans,ops.depots,streamfold.cdc_heartbeat,streamfold.debezium_signal"
+    )
+    assert cfg["column.include.list"].split(",")[:7] == [
+        "crm.customers.id", "crm.customers.tier", "crm.customers.balance",
+        "crm.plans.code", "crm.plans.price", "ops.depots.code", "ops.depots.city",
+    ]  # fmt: skip
+    assert cfg["snapshot.select.statement.overrides"] == "crm.customers,crm.plans,ops.depots"
+    assert cfg["snapshot.select.statement.overrides.ops.depots"] == "SELECT code, city FROM ops.depots"
+    routed = r"shop\.streamfold\.cdc_heartbeat|shop\.crm\.plans|shop\.ops\.depots"
+    assert cfg["transforms.heartbeatToProfiles.regex"] == routed
+    assert cfg["transforms.heartbeatToProfiles.replacement"] == pipeline.cdc_topic
+    query = cfg["heartbeat.action.query"]
+    assert query.count("EXISTS (SELECT 1 FROM pg_publication_tables") == 3
+    assert "tablename = 'depots' AND attnames @> ARRAY['code', 'city']::name[]" in query

@@ -132,7 +132,7 @@ def test_setup_after_swaps_keeps_the_users_names_on_the_current_version(admin: s
         assert kinds_and_oids(conn, users_names(live)) == swapped
         assert "profile_notes" in registry.columns(conn, live.enriched_table)
         assert "notes" in published(conn, live)  # v2's job still gets its column from the live file's setup
-    assert schema.shared_columns(admin, live)[-1] == "notes"  # and so does the connector
+    assert schema.shared_capture(admin, live)[live.profile.table][-1] == "notes"  # and so does the connector
 
     swap(admin, live, v.LIVE, None)  # the rollback
     with psycopg.connect(admin, autocommit=True) as conn:
