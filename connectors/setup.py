@@ -290,7 +290,8 @@ def _error_text(response: requests.Response) -> str:
 
 def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[[str], None] = print) -> None:
     """Every step of `streamfold setup`, in order; each is a no-op when already done. A capture that was
-    lost (db/capture.py) is published again, then recaptured by an incremental snapshot of the table."""
+    lost (db/capture.py) is published again, then recaptured by an incremental snapshot of the table; so is
+    a table whose profiles' current versions have drifted columns, once the columns are back."""
     lost = schema.capture_lost(settings.pg_dsn, settings.pipeline)
     before, after = schema.apply(
         settings.pg_dsn, settings.pipeline, echo=lambda change: echo(f"tables: {change}")
@@ -314,21 +315,29 @@ def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[
     echo(f"connector {connector}: {'registered' if changed else 'unchanged'}; waiting until it runs")
     wait_until_running(settings.connect_url, connector, timeout_s)
     echo(f"connector {connector}: RUNNING")
-    if lost:
-        recapture(settings, lost, echo)
+    with psycopg.connect(settings.pg_dsn) as conn:
+        drifted = capture.drifted(conn, settings.pipeline)
+    if lost or drifted.profiles:
+        recapture(settings, lost, drifted, echo)
 
 
 def recapture(
-    settings: config.Settings, lost: tuple[capture.CaptureLost, ...], echo: Callable[[str], None]
+    settings: config.Settings,
+    lost: tuple[capture.CaptureLost, ...],
+    drifted: capture.Drifted,
+    echo: Callable[[str], None],
 ) -> None:
-    """The publication carries the tables again: ask the connector to read them again, so the changes made
-    while they were lost reach the job (as versions valid from when they are read)."""
-    tables = list(dict.fromkeys(found.table for found in lost))
+    """The publication carries the tables again, or the drifted columns are back: ask the connector to read
+    the tables again, so the changes made meanwhile reach the job (as versions valid from when they are
+    read) and replace the versions with unknown columns."""
+    why = {found.table: "had been lost and is restored" for found in lost}
+    if drifted.profiles:
+        why.setdefault(drifted.table, f"left {drifted.profiles} profiles with drifted columns")
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        capture.request_snapshot(conn, tables, f"streamfold-recapture-{uuid.uuid4().hex}")
-    for table in tables:
+        capture.request_snapshot(conn, list(why), f"streamfold-recapture-{uuid.uuid4().hex}")
+    for table, reason in why.items():
         echo(
-            f"capture of {table} had been lost and is restored; connector {settings.pipeline.connector}: "
+            f"capture of {table} {reason}; connector {settings.pipeline.connector}: "
             "incremental snapshot of the table requested (its rows are read again, each a version valid "
             "from when it is read)"
         )

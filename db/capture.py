@@ -14,6 +14,7 @@ import zlib
 from dataclasses import dataclass
 
 import psycopg
+import psycopg.sql
 
 from common import join_plan
 from common import pipeline_file as pf
@@ -90,6 +91,41 @@ def lost_message(dsn: str, pipeline: pf.Pipeline, captured: join_plan.Captured) 
     except psycopg.Error:
         return None  # PostgreSQL unreachable: the stall line names the usual suspects
     return None if found is None else found.message()
+
+
+@dataclass(frozen=True)
+class Drifted:
+    """The keys whose current version in the history has drifted columns, and some of their reasons."""
+
+    table: str
+    profiles: int
+    reasons: tuple[str, ...]
+
+
+# How a drifted column's reason ends in the history's `incomplete` (spec/envelopes.py MISSING and retyped();
+# an unchanged TOASTed value without an earlier version is unknown too, but not drift).
+DRIFT_ENDINGS = ("renamed or dropped?", "retyped?")
+SHOWN_REASONS = 5
+
+
+def drifted(conn: psycopg.Connection, pipeline: pf.Pipeline) -> Drifted:
+    """Read from the history, so it holds across restarts until newer versions (the key's next change, or a
+    recapture) replace the drifted ones."""
+    endings = psycopg.sql.SQL(" OR ").join(
+        psycopg.sql.SQL("incomplete LIKE {}").format(psycopg.sql.Literal(f"%{e}%")) for e in DRIFT_ENDINGS
+    )
+    query = psycopg.sql.SQL(
+        "SELECT count(*), (array_agg(DISTINCT incomplete))[1:{shown}] FROM ("
+        " SELECT DISTINCT ON ({key}) incomplete FROM {view} ORDER BY {key}, valid_from DESC, lsn DESC"
+        ") current WHERE {endings}"
+    ).format(
+        shown=psycopg.sql.Literal(SHOWN_REASONS),
+        key=psycopg.sql.Identifier(pipeline.profile.key),
+        view=psycopg.sql.SQL(pipeline.versions_view),
+        endings=endings,
+    )
+    profiles, reasons = conn.execute(query).fetchone() or (0, None)
+    return Drifted(pipeline.profile.table, profiles, tuple(reasons or ()))
 
 
 def request_snapshot(conn: psycopg.Connection, tables: list[str], signal_id: str) -> None:

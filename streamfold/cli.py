@@ -515,7 +515,10 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
     check: Annotated[
         bool,
-        typer.Option("--check", help="exit 1 when something needs attention (lost capture, drifted columns)"),
+        typer.Option(
+            "--check",
+            help="exit 1 when something needs attention (lost capture, versions with drifted columns)",
+        ),
     ] = False,
 ) -> None:
     """How far behind the job is: source lag, CDC progress age, clicks waiting, batches, dead letters, the

@@ -8,8 +8,10 @@
 - dead letters of the last hour, and those not replayed by reason (Postgres), and the Debezium connector's
   state (Kafka Connect REST);
 - each reprocessed output version: whether its job runs, its lag on every input partition, caught up or not;
-- changes whose columns drifted from the pipeline file since the job started (the query's status file):
-  needs_attention, what `status --check` fails on;
+- profiles whose current version has drifted columns (renamed, dropped or retyped in the table: the history
+  table's `incomplete`, so it holds across restarts until a newer version, e.g. the repair's snapshot,
+  replaces them): needs_attention, what `status --check` fails on; and the drifted changes the running
+  job saw since it started (the query's status file);
 - the pipeline's replication slot (pg_replication_slots): whether Debezium reads it, the WAL it holds back,
   and a warning past STREAMFOLD_SLOT_WAL_WARN_MB or when PostgreSQL is about to invalidate it, or has.
 - the capture (db/capture.py): whether the publication still carries the profile table and every column the
@@ -73,6 +75,7 @@ def collect(settings: config.Settings, versions: Callable[[], list[dict[str, Any
         "replication_slot": section(lambda: replication_slot(settings.reader_dsn, settings.pipeline.slot)),
         "versions": section(versions),
         "capture": section(lambda: capture(settings.reader_dsn, settings.pipeline)),
+        "drifted_profiles": section(lambda: drifted_profiles(settings.reader_dsn, settings.pipeline)),
     }
 
 
@@ -88,6 +91,13 @@ def capture_problems(figures: dict[str, Any]) -> list[str]:
     """A capture that was lost, as a line."""
     lost = figures["capture"].get("lost") if isinstance(figures.get("capture"), dict) else None
     return [lost["message"]] if lost else []
+
+
+def drifted_profiles(reader_dsn: str, pipeline: pf.Pipeline) -> dict[str, Any]:
+    """The profiles whose current version has drifted columns (db/capture.py drifted)."""
+    with psycopg.connect(reader_dsn, connect_timeout=int(TIMEOUT_S)) as conn:
+        found = db_capture.drifted(conn, pipeline)
+    return {"table": found.table, "profiles": found.profiles, "reasons": list(found.reasons)}
 
 
 def section(gather: Callable[[], Any]) -> Any:
@@ -171,14 +181,26 @@ def needs_attention(figures: dict[str, Any]) -> list[str]:
 
 
 def drift_problems(figures: dict[str, Any]) -> list[str]:
-    """Changes whose columns drifted, a line per query."""
+    """Profiles whose current version has drifted columns, as a line."""
+    found = figures.get("drifted_profiles")
+    if not isinstance(found, dict) or not found.get("profiles"):
+        return []
+    table = found["table"]
+    columns = "; ".join(f"{table}.{reason}" for reasons in found["reasons"] for reason in reasons.split("; "))
+    return [
+        f"{found['profiles']} profiles' current versions have drifted columns ({columns}): restore the "
+        "columns or edit the pipeline file, then `streamfold setup` (it recaptures the table)"
+    ]
+
+
+def drift_seen(figures: dict[str, Any]) -> list[str]:
+    """Changes with drifted columns the running job saw since it started, a line per query."""
     queries = figures.get("queries")
     if not isinstance(queries, dict) or "error" in queries:
         return []
     return [
         f"{name}: {q['drift']['changes']} changes with drifted columns since the job started "
-        f"({'; '.join(q['drift']['columns'])}): restore the columns or edit the pipeline file, then "
-        "`streamfold setup`"
+        f"({'; '.join(q['drift']['columns'])})"
         for name, q in queries.items()
         if q.get("drift")
     ]

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from streamfold.status import drift_problems, size
+from streamfold.status import drift_problems, drift_seen, size
 
 
 def render(figures: dict[str, Any], console: Console) -> None:
@@ -45,6 +45,8 @@ def render(figures: dict[str, Any], console: Console) -> None:
         console.print(f"capture: {capture_line(figures['capture'])}")
     for problem in drift_problems(figures):
         console.print(f"[bold red]drift:[/] {problem}")
+    for seen in drift_seen(figures):
+        console.print(f"[yellow]drift seen:[/] {seen}")
 
 
 def error(value: Any) -> str | None:

@@ -2,7 +2,7 @@
 of a carried column drops the table from the publication while Debezium keeps running. CDC progress must stop
 there (the heartbeat commits only while the table is published), so events after it wait and come out
 incomplete; `status --check` fails naming the table; `setup` publishes it again and recaptures the table, so
-the change made in the gap reaches the join."""
+the change made in the gap reaches the join. A renamed column, renamed back, is recaptured the same way."""
 
 from __future__ import annotations
 
@@ -110,6 +110,19 @@ def test_a_lost_capture_holds_progress_and_setup_recaptures_the_gap(customers, s
         send_view(bootstrap, p, now_ms() + 1000, "/after")
         after = sp.wait_until_value(lambda: joined(customers, "/after"), 120, "the view after the repair")
         assert after == ("SE", True)
+
+        # A renamed column drifts: the customer's next version holds it unknown, and status stays red
+        # (read from the history) until setup, with the column back, recaptures the table.
+        with customers.connect() as pg:
+            pg.execute(f"ALTER TABLE {p.profile.table} RENAME COLUMN country TO land")
+            pg.execute(f"UPDATE {p.profile.table} SET tier = 'silver' WHERE id = 1")
+        sp.wait_until(lambda: "drifted columns" in status_check(customers).stdout, 120, "the drift in status")
+        with customers.connect() as pg:
+            pg.execute(f"ALTER TABLE {p.profile.table} RENAME COLUMN land TO country")
+        result = customers.streamfold("setup")
+        repaired = " ".join((result.stdout + result.stderr).split())
+        assert f"capture of {p.profile.table} left 1 profiles with drifted columns" in repaired
+        sp.wait_until(lambda: status_check(customers).returncode == 0, 120, "the drift replaced")
     finally:
         sp.kill9(job)
     log = (tmp_path / "job.log").read_text()

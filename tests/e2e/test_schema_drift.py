@@ -206,4 +206,4 @@ def test_a_renamed_column_is_unknown_in_later_versions_never_silently_null(
     ]
     said = log.read_text()
     assert "public.users.interests: missing from the change event" in said and "`streamfold setup`" in said
-    assert "public.users.interests" in status_check(sandbox).stdout
+    assert "public.users.interests" in status_check(sandbox).stdout  # from the history: the job is gone

@@ -14,6 +14,7 @@ from streamfold.status import (
     MIB,
     SLOT_WAL_WARN_VAR,
     committed_offsets,
+    drift_seen,
     envelope_ts,
     needs_attention,
     queries,
@@ -211,21 +212,29 @@ def test_the_job_counts_on_a_request_and_ignores_a_file_that_is_not_one(tmp_path
     assert counted["clicks"] == 0 and counted["as_of_ms"] >= asked and said == []
 
 
-def test_drift_the_job_reported_needs_attention_and_shows_in_red(tmp_path):
-    """The JVM listener (ProgressListener) adds the drift it saw since the job started to the query's status
-    file; status reads it there, prints it and `--check` fails on it."""
+def test_drifted_current_versions_need_attention_and_the_job_s_count_is_shown(tmp_path):
+    """`status --check` fails on the profiles whose current version has drifted columns (read from the
+    history, so it holds across restarts and clears once newer versions replace them); the drift the running
+    job's listener (ProgressListener) saw since it started is shown beside it, not failed on."""
+    reason = (
+        "interests: missing from the change event: renamed or dropped?; score: a string in the change event"
+    )
+    found = {"table": "public.users", "profiles": 3, "reasons": [reason]}
+    [problem] = needs_attention({"drifted_profiles": found})
+    assert problem.startswith("3 profiles' current versions have drifted columns (public.users.interests: ")
+    assert "; public.users.score: a string" in problem and "`streamfold setup`" in problem
+    assert needs_attention({"drifted_profiles": {**found, "profiles": 0, "reasons": []}}) == []
+    assert needs_attention({"drifted_profiles": {"error": "OperationalError: refused"}}) == []
+
     offset_log(tmp_path / "checkpoints" / "clicks-kafka", 3, [KAFKA, CDC, 42], committed=True)
     progress = {"batchId": 3, "batchDuration": 9, "numInputRows": 2, "processedRowsPerSecond": 1.0}
     column = "public.users.interests: missing from the change event: renamed or dropped?"
-    drift = {"changes": 2, "columns": [column]}
-    report = {"written_ms": 1, "drift": drift, "progress": progress}
+    report = {"written_ms": 1, "drift": {"changes": 2, "columns": [column]}, "progress": progress}
     status_dir(tmp_path).mkdir(parents=True)
     (status_dir(tmp_path) / "clicks-kafka.json").write_text(json.dumps(report))
     figures = {"queries": queries(tmp_path, committed_offsets(tmp_path / "checkpoints"))}
-    [problem] = needs_attention(figures)
-    assert problem.startswith("clicks-kafka: 2 changes with drifted columns since the job started")
-    assert "public.users.interests: missing" in problem and "`streamfold setup`" in problem
-    del report["drift"]
-    (status_dir(tmp_path) / "clicks-kafka.json").write_text(json.dumps(report))
-    assert needs_attention({"queries": queries(tmp_path, committed_offsets(tmp_path / "checkpoints"))}) == []
-    assert needs_attention({"queries": {"error": "OSError: no"}}) == []
+    assert drift_seen(figures) == [
+        f"clicks-kafka: 2 changes with drifted columns since the job started ({column})"
+    ]
+    assert needs_attention(figures) == []
+    assert drift_seen({"queries": {"error": "OSError: no"}}) == []
