@@ -279,9 +279,27 @@ def _epoch_ms(value: Any) -> int:
     return int(moment.timestamp() * 1000)
 
 
+def _subject(value: Any) -> Any:
+    if not isinstance(value, str) or not _SUBJECT.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a registry subject (1 to 255 letters, digits, '.', '_', '-', ':', "
+            "starting with a letter or digit)"
+        )
+    return value
+
+
+# A subject travels in registry URLs: no '/', no white space, nothing that needs escaping.
+_SUBJECT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,254}")
+
+
 class Events(_Strict):
     kafka_topic: Topic | None = None
     kinesis_stream: Annotated[str, BeforeValidator(_topic)] | None = None
+    # json: one JSON object per record; avro: the Confluent wire format, the writer's schema by id from
+    # the registry (docs/avro.md).
+    format: Literal["json", "avro"] = "json"
+    # The registry subject Avro events are written under; TopicNameStrategy's `<kafka_topic>-value` if unset.
+    subject: Annotated[str, BeforeValidator(_subject)] | None = None
     key: Identifier
     time: Annotated[EventTime, BeforeValidator(_event_time)]
     count: Identifier | None = None
@@ -300,7 +318,21 @@ class Events(_Strict):
             if name in self.fields:
                 raise ValueError(f"{name!r} is the {role} field: remove it from fields")
             seen[name] = role
+        if self.subject is not None and self.format != "avro":
+            raise ValueError("subject: a subject names Avro events' schemas: add `format: avro` or remove it")
+        if self.format == "avro" and self.subject is None and self.kafka_topic is None:
+            raise ValueError(
+                "subject: Avro events from Kinesis alone need their registry subject named "
+                "(the default, `<kafka_topic>-value`, needs a kafka_topic)"
+            )
         return self
+
+    @property
+    def value_subject(self) -> str | None:
+        """The registry subject of Avro events (TopicNameStrategy by default); None for JSON events."""
+        if self.format != "avro":
+            return None
+        return self.subject or f"{self.kafka_topic}-value"
 
 
 class Join(_Strict):

@@ -265,3 +265,44 @@ def test_query_has_a_short_name_per_aggregate_and_the_enriched_table():
         "SELECT country, count, ms_total FROM streamfold.views_per_country"
     )
     assert "count(*)" in mine["totals"]  # no count field: every event counts one
+
+
+def _with_events(text: str, lines: str) -> str:
+    """The default file with lines added under `events:` (after its kafka_topic)."""
+    return text.replace("  kafka_topic: clicks\n", "  kafka_topic: clicks\n" + lines, 1)
+
+
+def test_events_are_json_by_default_and_avro_takes_a_subject():
+    default = (ROOT / pf.DEFAULT_FILE).read_text()
+    assert (DEFAULT.events.format, DEFAULT.events.value_subject) == ("json", None)
+    avro = pf.parse(_with_events(default, "  format: avro\n"))
+    assert (avro.events.format, avro.events.value_subject) == ("avro", "clicks-value")
+    named = pf.parse(_with_events(default, "  format: avro\n  subject: com.example.Click\n"))
+    assert named.events.value_subject == "com.example.Click"
+    kinesis = default.replace("  kafka_topic: clicks\n", "  format: avro\n  subject: clicks-value\n", 1)
+    assert pf.parse(kinesis).events.value_subject == "clicks-value"
+
+
+@pytest.mark.parametrize(
+    ("lines", "line", "expected"),
+    [
+        ("  format: protobuf\n", 21, "events.format: Input should be 'json' or 'avro', got 'protobuf'"),
+        (
+            "  subject: clicks-value\n",
+            21,
+            "events.subject: a subject names Avro events' schemas: add `format: avro`",
+        ),
+        ("  format: avro\n  subject: a/b\n", 22, "events.subject: 'a/b' is not a registry subject"),
+        ("  format: avro\n  subject: ''\n", 22, "events.subject: '' is not a registry subject"),
+    ],
+)
+def test_bad_event_formats_and_subjects_name_the_line(lines: str, line: int, expected: str):
+    with pytest.raises(pf.PipelineFileError) as error:
+        pf.parse(_with_events((ROOT / pf.DEFAULT_FILE).read_text(), lines), "mine.yaml")
+    assert str(error.value).startswith(f"mine.yaml:{line}: {expected}"), str(error.value)
+
+
+def test_avro_events_from_kinesis_alone_name_their_subject():
+    text = (ROOT / pf.DEFAULT_FILE).read_text().replace("  kafka_topic: clicks\n", "  format: avro\n", 1)
+    with pytest.raises(pf.PipelineFileError, match=r"events.subject: Avro events from Kinesis alone need"):
+        pf.parse(text, "mine.yaml")

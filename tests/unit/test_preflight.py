@@ -40,6 +40,10 @@ CASES = {
         ),
         "tables: this version joins the profile table only",
     ),
+    "avro events": (
+        DEFAULT_TEXT.replace("  kafka_topic: clicks\n", "  kafka_topic: clicks\n  format: avro\n", 1),
+        "events.format: this version validates Avro events' settings, but its job reads JSON events only",
+    ),
     "no version retention": (
         DEFAULT_TEXT.replace("version_retention: 7d", "version_retention: 0ms", 1),
         "join.version_retention: Input should be greater than 0",

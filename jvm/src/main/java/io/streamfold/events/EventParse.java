@@ -31,7 +31,7 @@ public final class EventParse implements UDF2<byte[], Long, Row> {
   private final PlainEvent plain;
 
   /** Why a record is not an event: its dead-letter reason. */
-  private static final class Rejected extends Exception {
+  static final class Rejected extends Exception {
     private static final long serialVersionUID = 1L;
 
     Rejected(String reason) {
@@ -46,11 +46,21 @@ public final class EventParse implements UDF2<byte[], Long, Row> {
 
   @Override
   public Row call(byte[] payload, Long nowMs) {
+    return answer(nowMs, () -> event(payload, nowMs));
+  }
+
+  /** Reads one record into its row, or says why it is rejected. */
+  interface Reading {
+    Row read() throws Rejected;
+  }
+
+  /** A record's row: the event's, or a rejected one (every slot null but the error); for both formats. */
+  Row answer(Long nowMs, Reading reading) {
     if (nowMs == null) {
       throw new IllegalArgumentException("now_ms must be set (the sources set it: the record's arrival)");
     }
     try {
-      return event(payload, nowMs);
+      return reading.read();
     } catch (Rejected rejected) {
       Object[] row = new Object[spec.width()];
       row[row.length - 1] = rejected.getMessage();
@@ -58,7 +68,8 @@ public final class EventParse implements UDF2<byte[], Long, Row> {
     }
   }
 
-  private Row event(byte[] payload, long nowMs) throws Rejected {
+  /** A record over the size limit, or null, is rejected before it is read, whatever its format. */
+  void checkSize(byte[] payload) throws Rejected {
     if (payload == null) {
       throw new Rejected("empty record (null value)");
     }
@@ -66,6 +77,10 @@ public final class EventParse implements UDF2<byte[], Long, Row> {
       throw new Rejected("record of " + payload.length + " bytes exceeds the " + spec.maxRecordBytes
           + "-byte limit");
     }
+  }
+
+  private Row event(byte[] payload, long nowMs) throws Rejected {
+    checkSize(payload);
     Row fast = plain.parse(payload, nowMs);
     if (fast != null) {
       return fast;
@@ -79,6 +94,15 @@ public final class EventParse implements UDF2<byte[], Long, Row> {
     if (!(parsed instanceof Map<?, ?> obj)) {
       throw new Rejected("expected a JSON object, got " + StrictJson.type(parsed));
     }
+    return row(obj, nowMs);
+  }
+
+  /**
+   * The row of an event read into StrictJson's value forms (Map, String, Long, Other, Boolean, List, NULL),
+   * by the rules of a JSON event: AvroEventParse maps an Avro record to these forms and ends here, so both
+   * formats give one row, or one reason, for one event.
+   */
+  Row row(Map<?, ?> obj, long nowMs) throws Rejected {
     Object[] row = new Object[spec.width()];
     row[spec.countSlot()] = count(obj);
     row[0] = key(obj.get(spec.keyField));

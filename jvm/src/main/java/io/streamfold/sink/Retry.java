@@ -7,26 +7,27 @@ import org.apache.logging.log4j.Logger;
  * Waiting out a dependency's outage on the executors: an attempt is repeated with backoff (1, 2, 4 ... 15
  * s) while it fails transiently, for up to a budget (STREAMFOLD_SINK_RETRY_S, default 900 s), with one log
  * line per attempt; then the last error is thrown and the query fails (a restart resumes exactly once).
- * The same rules and log lines as pipeline/retry.py, which the driver and the Kinesis source use.
+ * The same rules and log lines as pipeline/retry.py, which the driver and the Kinesis source use; the
+ * Avro event parser waits out the schema registry with it too (events/RegistryClient).
  */
-final class Retry {
+public final class Retry {
   private static final Logger LOG = LogManager.getLogger("io.streamfold.sink");
   private static final long FIRST_DELAY_MS = 1_000;
   private static final long MAX_DELAY_MS = 15_000;
 
   /** One try of the work; may throw anything. */
-  interface Attempt<T> {
+  public interface Attempt<T> {
     T run() throws Exception;
   }
 
   /** Which failures are an outage worth waiting out. */
-  interface Transient {
+  public interface Transient {
     boolean test(Exception error);
   }
 
   private Retry() {}
 
-  static <T> T retrying(String what, long budgetMs, Transient isTransient, Attempt<T> attempt) {
+  public static <T> T retrying(String what, long budgetMs, Transient isTransient, Attempt<T> attempt) {
     long deadline = System.nanoTime() + budgetMs * 1_000_000L;
     long delayMs = FIRST_DELAY_MS;
     while (true) {
@@ -50,7 +51,7 @@ final class Retry {
   }
 
   /** "ExceptionClass: message" on one line, at most 200 characters of message (pipeline/retry.py). */
-  static String oneLine(Throwable error) {
+  public static String oneLine(Throwable error) {
     String message = error.getMessage() == null ? "" : error.getMessage().trim().replaceAll("\\s+", " ");
     if (message.isEmpty()) {
       message = error.getClass().getSimpleName();
