@@ -49,6 +49,24 @@ def test_the_spec_names_each_table_once_in_join_order_with_its_columns_types() -
     assert fields[-4:] == ["unavailable", "drifted", "progress_ms", "error"]
 
 
+def test_a_table_joined_twice_is_folded_once_with_the_columns_of_both_joins() -> None:
+    text = scans().model_dump(mode="json", exclude_defaults=True)
+    text["tables"]["sender"]["columns"]["parent"] = "bigint"
+    text["tables"] = {
+        **text["tables"],
+        "parent": {
+            "table": "public.senders",
+            "key": "id",
+            "key_type": "bigint",
+            "columns": {"vat": "text"},
+            "join_on": "sender.parent",
+        },
+    }
+    spec = cdc_fold.tables_spec(pf.Pipeline.model_validate(text))
+    senders = [t["spec"] for t in spec["tables"] if t["table"] == "public.senders"]
+    assert [[c["name"] for c in s["columns"]] for s in senders] == [["country", "account", "parent", "vat"]]
+
+
 def test_a_table_joined_twice_on_two_keys_is_refused() -> None:
     text = scans().model_dump(mode="json", exclude_defaults=True)
     text["tables"]["depot"]["table"] = "public.senders"
