@@ -85,6 +85,7 @@ def test_each_tables_changes_fold_typed_into_its_own_columns(spark: SparkSession
             envelope(cdc_fold.HEARTBEAT_TABLE, "u", {"id": 1}, ts_ms=4_000, schema=cdc_fold.HEARTBEAT_SCHEMA),
             envelope("elsewhere", "c", {"id": 1}),
             b"{oops",
+            envelope("senders", "c", {"id": "x", "country": "NL"}),
         ],
     )
     rows = [r | {"t0_weight": r["t0_weight"] and str(r["t0_weight"])} for r in rows]
@@ -95,6 +96,7 @@ def test_each_tables_changes_fold_typed_into_its_own_columns(spark: SparkSession
         ("progress", None, None, None, 4_000),
         ("error", None, None, None, None),
         ("error", None, None, None, None),
+        ("error", None, None, None, None),
     ]
     parcel, sender = rows[0], rows[1]
     assert (parcel["t0_sender_id"], parcel["t0_weight"], parcel["t1_country"]) == (7, "1.50", None)
@@ -102,6 +104,7 @@ def test_each_tables_changes_fold_typed_into_its_own_columns(spark: SparkSession
     assert rows[4]["error"] == "a change of public.elsewhere, a table the pipeline file does not join"
     assert rows[4]["event_id"] == "r4" and rows[4]["payload"] is not None
     assert rows[5]["error"].startswith("change event is not JSON")
+    assert rows[6]["error"] == "public.senders: change event without a id", "whose change it was"
 
 
 def test_a_heartbeat_topic_record_is_dropped(spark: SparkSession) -> None:

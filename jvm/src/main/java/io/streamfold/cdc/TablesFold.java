@@ -23,7 +23,8 @@ import org.apache.spark.sql.api.java.UDF3;
  * table's spec also names the heartbeat table (every spec names the same). The row, by position: kind,
  * table ("schema.name"; null for progress, skips and records of no table), key, op, valid_from_ms, lsn, the
  * first table's columns, the second's, ..., unavailable, drifted, progress_ms, error. A change fills only
- * its own table's columns; unavailable and drifted index its table's columns, as in the one-table row.
+ * its own table's columns; unavailable and drifted index its table's columns, as in the one-table row. A
+ * change its table's fold refuses is a dead letter of no table, its reason led by the table's name.
  *
  * <p>Which table a change is of is its envelope's source.schema and source.table, read by a streaming scan
  * of the source object before the fold. A change of a table no spec names is a dead letter: the capture
@@ -125,6 +126,9 @@ public final class TablesFold implements UDF3<Boolean, byte[], byte[], Row>, Ser
     }
     for (int t = 0; t < 4; t++) {
       row[width - 4 + t] = one.get(spec.unavailableField() + t);
+    }
+    if (i >= 0 && row[width - 1] != null) {
+      row[width - 1] = tables[i] + ": " + row[width - 1]; // several tables: say whose change it was
     }
     return RowFactory.create(row);
   }

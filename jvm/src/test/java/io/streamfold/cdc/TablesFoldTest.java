@@ -94,6 +94,7 @@ class TablesFoldTest {
     Row badKey = FOLD.call(false, null, envelope("c", "{\"id\": \"x\", \"country\": \"NL\"}", "ship", "senders"));
     assertEquals("error", badKey.get(TablesFold.KIND));
     assertNull(badKey.get(TablesFold.TABLE), "a dead letter joins no table's stage");
+    assertEquals("ship.senders: change event without a id", badKey.get(FOLD.width() - 1));
   }
 
   @Test
