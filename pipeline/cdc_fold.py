@@ -19,13 +19,14 @@ clock (`message.timestamp.after.max.ms`), so a forged one moves progress at most
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from common import names
+from common import join_plan, names
 from common import pipeline_file as pf
 from common.limits import MAX_FUTURE_MS
 from pipeline import field_types, records
@@ -41,7 +42,10 @@ HEARTBEAT_SCHEMA, HEARTBEAT_TABLE, MAX_CHANGE_BYTES = (
 MAX_PROGRESS_LEAD_MS = MAX_FUTURE_MS
 # The fold in the JVM (jvm/src/main/java/io/streamfold/cdc/EnvelopeFold.java).
 FOLD_UDF = "streamfold_fold_envelope"
+# The fold of several tables from one topic (jvm/src/main/java/io/streamfold/cdc/TablesFold.java).
+TABLES_FOLD_UDF = "streamfold_fold_tables"
 _KIND = StructField("kind", StringType())  # change | truncate | progress | skip | error
+_TABLE = StructField("table", StringType())  # schema.name of a change or truncate, else null
 _PROGRESS = StructField("progress_ms", LongType())
 
 
@@ -68,6 +72,49 @@ def fold_type(spec: dict[str, Any]) -> StructType:
     return StructType(fields)
 
 
+def tables_spec(pipeline: pf.Pipeline) -> dict[str, Any]:
+    """What TablesFold needs: each Postgres table the file joins, in join order, with its fold spec (as
+    profile_spec's): its key and the columns any join of it carries. A table joined twice is folded once,
+    so its joins must agree on its key and its columns' types."""
+    specs: dict[str, dict[str, Any]] = {pipeline.profile.table: pipeline.profile_spec()}
+    for join in join_plan.joins(pipeline)[1:]:
+        table = join.table
+        key = {"column": table.key, "type": table.key_type}
+        spec = specs.setdefault(table.table, {**pipeline.profile_spec(), "key": key, "columns": []})
+        if spec["key"] != key:
+            raise ValueError(f"{table.table} is joined on two keys: {spec['key']} and {key}")
+        have = {c["name"]: c["type"] for c in spec["columns"]}
+        for name, column in table.columns.items():
+            if have.setdefault(name, column.type) != column.type:
+                raise ValueError(f"{table.table}.{name} is joined as {have[name]} and as {column.type}")
+            if name not in {c["name"] for c in spec["columns"]}:
+                spec["columns"].append({"name": name, "type": column.type})
+    return {"tables": [{"table": name, "spec": spec} for name, spec in specs.items()]}
+
+
+def tables_fold_type(spec: dict[str, Any]) -> StructType:
+    """The row TablesFold returns, by position: kind, table, key, op, valid_from_ms, lsn, each table's
+    columns in spec order (the i-th table's named t<i>_<column>), unavailable, drifted (both index the
+    change's own table's columns), progress_ms, error."""
+    one = fold_type({**spec["tables"][0]["spec"], "columns": []})
+    columns = [
+        StructField(f"t{i}_{c['name']}", field_types.spark_type(c["type"]))
+        for i, table in enumerate(spec["tables"])
+        for c in table["spec"]["columns"]
+    ]
+    head, tail = one.fields[:5], one.fields[5:]
+    fields = [head[0], _TABLE, StructField("key", StringType()), *head[2:], *columns, *tail]
+    return StructType(fields)
+
+
+def fold_tables(cdc_raw: DataFrame, spec: dict[str, Any]) -> DataFrame:
+    """`fold` for several tables in one topic (tables_spec): the same records kept and progress capped, in
+    TablesFold's row (tables_fold_type)."""
+    register_java_udf(cdc_raw.sparkSession, TABLES_FOLD_UDF, "TablesFold", spec, tables_fold_type(spec))
+    fields = records.names(tables_fold_type(spec))
+    return _capped(_folded(cdc_raw, TABLES_FOLD_UDF, fields, ("written_ms",)))
+
+
 def folded_columns(spec: dict[str, Any]) -> tuple[str, ...]:
     """What `fold_records` returns: the UDF's row, and the record's id and bytes when it is an error."""
     return (*records.names(fold_type(spec)), "event_id", "payload")
@@ -78,8 +125,13 @@ def fold(cdc_raw: DataFrame, spec: dict[str, Any]) -> DataFrame:
     folded_columns(spec): every change, truncate, progress and unfoldable record ("error", a dead letter the
     join passes through); skipped ones dropped. progress_ms counts at most MAX_PROGRESS_LEAD_MS past
     written_ms, the record's Kafka timestamp."""
+    return _capped(fold_records(cdc_raw, spec, "written_ms"))
+
+
+def _capped(folded: DataFrame) -> DataFrame:
+    """The records the join takes, progress_ms capped at MAX_PROGRESS_LEAD_MS past written_ms (dropped)."""
     kept = "kind IN ('change', 'truncate', 'progress', 'error')"
-    folded = fold_records(cdc_raw, spec, "written_ms").where(kept)
+    folded = folded.where(kept)
     limit = F.col("written_ms") + F.lit(MAX_PROGRESS_LEAD_MS)
     progress = F.col("progress_ms")
     capped = F.when(progress > limit, limit).otherwise(progress)  # null stays null
@@ -94,15 +146,21 @@ def fold_records(cdc_raw: DataFrame, spec: dict[str, Any], *keep: str) -> DataFr
     of them, planned and code-generated again every micro-batch). `keep` names input columns to carry along.
     """
     register_java_udf(cdc_raw.sparkSession, FOLD_UDF, "EnvelopeFold", spec)
+    return _folded(cdc_raw, FOLD_UDF, folded_columns(spec)[:-2], keep)
+
+
+def _folded(cdc_raw: DataFrame, udf: str, fields: Sequence[str], keep: Sequence[str]) -> DataFrame:
+    """The fold `udf` of every record: its row's `fields`, the record's id and bytes when it is an error,
+    and the input columns `keep`."""
     folded = cdc_raw.select(
         "event_id",
         "value",
         *keep,
-        F.call_function(FOLD_UDF, _heartbeat_topic(), "key", "value").alias("_fold"),
+        F.call_function(udf, _heartbeat_topic(), "key", "value").alias("_fold"),
     )
     error = F.col("_fold.kind") == "error"
     return folded.select(
-        *(F.col(f"_fold.{name}").alias(name) for name in folded_columns(spec)[:-2]),
+        *(F.col(f"_fold.{name}").alias(name) for name in fields),
         F.when(error, F.col("event_id")).alias("event_id"),
         F.when(error, F.col("value")).alias("payload"),
         *keep,
@@ -114,12 +172,18 @@ def _heartbeat_topic() -> Column:
     return F.col("topic").startswith(f"{names.HEARTBEAT_TOPIC_PREFIX}.")
 
 
-def register_java_udf(spark: SparkSession, name: str, java_class: str, spec: dict[str, Any]) -> None:
+def register_java_udf(
+    spark: SparkSession,
+    name: str,
+    java_class: str,
+    spec: dict[str, Any],
+    returns: StructType | None = None,
+) -> None:
     """Registers `name` as an instance of io.streamfold.cdc.<java_class> made with the spec's JSON (it
-    travels to the executors inside the serialised UDF), of return type fold_type(spec). The UDF is bound
-    when a DataFrame calling it is made: register right before."""
+    travels to the executors inside the serialised UDF), of return type `returns` (fold_type(spec) by
+    default). The UDF is bound when a DataFrame calling it is made: register right before."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     udf = getattr(jvm.io.streamfold.cdc, java_class)(json.dumps(spec))
-    return_type = spark._jsparkSession.parseDataType(fold_type(spec).json())
+    return_type = spark._jsparkSession.parseDataType((returns or fold_type(spec)).json())
     spark._jsparkSession.udf().register(name, udf, return_type)

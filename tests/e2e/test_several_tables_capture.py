@@ -1,15 +1,20 @@
 """Several tables, captured (docs/join-semantics.md, "Several tables"): setup's publication, grants and
 connector for a file with further tables, on the real stack. One connector and one slot capture every
 table into the one CDC topic, in commit order with the heartbeats, with only the carried columns; a lookup
-table that leaves the publication is a lost capture like the profile's. (The job does not join further
-tables yet, so `streamfold setup` refuses such a file: this calls the setup steps directly.)"""
+table that leaves the publication is a lost capture like the profile's. The fold of every table
+(pipeline/cdc_fold.py fold_tables) types each table's real change events into its own columns. (The job
+does not join further tables yet, so `streamfold setup` refuses such a file: this calls the setup steps
+directly.)"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -18,6 +23,8 @@ from common import config, join_plan
 from common import pipeline_file as pf
 from connectors.setup import run_setup
 from db import capture
+from pipeline import cdc_fold
+from pipeline.spark import session
 from tests.support.kafka import read_all
 from tests.support.own_pipeline import drop_installation
 
@@ -87,6 +94,34 @@ def changes_of(settings: config.Settings, want: int) -> list[dict]:
         time.sleep(1)
 
 
+def folded(settings: config.Settings) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """The CDC topic's records through fold_tables: each change's table, key, op and the columns it set;
+    every other record must be progress (a heartbeat-table event), none a dead letter."""
+    messages = read_all(settings.kafka_bootstrap, settings.pipeline.cdc_topic)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = session("streamfold-e2e-fold", {"spark.master": "local[1]", "spark.ui.enabled": "false"})
+    try:
+        raw = spark.createDataFrame(
+            [(m.topic, m.raw_key, m.raw_value, f"r{m.offset}", int(time.time() * 1000)) for m in messages],
+            "topic string, key binary, value binary, event_id string, written_ms long",
+        )
+        spec = cdc_fold.tables_spec(settings.pipeline)
+        rows = [r.asDict() for r in cdc_fold.fold_tables(raw, spec).collect()]
+    finally:
+        spark.stop()
+    assert {r["kind"] for r in rows if r["kind"] != "change"} <= {"progress"}, rows
+    return [
+        (
+            r["table"],
+            r["key"],
+            r["op"],
+            {k: v for k, v in r.items() if k.startswith("t") and k[1].isdigit() and v is not None},
+        )
+        for r in rows
+        if r["kind"] == "change"
+    ]
+
+
 def test_one_connector_captures_every_table_into_one_topic_in_commit_order(scans: config.Settings) -> None:
     run_setup(scans, echo=lambda _: None)
     p = scans.pipeline
@@ -132,6 +167,13 @@ def test_one_connector_captures_every_table_into_one_topic_in_commit_order(scans
     assert lsns == sorted(lsns), "the tables' changes are in commit order"
     first = envelopes.index(rows[0])
     assert any(e["source"]["table"] == pf.HEARTBEAT_TABLE for e in envelopes[first:]), "heartbeats among them"
+    assert folded(scans) == [
+        (depots, "HAM", "c", {"t2_city": "Hamburg"}),
+        (senders, "1", "c", {"t1_country": "DE"}),
+        (parcels, "7", "c", {"t0_sender_id": 1, "t0_weight": "2.5"}),
+        (senders, "1", "u", {"t1_country": "FR"}),
+        (parcels, "7", "u", {"t0_sender_id": 1, "t0_weight": "3"}),
+    ]
 
     # A lookup table that leaves the publication is a lost capture, named.
     with psycopg.connect(scans.pg_dsn, autocommit=True) as conn:

@@ -39,7 +39,12 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
 
   /** The fold of the profile table `specJson` describes (ProfileSpec). */
   public EnvelopeFold(String specJson) {
-    spec = ProfileSpec.parse(specJson);
+    this(ProfileSpec.parse(specJson));
+  }
+
+  /** The fold of the table `spec` describes. */
+  EnvelopeFold(ProfileSpec spec) {
+    this.spec = spec;
   }
 
   @Override

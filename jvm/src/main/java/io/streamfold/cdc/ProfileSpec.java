@@ -82,6 +82,11 @@ public final class ProfileSpec implements Serializable {
     }
   }
 
+  /** The spec from its parsed JSON (a table's spec inside TablesFold's). */
+  static ProfileSpec of(Object spec) {
+    return new ProfileSpec(object(spec, "a profile spec"));
+  }
+
   /** The row's width: the fixed fields and one per column. */
   int width() {
     return FIRST_COLUMN + columns.length + 4;
