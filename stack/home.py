@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import config
+from common import config, registry
 
 # Offsets inside a stack's block of ports.
 PORT_OFFSETS = {
@@ -33,6 +33,8 @@ PORT_OFFSETS = {
     "kinesis": 4,
     "spark-master": 6,
     "spark-master-ui": 7,
+    "registry": 8,
+    "registry-management": 9,
 }
 PORT_BLOCK = 10
 DEFAULT_PORT_RANGE = "20000-29999"
@@ -75,6 +77,9 @@ class Stack:
     def connect_login(self) -> config.Login:
         return config.Login(config.CLIENT_USER, self.secrets[config.CONNECT_PASSWORD_VAR])
 
+    def registry_login(self) -> config.Login:
+        return config.Login(config.CLIENT_USER, self.secrets[config.REGISTRY_PASSWORD_VAR])
+
     @property
     def pg_dsn(self) -> str:
         password = self.secrets["STREAMFOLD_PG_PASSWORD"]
@@ -89,8 +94,8 @@ class Stack:
             "STREAMFOLD_KAFKA_BOOTSTRAP": f"127.0.0.1:{self.ports['kafka']}",
             "STREAMFOLD_CONNECT_URL": f"http://127.0.0.1:{self.ports['connect']}",
             "STREAMFOLD_KINESIS_ENDPOINT": f"http://127.0.0.1:{self.ports['kinesis']}",
-            config.KAFKA_USER_VAR: config.CLIENT_USER,
-            config.CONNECT_USER_VAR: config.CLIENT_USER,
+            config.REGISTRY_URL_VAR: f"http://127.0.0.1:{self.ports['registry']}{registry.CCOMPAT_PATH}",
+            **dict.fromkeys(config.LOGIN_VARS, config.CLIENT_USER),
             **roles,
             **AWS_ENV,
         }

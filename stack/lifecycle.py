@@ -34,6 +34,7 @@ from stack.kinesis import Kinesis
 from stack.postgres import Postgres
 from stack.prerequisites import check_prerequisites
 from stack.processes import wait_gone
+from stack.registry import Registry
 from stack.service import Service
 from stack.spark import (
     SparkMaster,
@@ -45,9 +46,9 @@ from stack.spark import (
 )
 from stack.spark import environment as spark_environment
 
-SERVICES = ("postgres", "kafka", "connect", "kinesis")
+SERVICES = ("postgres", "kafka", "connect", "kinesis", "registry")
 # Services started together, then waited for; Connect needs a healthy broker, a Spark worker the master.
-START_WAVES = (("postgres", "kafka", "kinesis", "spark-master"), ("connect", "spark-worker"))
+START_WAVES = (("postgres", "kafka", "kinesis", "registry", "spark-master"), ("connect", "spark-worker"))
 WORKER = re.compile(r"spark-worker-([1-9]\d*)")
 CLUSTER_NAME = re.compile(r"spark-master|spark-worker-[1-9]\d*")
 
@@ -59,11 +60,12 @@ SERVICE_CLASSES: dict[str, type[Service]] = {
     "kafka": Kafka,
     "connect": Connect,
     "kinesis": Kinesis,
+    "registry": Registry,
 }
 
 
 def service_names(stack: Stack) -> list[str]:
-    """The stack's services: the four, then the Spark cluster's master and workers when it has one."""
+    """The stack's services: the five, then the Spark cluster's master and workers when it has one."""
     workers = configured_workers(stack)
     cluster = ["spark-master", *(f"spark-worker-{i}" for i in range(1, workers + 1))] if workers else []
     return [*SERVICES, *cluster]
@@ -195,7 +197,14 @@ def down(home: Path) -> None:
     if stack is None:
         return
     cluster = sorted({*_cluster_pid_files(stack), *service_names(stack)} - set(SERVICES), reverse=True)
-    for name in [*cluster, "connect", "kinesis", "kafka", "postgres"]:  # workers before their master
+    for name in [
+        *cluster,
+        "connect",
+        "registry",
+        "kinesis",
+        "kafka",
+        "postgres",
+    ]:  # workers before their master
         svc = service(stack, name)
         if svc.pid() is not None:
             svc.stop()

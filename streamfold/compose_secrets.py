@@ -7,11 +7,13 @@ once, the passwords the local stack keeps in `secrets.json`, into SECRETS_DIR an
   Docker": `docker compose exec kafka cat /run/streamfold/secrets.env`);
 - SECRETS_DIR/postgres.password: the superuser's, for initdb;
 - SECRETS_DIR/kafka.env, connect.env: what the broker and the Connect worker log in with;
+- SECRETS_DIR/registry.properties: the schema registry's settings, its user's password among them;
 - SECRETS_DIR/setup.env: `streamfold setup`'s settings (the superuser DSN), as STREAMFOLD_ENV_FILE;
 - JOB_DIR/pipeline.env: the job's (the writer's DSN): the job's container never holds the superuser's.
 
-A volume already holding secrets.env is left as it is, so the passwords outlive `docker compose down`
-(not `down -v`, which removes the data they protect too).
+A volume already holding secrets.env keeps its passwords, so they outlive `docker compose down` (not
+`down -v`, which removes the data they protect too); a password or file a later version added (the
+schema registry's) is added to it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from common import config
+from common import config, registry
 
 # Where the compose network's services listen (compose/docker-compose.yml).
 PG_HOST = "postgres:5432"
@@ -31,6 +33,10 @@ PG_SUPERUSER = "streamfold"
 SUPERUSER_PASSWORD = "STREAMFOLD_PG_PASSWORD"
 BROKER_PASSWORD = config.KAFKA_BROKER_PASSWORD_VAR
 PASSWORD_NAMES = config.STACK_PASSWORD_VARS
+# The registry's container (compose/docker-compose.yml): its API on the compose network, its management
+# port (the healthcheck's) on the container's loopback, its H2 file in its volume.
+REGISTRY_LISTEN = registry.Listen("0.0.0.0", 8080, "127.0.0.1", 9000)
+REGISTRY_DATA = Path("/var/lib/registry")
 
 
 def generate() -> dict[str, str]:
@@ -48,8 +54,13 @@ def dsn(user: str, password: str) -> str:
 
 def clients(values: dict[str, str]) -> dict[str, str]:
     """What every streamfold client reads: the roles', Kafka's and Connect's credentials."""
-    users = {config.KAFKA_USER_VAR: config.CLIENT_USER, config.CONNECT_USER_VAR: config.CLIENT_USER}
+    users = dict.fromkeys(config.LOGIN_VARS, config.CLIENT_USER)
     return {**users, **{name: values[name] for name in config.SECRET_VARS}}
+
+
+def registry_settings(values: dict[str, str]) -> dict[str, object]:
+    login = config.Login(config.CLIENT_USER, values[config.REGISTRY_PASSWORD_VAR])
+    return registry.properties(REGISTRY_LISTEN, REGISTRY_DATA, Path("/tmp"), login)
 
 
 def files(
@@ -67,6 +78,7 @@ def files(
         secrets_dir / "postgres.password": values[SUPERUSER_PASSWORD] + "\n",
         secrets_dir / "kafka.env": env_text(kafka),
         secrets_dir / "connect.env": env_text({name: values[name] for name in connect_names}),
+        secrets_dir / "registry.properties": registry.properties_text(registry_settings(values)),
         secrets_dir / "setup.env": env_text(superuser),
         secrets_dir / "secrets.env": env_text(
             {SUPERUSER_PASSWORD: values[SUPERUSER_PASSWORD], **clients(values)}
@@ -74,13 +86,26 @@ def files(
     }
 
 
+def kept(secrets_dir: Path, job_dir: Path) -> dict[str, str]:
+    """The passwords an earlier start wrote (its .env files hold every one), none if it did not finish."""
+    if not (secrets_dir / "secrets.env").exists():
+        return {}
+    values: dict[str, str] = {}
+    for path in (*sorted(secrets_dir.glob("*.env")), *sorted(job_dir.glob("*.env"))):
+        values.update(config.parse_env(path.read_text()))
+    return {name: values[name] for name in PASSWORD_NAMES if values.get(name)}
+
+
 def write(secrets_dir: Path, job_dir: Path) -> bool:
-    """Write the files unless secrets.env exists; True if they were written. Readable by the services'
-    users (each image has its own): the volumes are reachable only by the containers mounting them and
-    root on the host."""
-    if (secrets_dir / "secrets.env").exists():
+    """Write the files unless every password and file is there; True if they were written. Passwords an
+    earlier start wrote are kept. Readable by the services' users (each image has its own): the volumes
+    are reachable only by the containers mounting them and root on the host."""
+    old = kept(secrets_dir, job_dir)
+    values = {**config.new_passwords(name for name in PASSWORD_NAMES if name not in old), **old}
+    texts = files(values, secrets_dir, job_dir)
+    if len(old) == len(PASSWORD_NAMES) and all(path.exists() for path in texts):
         return False
-    for path, text in files(generate(), secrets_dir, job_dir).items():
+    for path, text in texts.items():
         path.write_text(text)
         path.chmod(0o644)
     return True

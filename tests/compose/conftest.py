@@ -38,11 +38,12 @@ PORTS = {
     "KAFKA_HOST_PORT": 31092,
     "CONNECT_HOST_PORT": 31083,
     "KINESIS_HOST_PORT": 31068,
+    "REGISTRY_HOST_PORT": 31081,
     "SPARK_UI_HOST_PORT": 31040,
     "SPARK_MASTER_UI_HOST_PORT": 31080,
 }
-SERVICES = ("postgres", "kafka", "connect", "kinesis", "pipeline")
-IMAGES = ("postgres", "kafka", "kinesis", "pipeline")
+SERVICES = ("postgres", "kafka", "connect", "kinesis", "registry", "pipeline")
+IMAGES = ("postgres", "kafka", "kinesis", "registry", "pipeline")
 
 
 _config: pytest.Config | None = None

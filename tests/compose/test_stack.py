@@ -106,9 +106,23 @@ def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
 def test_every_service_healthy_and_setup_exited_0(stack: Compose) -> None:
     (setup,) = stack.containers("setup")
     assert setup["State"]["Status"] == "exited" and setup["State"]["ExitCode"] == 0
-    for service in ("postgres", "kafka", "connect", "kinesis", "pipeline"):
+    for service in ("postgres", "kafka", "connect", "kinesis", "registry", "pipeline"):
         (container,) = stack.containers(service)
         assert container["State"]["Health"]["Status"] == "healthy", service
+
+
+def test_the_registry_keeps_schemas_for_the_stacks_login_only(stack: Compose) -> None:
+    """On its loopback-published port: a schema registered with secrets.env's login reads back by id; no
+    login, no answer."""
+    secrets = config.parse_env(stack.shell(SECRETS).stdout)
+    url = f"http://127.0.0.1:{stack.settings()['REGISTRY_HOST_PORT']}/apis/ccompat/v7"
+    auth = (secrets[config.REGISTRY_USER_VAR], secrets[config.REGISTRY_PASSWORD_VAR])
+    schema = {"schema": json.dumps({"type": "record", "name": "Compose", "fields": []})}
+    posted = requests.post(f"{url}/subjects/compose-value/versions", json=schema, auth=auth, timeout=30)
+    assert posted.status_code == 200, posted.text
+    read = requests.get(f"{url}/schemas/ids/{posted.json()['id']}", auth=auth, timeout=30)
+    assert json.loads(read.json()["schema"])["name"] == "Compose"
+    assert requests.get(f"{url}/subjects", timeout=30).status_code == 401
 
 
 def image_run(stack: Compose, image: str, script: str) -> str:

@@ -41,7 +41,7 @@ def test_the_connector_config_holds_a_reference_not_the_password(streamfold_setu
 def test_services_get_only_the_secrets_they_need(streamfold_setup):
     stack = open_stack(config.home())
     others = {name: value for name, value in stack.secrets.items() if name != "STREAMFOLD_DEBEZIUM_PASSWORD"}
-    for name in ("kafka", "connect", "kinesis"):
+    for name in ("kafka", "connect", "kinesis", "registry"):
         pid = lifecycle.service(stack, name).pid()
         assert pid, f"{name} is not running"
         environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")

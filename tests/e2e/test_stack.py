@@ -189,7 +189,7 @@ def until_acknowledged(acknowledged: list[bytes], count: int, timeout_s: float =
 def test_down_leaves_no_stray_process(second_stack: tuple[Path, dict[str, str]]) -> None:
     home, _ = second_stack
     pids = [pid for pid in service_pids(home).values() if pid is not None]
-    assert len(pids) == 4 and processes_under(home)
+    assert len(pids) == len(lifecycle.SERVICES) and processes_under(home)
     lifecycle.down(home)
     assert processes_under(home) == []
     assert not any(alive(pid) for pid in pids)

@@ -25,13 +25,19 @@ from pathlib import Path
 from psycopg.conninfo import make_conninfo
 from testcontainers.compose import DockerCompose
 
-from common import config
+from common import config, registry
 
 COMPOSE_DIR = Path(__file__).resolve().parents[2] / "compose"
 COMPOSE_FILE = "docker-compose.yml"
-INFRA_SERVICES = ["postgres", "kafka", "connect", "kinesis"]
+INFRA_SERVICES = ["postgres", "kafka", "connect", "kinesis", "registry"]
 # The host ports docker-compose.yml publishes for those services (compose/.env names).
-PORT_VARS = ("POSTGRES_HOST_PORT", "KAFKA_HOST_PORT", "CONNECT_HOST_PORT", "KINESIS_HOST_PORT")
+PORT_VARS = (
+    "POSTGRES_HOST_PORT",
+    "KAFKA_HOST_PORT",
+    "CONNECT_HOST_PORT",
+    "KINESIS_HOST_PORT",
+    "REGISTRY_HOST_PORT",
+)
 # Every password a client on the host needs, where README says to read it (streamfold/compose_secrets.py).
 SECRETS_FILE = "/run/streamfold/secrets.env"
 
@@ -78,6 +84,7 @@ def stack_env(settings: dict[str, str], secrets: dict[str, str], workdir: Path) 
         "STREAMFOLD_KAFKA_BOOTSTRAP": f"127.0.0.1:{settings['KAFKA_HOST_PORT']}",
         "STREAMFOLD_CONNECT_URL": f"http://127.0.0.1:{settings['CONNECT_HOST_PORT']}",
         "STREAMFOLD_KINESIS_ENDPOINT": f"http://127.0.0.1:{settings['KINESIS_HOST_PORT']}",
+        config.REGISTRY_URL_VAR: f"http://127.0.0.1:{settings['REGISTRY_HOST_PORT']}{registry.CCOMPAT_PATH}",
         "STREAMFOLD_HOME": str(workdir),
         # Connect runs inside the compose network: it reaches the database by service name, not at the
         # port published on the host. connectors/setup.py must prefer these over the DSN's host/port.

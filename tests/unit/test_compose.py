@@ -44,8 +44,8 @@ DOCKERFILES = sorted(COMPOSE.glob("Dockerfile*"))
 CODE_DIRS = ("common", "streamfold", "pipeline", "connectors", "db")
 HOST_ONLY = ("stack", "tests")
 # The Dockerfile's service targets, and the stages only the builds use.
-TARGETS = {"postgres", "kafka", "kinesis", "pipeline"}
-BUILD_STAGES = {"build", "jars", "venv", "npm"}
+TARGETS = {"postgres", "kafka", "kinesis", "registry", "pipeline"}
+BUILD_STAGES = {"build", "jars", "venv", "jdk", "npm"}
 # Services from the pipeline image: which run streamfold's commands, which run its executors (the cluster
 # file's workers, named as the native stack's: stack/spark.py worker_names), which only schedule.
 PIPELINE_IMAGE = "streamfold/pipeline"
@@ -250,6 +250,30 @@ def test_no_password_is_committed_in_the_compose_files() -> None:
     # Each password is generated, once per stack, and reaches only the files of those who use it.
     job = generated()[compose_secrets.JOB_DIR / "pipeline.env"]
     assert compose_secrets.SUPERUSER_PASSWORD not in job and "postgres:5432" in job["STREAMFOLD_PG_DSN"]
+
+
+def test_a_later_start_keeps_the_passwords_and_adds_what_a_new_version_needs(tmp_path: Path) -> None:
+    secrets_dir, job_dir = tmp_path / "secrets", tmp_path / "job"
+    secrets_dir.mkdir(), job_dir.mkdir()
+    assert compose_secrets.write(secrets_dir, job_dir)
+    first = (secrets_dir / "secrets.env").read_text()
+    assert not compose_secrets.write(secrets_dir, job_dir)
+    # Volumes from before the registry: its password (in every file) and settings file are missing.
+    registry_line = f"export {config.REGISTRY_PASSWORD_VAR}="
+    for path in [*secrets_dir.glob("*.env"), *job_dir.glob("*.env")]:
+        lines = path.read_text().splitlines(True)
+        path.write_text("".join(line for line in lines if not line.startswith(registry_line)))
+    older = (secrets_dir / "secrets.env").read_text()
+    (secrets_dir / "registry.properties").unlink()
+    assert compose_secrets.write(secrets_dir, job_dir)
+    now = config.parse_env((secrets_dir / "secrets.env").read_text())
+    before = config.parse_env(older)
+    assert {name: now[name] for name in before} == before
+    assert now[config.REGISTRY_PASSWORD_VAR] and now[config.REGISTRY_PASSWORD_VAR] not in first
+    props = (secrets_dir / "registry.properties").read_text()
+    assert f"users.{config.CLIENT_USER}={now[config.REGISTRY_PASSWORD_VAR]}\n" in props
+    broker = config.parse_env((secrets_dir / "kafka.env").read_text())[compose_secrets.BROKER_PASSWORD]
+    assert broker in (secrets_dir / "kafka.env").read_text() and broker not in now.values()
 
 
 @pytest.mark.parametrize("fileset", FILESETS)
@@ -505,7 +529,7 @@ def test_postgres_caps_the_wal_a_slot_holds_as_the_local_stack_does() -> None:
 
 def test_maven_profiles_used_by_the_images_exist() -> None:
     used = {m for _, args in instructions(DOCKERFILE) for m in re.findall(r"-P (\w+)", args)}
-    assert used == {"kafka", "debezium", "spark", "join"} and used <= pom_profiles()
+    assert used == {"kafka", "debezium", "spark", "join", "registry"} and used <= pom_profiles()
 
 
 def test_requirements_and_pom_exist_once() -> None:

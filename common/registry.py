@@ -1,0 +1,54 @@
+"""The schema registry's settings, shared by both stacks: Apicurio Registry 3, a Quarkus app.
+
+The local stack writes them into its conf/ (stack/registry.py); the compose stack's `secrets` service into
+the secrets volume (streamfold/compose_secrets.py). A file, not the command line: it holds the password.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import config
+
+# The Confluent-compatible API (what Kafka serdes speak); the registry's own v3 API answers too.
+CCOMPAT_PATH = "/apis/ccompat/v7"
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where the API and the management port (health, metrics) listen."""
+
+    host: str
+    port: int
+    management_host: str
+    management_port: int
+
+
+def properties(listen: Listen, data_dir: Path, tmp_dir: Path, login: config.Login) -> dict[str, object]:
+    """Apicurio's settings besides its defaults: where it listens, its H2 file, its one user."""
+    return {
+        "quarkus.http.host": listen.host,
+        "quarkus.http.port": listen.port,
+        "quarkus.management.host": listen.management_host,
+        "quarkus.management.port": listen.management_port,
+        # A file, not Apicurio's default in-memory H2: schemas (and their ids) survive a restart.
+        "apicurio.datasource.url": f"jdbc:h2:file:{data_dir}/registry",
+        # An embedded H2 needs no pool of 20 connections (Apicurio's default, sized for a remote database).
+        "apicurio.datasource.jdbc.initial-size": 2,
+        "apicurio.datasource.jdbc.min-size": 2,
+        "apicurio.storage.snapshot.location": tmp_dir,
+        # HTTP Basic on every path of the API port (the management port serves health and metrics only).
+        # Quarkus warns that auth.basic is fixed at build time, yet without it every request gets 401.
+        "quarkus.http.auth.basic": "true",
+        "quarkus.security.users.embedded.enabled": "true",
+        "quarkus.security.users.embedded.plain-text": "true",
+        f"quarkus.security.users.embedded.users.{login.user}": login.password,
+        f"quarkus.security.users.embedded.roles.{login.user}": "sr-admin",
+        "quarkus.http.auth.permission.authenticated.paths": "/*",
+        "quarkus.http.auth.permission.authenticated.policy": "authenticated",
+    }
+
+
+def properties_text(values: dict[str, object]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in values.items())
