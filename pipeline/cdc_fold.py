@@ -129,13 +129,16 @@ def fold(cdc_raw: DataFrame, spec: dict[str, Any]) -> DataFrame:
 
 
 def _capped(folded: DataFrame) -> DataFrame:
-    """The records the join takes, progress_ms capped at MAX_PROGRESS_LEAD_MS past written_ms (dropped)."""
+    """The records the join takes, progress_ms capped at MAX_PROGRESS_LEAD_MS past written_ms (dropped).
+    progress_ms is the last millisecond whose every commit has been read: one before the record's
+    source.ts_ms, since another transaction may still commit in that same millisecond, and an event at it
+    must wait for that one's versions too."""
     kept = "kind IN ('change', 'truncate', 'progress', 'error')"
     folded = folded.where(kept)
     limit = F.col("written_ms") + F.lit(MAX_PROGRESS_LEAD_MS)
     progress = F.col("progress_ms")
     capped = F.when(progress > limit, limit).otherwise(progress)  # null stays null
-    return folded.withColumn("progress_ms", capped).drop("written_ms")
+    return folded.withColumn("progress_ms", capped - F.lit(1)).drop("written_ms")
 
 
 def fold_records(cdc_raw: DataFrame, spec: dict[str, Any], *keep: str) -> DataFrame:

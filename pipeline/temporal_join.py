@@ -8,7 +8,8 @@ Semantics (docs/join-semantics.md "In short"):
   whatever order events and changes arrive in. No valid version -> each profile column's if_missing (null
   when the file gives none); a text column with if_missing also takes it for a null or empty value.
 - Completeness: an event is emitted once CDC progress (source.ts_ms of changes, ts_ms of heartbeats)
-  reaches t, or after max_wait when the CDC stream stalls.
+  passes t (pipeline/cdc_fold.py: progress_ms is one before the newest commit's time), or after max_wait
+  when the CDC stream stalls.
 - Versions are dropped once a newer version is older than watermark - version_retention; a key left
   with only an old tombstone is forgotten, so state stays bounded.
 - mode "latest": Kafka Streams KStream-KTable leftJoin (latest version when processed, a key's changes
