@@ -47,6 +47,10 @@ def properties(listen: Listen, data_dir: Path, tmp_dir: Path, login: config.Logi
         f"quarkus.security.users.embedded.roles.{login.user}": "sr-admin",
         "quarkus.http.auth.permission.authenticated.paths": "/*",
         "quarkus.http.auth.permission.authenticated.policy": "authenticated",
+        # Vert.x's file cache (classpath resources copied to java.io.tmpdir/vertx-cache) is made open to
+        # others whatever the umask; the registry serves no static files, so it needs none.
+        "quarkus.vertx.caching": "false",
+        "quarkus.vertx.classpath-resolving": "false",
     }
 
 

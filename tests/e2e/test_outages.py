@@ -64,7 +64,11 @@ WAITING = {
         ": Getting offsets from KafkaV2[Subscribe[clicks-outage-kafka-",  # the scenario's own topic
         ": Processing new data for ",
     ),
-    "kinesis": ("Kinesis unavailable (EndpointConnectionError: Could not connect to the endpoint URL",),
+    # The planning reads' retry line, or the read-ahead's when the outage falls while a batch runs.
+    "kinesis": (
+        "Kinesis unavailable (EndpointConnectionError: Could not connect to the endpoint URL",
+        "reading the next batch ahead stopped (EndpointConnectionError: Could not connect to the endpoint",
+    ),
     "connect": (),  # checked by RELEASED instead
 }
 RELEASED = re.compile(r"batch \d+: \d+ events \(([1-9]\d*) released by join.max_wait\)")

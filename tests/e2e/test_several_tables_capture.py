@@ -8,8 +8,11 @@ directly.)"""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -24,9 +27,8 @@ from common import pipeline_file as pf
 from connectors.setup import run_setup
 from db import capture
 from pipeline import cdc_fold
-from pipeline.spark import session
 from tests.support.kafka import read_all
-from tests.support.own_pipeline import drop_installation
+from tests.support.own_pipeline import ROOT, drop_installation
 
 pytestmark = pytest.mark.e2e
 
@@ -94,21 +96,42 @@ def changes_of(settings: config.Settings, want: int) -> list[dict]:
         time.sleep(1)
 
 
+# Folds the records on stdin in a Spark session of its own process: a session an earlier test of the
+# pytest process made (tests/e2e/test_kinesis_source.py) holds a JVM without the streamfold jars.
+FOLD = """
+import base64, json, sys
+from pipeline import cdc_fold
+from pipeline.spark import session
+asked = json.load(sys.stdin)
+spark = session("streamfold-e2e-fold", {"spark.master": "local[1]", "spark.ui.enabled": "false"})
+raw = spark.createDataFrame(
+    [(t, k and base64.b64decode(k), v and base64.b64decode(v), i, w) for t, k, v, i, w in asked["records"]],
+    "topic string, key binary, value binary, event_id string, written_ms long",
+)
+rows = [r.asDict() for r in cdc_fold.fold_tables(raw, asked["spec"]).collect()]
+spark.stop()
+print(json.dumps(rows, default=str))
+"""
+
+
+def _b64(value: bytes | None) -> str | None:
+    return None if value is None else base64.b64encode(value).decode()
+
+
 def folded(settings: config.Settings) -> list[tuple[str, str, str, dict[str, Any]]]:
-    """The CDC topic's records through fold_tables: each change's table, key, op and the columns it set;
-    every other record must be progress (a heartbeat-table event), none a dead letter."""
+    """The CDC topic's records through fold_tables: each change's table, key, op and the columns it set
+    (numerics as text); every other record must be progress (a heartbeat-table event), none a dead letter."""
     messages = read_all(settings.kafka_bootstrap, settings.pipeline.cdc_topic)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = session("streamfold-e2e-fold", {"spark.master": "local[1]", "spark.ui.enabled": "false"})
-    try:
-        raw = spark.createDataFrame(
-            [(m.topic, m.raw_key, m.raw_value, f"r{m.offset}", int(time.time() * 1000)) for m in messages],
-            "topic string, key binary, value binary, event_id string, written_ms long",
-        )
-        spec = cdc_fold.tables_spec(settings.pipeline)
-        rows = [r.asDict() for r in cdc_fold.fold_tables(raw, spec).collect()]
-    finally:
-        spark.stop()
+    now = int(time.time() * 1000)
+    records = [(m.topic, _b64(m.raw_key), _b64(m.raw_value), f"r{m.offset}", now) for m in messages]
+    asked = {"records": records, "spec": cdc_fold.tables_spec(settings.pipeline)}
+    result = subprocess.run(
+        [sys.executable, "-c", FOLD],
+        input=json.dumps(asked), capture_output=True, text=True, timeout=300, cwd=ROOT,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(result.stdout.strip().splitlines()[-1])
     assert {r["kind"] for r in rows if r["kind"] != "change"} <= {"progress"}, rows
     return [
         (
