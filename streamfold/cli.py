@@ -11,7 +11,7 @@ import tomllib
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -436,21 +436,31 @@ def topics(as_json: Annotated[bool, typer.Option("--json", help="print them as J
 
 
 def _generate_profiles(count: int) -> None:
-    from streamfold.generate import load_profiles
+    from common import join_plan
+    from streamfold.generate import load_tables, table_rows
 
     settings = config.load()
-    table = settings.pipeline.profile.table
+    joins = join_plan.joins(settings.pipeline)
     with progress() as bar:
-        task = bar.add_task(table, total=count)
-        inserted = load_profiles(
-            settings.pg_dsn, count, settings.pipeline, on_progress=lambda n: bar.advance(task, n)
+        tasks: dict[str, Any] = {}
+        for position, join in enumerate(joins):
+            if join.table.table not in tasks:
+                tasks[join.table.table] = bar.add_task(join.table.table, total=table_rows(count, position))
+        inserted = load_tables(
+            settings.pg_dsn,
+            count,
+            settings.pipeline,
+            on_progress=lambda table, n: bar.advance(tasks[table], n),
         )
-    console.print(f"{inserted} profiles inserted into {table}")
+    for table, rows in inserted.items():
+        what = "profiles" if table == joins[0].table.table else "rows"
+        console.print(f"{rows} {what} inserted into {table}")
 
 
 @generate_app.command("profiles")
 def generate_profiles(count: Annotated[int, typer.Option(help="number of profiles")] = 1000) -> None:
-    """Insert sample profiles 1..N into the pipeline's profile table (existing keys are left alone)."""
+    """Insert sample profiles 1..N into the pipeline's profile table, and keys 1..N/10 into its first further
+    table, 1..N/100 into the second... (foreign keys drawn among them; existing keys are left alone)."""
     _generate_profiles(count)
 
 

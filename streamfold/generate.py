@@ -18,8 +18,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from common import join_plan, topics
 from common import pipeline_file as pf
-from common import topics
 
 BATCH = 10_000
 
@@ -62,17 +62,71 @@ def _typed(name: str, kind: str, rng: random.Random) -> Any:
     }[kind]()
 
 
-# --- profiles -----------------------------------------------------------------------------------------
+# --- profiles and tables ------------------------------------------------------------------------------
+
+# Table j of the plan (the profile is 0) holds keys 1..rows // TABLE_SHRINK**j: each further table ten times
+# smaller than the one before it (100k profiles, 10k of the first table, 1k of the second), so every foreign
+# key drawn for it hits a row.
+TABLE_SHRINK = 10
 
 
-def profile_row(i: int, rng: random.Random, pipeline: pf.Pipeline, extra: list[str]) -> list[Any]:
-    """The key, each carried column, then the sample's other columns (PII the demo fills, say)."""
-    columns = pipeline.profile.columns
-    values = [sample_value(name, c.type, i, rng, pipeline) for name, c in columns.items()]
+def table_rows(rows: int, position: int) -> int:
+    """Keys 1..N of the plan's `position`-th join when the profile has keys 1..rows."""
+    return max(1, rows // TABLE_SHRINK**position)
+
+
+def table_key(i: int, join: join_plan.TableJoin, pipeline: pf.Pipeline) -> Any:
+    """The i-th sample key of a join's table: the profile's as key() says; a further table's text key is
+    `<name>_<i>`."""
+    if join.name == join_plan.PROFILE:
+        return key(i, pipeline)
+    return f"{join.name}_{i}" if join.table.key_type == "text" else i
+
+
+@dataclass(frozen=True)
+class KeyDraw:
+    """Which values must be keys of a table: a column (or event field) some join joins on, with the table
+    joined on it and its position in the plan."""
+
+    target: join_plan.TableJoin
+    position: int
+
+
+def key_draws(pipeline: pf.Pipeline, source: str) -> dict[str, KeyDraw]:
+    """The columns of `source` (a join's name, or join_plan.EVENT for the events' fields) that a join reads
+    its key from."""
+    return {
+        join.on[1]: KeyDraw(join, position)
+        for position, join in enumerate(join_plan.joins(pipeline))
+        if position > 0 and join.on[0] == source
+    }
+
+
+def _drawn(draw: KeyDraw, spread: int, rng: random.Random, pipeline: pf.Pipeline) -> Any:
+    return table_key(rng.randrange(table_rows(spread, draw.position)) + 1, draw.target, pipeline)
+
+
+def _row(
+    i: int, rng: random.Random, pipeline: pf.Pipeline, join: join_plan.TableJoin, rows: int, extra: list[str]
+) -> list[Any]:
+    """Row i of a join's table: its key, each carried column (a foreign key drawn among the keys of the
+    table it points at, as if the profile had `rows` keys), then the sample's other columns."""
+    columns = join.table.columns
+    draws = key_draws(pipeline, join.name)
+    values = [
+        _drawn(draws[name], rows, rng, pipeline)
+        if name in draws
+        else sample_value(name, c.type, i, rng, pipeline)
+        for name, c in columns.items()
+    ]
     values = [
         json.dumps(v) if columns[n].type == "jsonb" else v for n, v in zip(columns, values, strict=True)
     ]
-    return [key(i, pipeline), *values, *(sample_value(name, "text", i, rng, pipeline) for name in extra)]
+    return [
+        table_key(i, join, pipeline),
+        *values,
+        *(sample_value(name, "text", i, rng, pipeline) for name in extra),
+    ]
 
 
 def load_profiles(
@@ -85,31 +139,68 @@ def load_profiles(
     """Insert profiles 1..count into the pipeline's table (existing keys are left alone). Returns rows
     inserted. The sample's values for columns the file does not carry are inserted too."""
     pipeline = pipeline or pf.load()
+    return _load(admin_dsn, join_plan.joins(pipeline)[0], count, count, pipeline, seed, on_progress)
+
+
+def load_tables(
+    admin_dsn: str,
+    count: int,
+    pipeline: pf.Pipeline,
+    seed: int = 7,
+    on_progress: Callable[[str, int], None] | None = None,
+) -> dict[str, int]:
+    """load_profiles, then keys 1..table_rows(count, j) into the j-th further table of the file, every
+    foreign key pointing at a row. Returns rows inserted per Postgres table (a table joined twice is
+    filled once, by its first join)."""
+    inserted: dict[str, int] = {}
+    for position, join in enumerate(join_plan.joins(pipeline)):
+        if join.table.table in inserted:
+            continue
+        advance = (lambda n, table=join.table.table: on_progress(table, n)) if on_progress else None
+        rows = table_rows(count, position)
+        inserted[join.table.table] = _load(admin_dsn, join, rows, count, pipeline, seed + position, advance)
+    return inserted
+
+
+def _load(
+    admin_dsn: str,
+    join: join_plan.TableJoin,
+    rows: int,
+    spread: int,
+    pipeline: pf.Pipeline,
+    seed: int,
+    on_progress: Callable[[int], None] | None,
+) -> int:
+    """Rows 1..rows of a join's table, COPYed through a staging table in batches; existing keys are left
+    alone. The profile also gets the sample's values for columns the file does not carry."""
     rng = random.Random(seed)
-    profile = pipeline.profile
-    extra = [
-        n for n in pipeline.sample.values if n not in profile.columns and n not in pipeline.events.fields
-    ]
-    columns = sql.SQL(", ").join(map(sql.Identifier, [profile.key, *profile.columns, *extra]))
-    table = sql.Identifier(profile.schema_name, profile.table_name)
-    staging = sql.SQL(
-        "CREATE TEMP TABLE IF NOT EXISTS new_profiles ON COMMIT DROP AS SELECT {} FROM {} LIMIT 0"
+    table = join.table
+    extra = (
+        [n for n in pipeline.sample.values if n not in table.columns and n not in pipeline.events.fields]
+        if join.name == join_plan.PROFILE
+        else []
     )
-    insert = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM new_profiles ON CONFLICT ({}) DO NOTHING")
+    columns = sql.SQL(", ").join(map(sql.Identifier, [table.key, *table.columns, *extra]))
+    target = sql.Identifier(table.schema_name, table.table_name)
+    staging = sql.SQL("CREATE TEMP TABLE IF NOT EXISTS new_rows ON COMMIT DROP AS SELECT {} FROM {} LIMIT 0")
+    insert = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM new_rows ON CONFLICT ({}) DO NOTHING")
     inserted = 0
     with psycopg.connect(admin_dsn) as conn:
-        for start in range(1, count + 1, BATCH):
-            rows = [profile_row(i, rng, pipeline, extra) for i in range(start, min(start + BATCH, count + 1))]
+        for start in range(1, rows + 1, BATCH):
+            batch = [
+                _row(i, rng, pipeline, join, spread, extra)
+                for i in range(start, min(start + BATCH, rows + 1))
+            ]
             with conn.cursor() as cur:
-                cur.execute(staging.format(columns, table))
-                with cur.copy(sql.SQL("COPY new_profiles ({}) FROM STDIN").format(columns)) as copy:
-                    for row in rows:
+                cur.execute(staging.format(columns, target))
+                with cur.copy(sql.SQL("COPY new_rows ({}) FROM STDIN").format(columns)) as copy:
+                    for row in batch:
                         copy.write_row(row)
-                cur.execute(insert.format(table, columns, columns, sql.Identifier(profile.key)))
+                cur.execute(insert.format(target, columns, columns, sql.Identifier(table.key)))
                 inserted += cur.rowcount
             conn.commit()
             if on_progress:
-                on_progress(len(rows))
+                on_progress(len(batch))
     return inserted
 
 
@@ -145,13 +236,17 @@ def clicks(spec: ClickSpec) -> Iterator[dict[str, Any]]:
     """Events with a skewed key popularity (a few keys send a lot), like real traffic, stamped now."""
     rng = random.Random(spec.seed)
     events = spec.pipeline.events
+    draws = key_draws(spec.pipeline, join_plan.EVENT)  # fields a table joins on: its keys
     for _ in range(spec.count):
         # P(rank) ~ 1/rank (Zipf-like), then a bijective scramble so popular keys are spread out.
         rank = int((spec.users + 1) ** rng.random())
         i = (rank * 2_654_435_761) % spec.users + 1
         event = {events.key: key(i + spec.user_offset, spec.pipeline)}
         event.update(
-            (name, sample_value(name, f.type, i, rng, spec.pipeline)) for name, f in events.fields.items()
+            (name, _drawn(draws[name], spec.users, rng, spec.pipeline))
+            if name in draws
+            else (name, sample_value(name, f.type, i, rng, spec.pipeline))
+            for name, f in events.fields.items()
         )
         event[events.time.field] = _event_time(events.time.format)
         if events.count:

@@ -27,6 +27,7 @@ from common import pipeline_file as pf
 from connectors.setup import run_setup
 from db import capture
 from pipeline import cdc_fold
+from streamfold import generate
 from tests.support.kafka import read_all
 from tests.support.own_pipeline import ROOT, drop_installation
 
@@ -101,6 +102,7 @@ def changes_of(settings: config.Settings, want: int) -> list[dict]:
 FOLD = """
 import base64, json, sys
 from pipeline import cdc_fold
+from streamfold import generate
 from pipeline.spark import session
 asked = json.load(sys.stdin)
 spark = session("streamfold-e2e-fold", {"spark.master": "local[1]", "spark.ui.enabled": "false"})
@@ -204,3 +206,20 @@ def test_one_connector_captures_every_table_into_one_topic_in_commit_order(scans
         lost = capture.lost_tables(conn, p, join_plan.captured(p))
     assert [found.table for found in lost] == [senders]
     assert f"capture lost: {senders} is not in publication {p.publication}" in lost[0].message()
+
+
+def test_generate_fills_every_table_and_every_foreign_key_hits_a_row(scans: config.Settings) -> None:
+    p = scans.pipeline
+    inserted = generate.load_tables(scans.pg_dsn, 300, p)
+    parcels, senders, depots = (join.table.table for join in join_plan.joins(p))
+    assert inserted == {parcels: 300, senders: 30, depots: 3}
+    with psycopg.connect(scans.pg_dsn) as conn:
+        dangling = conn.execute(
+            f"SELECT count(*) FROM {parcels} p LEFT JOIN {senders} s ON s.id = p.sender_id WHERE s.id IS NULL"
+        ).fetchone()
+        depot_codes = {code for (code,) in conn.execute(f"SELECT code FROM {depots}")}
+    assert dangling == (0,)
+    events = list(generate.clicks(generate.ClickSpec(500, 300, pipeline=p)))
+    assert {e["depot"] for e in events} == depot_codes
+    assert {e["parcel_id"] for e in events} <= set(range(1, 301))
+    assert generate.load_tables(scans.pg_dsn, 300, p) == {parcels: 0, senders: 0, depots: 0}
