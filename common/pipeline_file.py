@@ -335,6 +335,12 @@ class Events(_Strict):
         return self.subject or f"{self.kafka_topic}-value"
 
 
+class Cdc(_Strict):
+    # json: Debezium's JSON converter, schemas off; avro: Apicurio's Avro converter, the Confluent wire
+    # format with the writer's schema by id from the registry (docs/avro.md, "Avro change events").
+    format: Literal["json", "avro"] = "json"
+
+
 class Join(_Strict):
     mode: Literal["event_time", "latest"] = "event_time"
     max_wait: Duration = 10_000
@@ -394,6 +400,7 @@ class Pipeline(_Strict):
     profile: Profile
     tables: dict[Identifier, Lookup] = Field(default_factory=dict)
     events: Events
+    cdc: Cdc = Cdc()
     join: Join = Join()
     outputs: Outputs = Outputs()
     aggregates: list[Aggregate] = Field(default_factory=list)

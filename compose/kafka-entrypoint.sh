@@ -44,8 +44,9 @@ case "${1:-broker}" in
     java_cmd "${KAFKA_HEAP:-768m}" kafka.Kafka "$props" ;;
   connect)
     . "$secrets/connect.env"
-    # The connector config says ${env:STREAMFOLD_DEBEZIUM_PASSWORD}; only this worker resolves it.
-    export STREAMFOLD_DEBEZIUM_PASSWORD
+    # The connector config says ${env:STREAMFOLD_DEBEZIUM_PASSWORD} (and, for cdc.format avro,
+    # ${env:STREAMFOLD_REGISTRY_PASSWORD}); only this worker resolves them.
+    export STREAMFOLD_DEBEZIUM_PASSWORD STREAMFOLD_REGISTRY_PASSWORD
     work=$(mktemp -d)
     { cat "$conf/connect-distributed.properties"
       for prefix in "" producer. consumer. admin.; do client_login "$prefix"; done

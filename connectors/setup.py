@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
 )
 from psycopg.conninfo import conninfo_to_dict
 
-from common import config, join_plan, names
+from common import config, join_plan, names, registry
 from common import pipeline_file as pf
 from db import capture, schema
 
@@ -124,7 +124,46 @@ def connector_config(settings: config.Settings, captured: join_plan.Captured | N
     filled["snapshot.select.statement.overrides"] = ",".join(captured)
     for table, columns in captured.items():
         filled[f"snapshot.select.statement.overrides.{table}"] = f"SELECT {', '.join(columns)} FROM {table}"
-    return filled
+    if pipeline.cdc.format != "avro":
+        return filled
+    json_only = {k for k in filled if k.endswith(".converter.schemas.enable")}
+    return {**{k: v for k, v in filled.items() if k not in json_only}, **avro_converters()}
+
+
+# Apicurio's Kafka Connect converter (pom.xml's apicurio-converter profile, on Connect's plugin path).
+AVRO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
+# The registry's own v2 API, which Apicurio 2's converter speaks (Apicurio 3 still serves it).
+REGISTRY_V2_PATH = "/apis/registry/v2"
+
+
+def avro_converters() -> dict[str, str]:
+    """cdc.format avro: key and value in the Confluent wire format (a zero byte, the 4-byte id the
+    registry's ccompat API serves, the Avro payload; no id in headers), schemas registered by the
+    converter, the stack's registry login with the password left to Connect's environment (as the
+    Debezium role's), and names Avro accepts."""
+    url = config.registry_url()
+    if not url:
+        raise SetupError(f"cdc.format avro needs a schema registry: set {config.REGISTRY_URL_VAR}")
+    base = url.removesuffix(registry.CCOMPAT_PATH) + REGISTRY_V2_PATH
+    settings = {
+        "apicurio.registry.url": base,
+        "apicurio.registry.auto-register": "true",
+        "apicurio.registry.find-latest": "true",
+        "apicurio.registry.as-confluent": "true",
+        # ccompat's /schemas/ids/{id} are content ids (Apicurio's default, legacy-id-mode off).
+        "apicurio.registry.use-id": "contentId",
+        "apicurio.registry.headers.enabled": "false",
+    }
+    login = config.registry_auth()
+    if login:
+        settings["apicurio.auth.username"] = login[0]
+        settings["apicurio.auth.password"] = f"${{env:{config.REGISTRY_PASSWORD_VAR}}}"
+    converters = {
+        f"{side}.converter{suffix}": value
+        for side in ("key", "value")
+        for suffix, value in (("", AVRO_CONVERTER), *((f".{k}", v) for k, v in settings.items()))
+    }
+    return {**converters, "schema.name.adjustment.mode": "avro", "field.name.adjustment.mode": "avro"}
 
 
 def _published_condition(publication: str, table: str, columns: tuple[str, ...]) -> str:

@@ -101,6 +101,14 @@ copy_jars() {  # profile, output dir
 }
 copy_jars kafka lib/kafka
 copy_jars debezium lib/connect-plugins/debezium-connector-postgres
+# Apicurio's Avro converter (cdc.format: avro) ships no ServiceLoader manifests, which the worker's
+# plugin.discovery=service_load needs: Kafka's own connect-plugin-path tool adds them (a shim jar).
+converter=lib/connect-plugins/apicurio-converter
+if [ ! -f "$converter/.complete" ] || [ pom.xml -nt "$converter/.complete" ]; then
+  copy_jars apicurio-converter "$converter"
+  java -cp 'lib/kafka/*' org.apache.kafka.tools.ConnectPluginPath sync-manifests --plugin-location "$converter" >/dev/null \
+    || { rm -f "$converter/.complete"; exit 1; }
+fi
 copy_jars spark lib/spark
 
 # --- the schema registry (Apicurio, stack/registry.py): its distribution unpacked into lib/registry -----

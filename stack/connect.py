@@ -51,12 +51,13 @@ class Connect(JavaService):
             "plugin.path": PLUGIN_PATH,
             # Every plugin ships ServiceLoader manifests: skip the slow reflective classpath scan.
             "plugin.discovery": "service_load",
-            # The connector config says ${env:STREAMFOLD_DEBEZIUM_PASSWORD}, never the password itself.
+            # The connector config says ${env:STREAMFOLD_DEBEZIUM_PASSWORD} (and the registry's), never a
+            # password itself.
             # A large profile row must not fail the Debezium task (connectors/setup.py, CDC_MAX_BYTES).
             "producer.max.request.size": 16 * 1024 * 1024,
             "config.providers": "env",
             "config.providers.env.class": "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
-            "config.providers.env.param.allowlist.pattern": f"^{DEBEZIUM_PASSWORD}$",
+            "config.providers.env.param.allowlist.pattern": f"^({'|'.join(self.launch_env())})$",
             # The REST API asks for HTTP Basic credentials (jvm_args: the JAAS file, _users).
             "rest.extension.classes": BASIC_AUTH_EXTENSION,
             **self._kafka_security(),
@@ -91,8 +92,13 @@ class Connect(JavaService):
         return [f"-Djava.security.auth.login.config={self._jaas}"]
 
     def launch_env(self) -> dict[str, str]:
-        # The one secret the connector references; no other role's, never the superuser's.
-        return {DEBEZIUM_PASSWORD: self.stack.secrets[DEBEZIUM_PASSWORD]}
+        # The secrets the connector references: the Debezium role's and, for cdc.format avro, the
+        # registry's; no other role's, never the superuser's.
+        registry = config.REGISTRY_PASSWORD_VAR
+        return {
+            DEBEZIUM_PASSWORD: self.stack.secrets[DEBEZIUM_PASSWORD],
+            registry: self.stack.secrets[registry],
+        }
 
     def healthy(self) -> bool:
         login = self.stack.connect_login()

@@ -72,6 +72,8 @@ def check_prerequisites(names: Sequence[str]) -> None:
             raise StackError(f"{KAFKA_LIB} is missing the Kafka jars: run make setup")
     if "connect" in names and not any(PLUGIN_PATH.glob("debezium-connector-postgres/*.jar")):
         raise StackError(f"{PLUGIN_PATH} has no Debezium Postgres plugin: run make setup")
+    if "connect" in names and not any(PLUGIN_PATH.glob("apicurio-converter/connect-plugin-path-shim-*.jar")):
+        raise StackError(f"{PLUGIN_PATH} has no Apicurio Avro converter (cdc.format: avro): run make setup")
     if "kinesis" in names:
         if not KINESIS_MAIN.exists():
             raise StackError(f"{KINESIS_MAIN.parent} is missing: run make setup (npm ci)")

@@ -69,7 +69,12 @@ def files(
     """Every file and its text; secrets.env last (written last: it marks the set complete)."""
     writer = values[config.PASSWORD_VARS[config.WRITER_ROLE]]
     kafka = {name: values[name] for name in (config.KAFKA_PASSWORD_VAR, BROKER_PASSWORD)}
-    connect_names = (config.KAFKA_PASSWORD_VAR, config.CONNECT_PASSWORD_VAR, "STREAMFOLD_DEBEZIUM_PASSWORD")
+    connect_names = (
+        config.KAFKA_PASSWORD_VAR,
+        config.CONNECT_PASSWORD_VAR,
+        "STREAMFOLD_DEBEZIUM_PASSWORD",
+        config.REGISTRY_PASSWORD_VAR,  # the Avro converter's login (cdc.format avro)
+    )
     superuser = {"STREAMFOLD_PG_DSN": dsn(PG_SUPERUSER, values[SUPERUSER_PASSWORD]), **clients(values)}
     return {
         job_dir / "pipeline.env": env_text(

@@ -528,8 +528,11 @@ def test_postgres_caps_the_wal_a_slot_holds_as_the_local_stack_does() -> None:
 
 
 def test_maven_profiles_used_by_the_images_exist() -> None:
-    used = {m for _, args in instructions(DOCKERFILE) for m in re.findall(r"-P (\w+)", args)}
-    assert used == {"kafka", "debezium", "spark", "join", "registry"} and used <= pom_profiles()
+    used = {m for _, args in instructions(DOCKERFILE) for m in re.findall(r"-P ([\w-]+)", args)}
+    assert (
+        used == {"kafka", "debezium", "apicurio-converter", "spark", "join", "registry"}
+        and used <= pom_profiles()
+    )
 
 
 def test_requirements_and_pom_exist_once() -> None:

@@ -306,3 +306,22 @@ def test_avro_events_from_kinesis_alone_name_their_subject():
     text = (ROOT / pf.DEFAULT_FILE).read_text().replace("  kafka_topic: clicks\n", "  format: avro\n", 1)
     with pytest.raises(pf.PipelineFileError, match=r"events.subject: Avro events from Kinesis alone need"):
         pf.parse(text, "mine.yaml")
+
+
+def test_change_events_are_json_by_default_and_may_be_avro():
+    default = (ROOT / pf.DEFAULT_FILE).read_text()
+    assert DEFAULT.cdc.format == "json"
+    assert pf.parse(default + "cdc: {format: avro}\n").cdc.format == "avro"
+    with pytest.raises(pf.PipelineFileError, match=r"cdc.format: Input should be 'json' or 'avro'"):
+        pf.parse(default + "cdc: {format: protobuf}\n")
+
+
+def test_change_events_may_turn_avro_but_not_back():
+    """The Avro fold reads the JSON envelopes the CDC topic holds from before; the JSON fold cannot read
+    Avro ones, and the topic keeps every change."""
+    from db import pipeline_schema
+
+    avro = pf.parse((ROOT / pf.DEFAULT_FILE).read_text() + "cdc: {format: avro}\n")
+    pipeline_schema.check_change(DEFAULT, avro)
+    with pytest.raises(pf.PipelineFileError, match="cdc.format: changed from 'avro' to 'json'"):
+        pipeline_schema.check_change(avro, DEFAULT)

@@ -160,3 +160,54 @@ def test_every_table_of_the_file_is_captured_into_the_one_cdc_topic(settings: co
     query = cfg["heartbeat.action.query"]
     assert query.count("EXISTS (SELECT 1 FROM pg_publication_tables") == 3
     assert "tablename = 'depots' AND attnames @> ARRAY['code', 'city']::name[]" in query
+
+
+AVRO_CUSTOMERS = CUSTOMERS + "cdc: {format: avro}\n"
+
+
+def test_a_json_file_keeps_the_json_converters_and_no_registry(settings: config.Settings) -> None:
+    cfg = setup.connector_config(settings)
+    assert cfg["value.converter"] == cfg["key.converter"] == "org.apache.kafka.connect.json.JsonConverter"
+    assert cfg["value.converter.schemas.enable"] == cfg["key.converter.schemas.enable"] == "false"
+    assert not [k for k in cfg if "apicurio" in k or "adjustment" in k]
+
+
+def test_cdc_avro_writes_confluent_wire_avro_with_the_stacks_registry_login(
+    settings: config.Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(config.REGISTRY_URL_VAR, "http://registry:8080/apis/ccompat/v7")
+    monkeypatch.setenv(config.REGISTRY_USER_VAR, "streamfold")
+    monkeypatch.setenv(config.REGISTRY_PASSWORD_VAR, "registry-secret")
+    avro = setup.connector_config(dataclasses.replace(settings, pipeline=pf.parse(AVRO_CUSTOMERS)))
+    plain = setup.connector_config(dataclasses.replace(settings, pipeline=pf.parse(CUSTOMERS)))
+    for side in ("key", "value"):
+        assert avro[f"{side}.converter"] == "io.apicurio.registry.utils.converter.AvroConverter"
+        assert f"{side}.converter.schemas.enable" not in avro
+        registry = {k.removeprefix(f"{side}.converter."): v for k, v in avro.items() if k.startswith(side)}
+        assert registry == {
+            "apicurio.registry.url": "http://registry:8080/apis/registry/v2",
+            "apicurio.registry.auto-register": "true",
+            "apicurio.registry.find-latest": "true",
+            "apicurio.registry.as-confluent": "true",
+            "apicurio.registry.use-id": "contentId",
+            "apicurio.registry.headers.enabled": "false",
+            "apicurio.auth.username": "streamfold",
+            # Connect resolves it from its own environment, as the Debezium role's password.
+            "apicurio.auth.password": "${env:STREAMFOLD_REGISTRY_PASSWORD}",
+            f"{side}.converter": "io.apicurio.registry.utils.converter.AvroConverter",
+        }
+    assert (avro["schema.name.adjustment.mode"], avro["field.name.adjustment.mode"]) == ("avro", "avro")
+    assert "registry-secret" not in str(avro)
+    # Everything else, the capture included, is the JSON file's.
+    same = {k: v for k, v in avro.items() if "converter" not in k and "adjustment" not in k}
+    assert same == {k: v for k, v in plain.items() if "converter" not in k}
+
+
+def test_cdc_avro_without_a_registry_is_refused(
+    settings: config.Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(config.REGISTRY_URL_VAR, raising=False)
+    with pytest.raises(
+        setup.SetupError, match="cdc.format avro needs a schema registry: set STREAMFOLD_REGISTRY_URL"
+    ):
+        setup.connector_config(dataclasses.replace(settings, pipeline=pf.parse(AVRO_CUSTOMERS)))
