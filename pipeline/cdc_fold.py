@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from common import join_plan, names
+from common import config, join_plan, names
 from common import pipeline_file as pf
 from common.limits import MAX_FUTURE_MS
-from pipeline import field_types, records
+from pipeline import field_types, records, retry
 
 # The heartbeat table and the change-event size limit are the pipeline file's (common/pipeline_file.py).
 HEARTBEAT_SCHEMA, HEARTBEAT_TABLE, MAX_CHANGE_BYTES = (
@@ -47,6 +47,28 @@ TABLES_FOLD_UDF = "streamfold_fold_tables"
 _KIND = StructField("kind", StringType())  # change | truncate | progress | skip | error
 _TABLE = StructField("table", StringType())  # schema.name of a change or truncate, else null
 _PROGRESS = StructField("progress_ms", LongType())
+
+
+class Registry(NamedTuple):
+    """Where the fold of Avro change events (cdc.format avro: jvm/.../cdc/AvroChangeFold.java) fetches
+    writer schemas: the registry's ccompat URL and login, and how long it waits out an outage (then the
+    task fails)."""
+
+    url: str
+    user: str
+    password: str
+    budget_ms: int
+
+
+def avro_registry(pipeline: pf.Pipeline) -> Registry | None:
+    """The registry the file's change events need (config.registry_url and its login), None for JSON ones."""
+    if pipeline.cdc.format != "avro":
+        return None
+    url = config.registry_url()
+    if not url:
+        raise RuntimeError(f"cdc.format avro needs a schema registry: set {config.REGISTRY_URL_VAR}")
+    user, password = config.registry_auth() or ("", "")
+    return Registry(url, user, password, int(retry.retry_budget_s() * 1000))
 
 
 def fold_type(spec: dict[str, Any]) -> StructType:
@@ -107,10 +129,11 @@ def tables_fold_type(spec: dict[str, Any]) -> StructType:
     return StructType(fields)
 
 
-def fold_tables(cdc_raw: DataFrame, spec: dict[str, Any]) -> DataFrame:
+def fold_tables(cdc_raw: DataFrame, spec: dict[str, Any], registry: Registry | None = None) -> DataFrame:
     """`fold` for several tables in one topic (tables_spec): the same records kept and progress capped, in
     TablesFold's row (tables_fold_type)."""
-    register_java_udf(cdc_raw.sparkSession, TABLES_FOLD_UDF, "TablesFold", spec, tables_fold_type(spec))
+    returns = tables_fold_type(spec)
+    register_java_udf(cdc_raw.sparkSession, TABLES_FOLD_UDF, "TablesFold", spec, returns, registry)
     fields = records.names(tables_fold_type(spec))
     return _capped(_folded(cdc_raw, TABLES_FOLD_UDF, fields, ("written_ms",)))
 
@@ -120,12 +143,12 @@ def folded_columns(spec: dict[str, Any]) -> tuple[str, ...]:
     return (*records.names(fold_type(spec)), "event_id", "payload")
 
 
-def fold(cdc_raw: DataFrame, spec: dict[str, Any]) -> DataFrame:
+def fold(cdc_raw: DataFrame, spec: dict[str, Any], registry: Registry | None = None) -> DataFrame:
     """Raw CDC records (topic, key, value, event_id, written_ms) -> the join's CDC input,
     folded_columns(spec): every change, truncate, progress and unfoldable record ("error", a dead letter the
     join passes through); skipped ones dropped. progress_ms counts at most MAX_PROGRESS_LEAD_MS past
-    written_ms, the record's Kafka timestamp."""
-    return _capped(fold_records(cdc_raw, spec, "written_ms"))
+    written_ms, the record's Kafka timestamp. With a registry, the records are Avro change events."""
+    return _capped(fold_records(cdc_raw, spec, "written_ms", registry=registry))
 
 
 def _capped(folded: DataFrame) -> DataFrame:
@@ -141,14 +164,16 @@ def _capped(folded: DataFrame) -> DataFrame:
     return folded.withColumn("progress_ms", capped - F.lit(1)).drop("written_ms")
 
 
-def fold_records(cdc_raw: DataFrame, spec: dict[str, Any], *keep: str) -> DataFrame:
+def fold_records(
+    cdc_raw: DataFrame, spec: dict[str, Any], *keep: str, registry: Registry | None = None
+) -> DataFrame:
     """parse_envelope in the JVM: every record -> folded_columns(spec), tagged by kind.
 
     One Java UDF (jvm/src/main/java/io/streamfold/cdc/EnvelopeFold.java) folds a record or says why it
     cannot, so the plan is two small projections (a fold in Spark's native functions was a 16-deep chain
     of them, planned and code-generated again every micro-batch). `keep` names input columns to carry along.
     """
-    register_java_udf(cdc_raw.sparkSession, FOLD_UDF, "EnvelopeFold", spec)
+    register_java_udf(cdc_raw.sparkSession, FOLD_UDF, "EnvelopeFold", spec, registry=registry)
     return _folded(cdc_raw, FOLD_UDF, folded_columns(spec)[:-2], keep)
 
 
@@ -181,12 +206,16 @@ def register_java_udf(
     java_class: str,
     spec: dict[str, Any],
     returns: StructType | None = None,
+    registry: Registry | None = None,
 ) -> None:
     """Registers `name` as an instance of io.streamfold.cdc.<java_class> made with the spec's JSON (it
     travels to the executors inside the serialised UDF), of return type `returns` (fold_type(spec) by
-    default). The UDF is bound when a DataFrame calling it is made: register right before."""
+    default); with a registry, wrapped in AvroChangeFold, which reads Avro records into the JSON the fold
+    takes. The UDF is bound when a DataFrame calling it is made: register right before."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     udf = getattr(jvm.io.streamfold.cdc, java_class)(json.dumps(spec))
+    if registry is not None:
+        udf = jvm.io.streamfold.cdc.AvroChangeFold(udf, *registry)
     return_type = spark._jsparkSession.parseDataType((returns or fold_type(spec)).json())
     spark._jsparkSession.udf().register(name, udf, return_type)

@@ -24,20 +24,12 @@ AVRO_EVENTS = (
     "to run this file"
 )
 
-# Avro change events: the connector writes them (connectors/setup.py), the job's fold does not read them yet.
-AVRO_CHANGES = (
-    "this version's job folds JSON change events only; folding Avro change events is being built "
-    "(docs/avro.md): remove `format: avro` to run this file"
-)
-
 
 def check_plan(pipeline: pf.Pipeline) -> None:
     if pipeline.tables:
         raise pipeline.error("tables", SEVERAL_TABLES)
     if pipeline.events.format == "avro":
         raise pipeline.error("events.format", AVRO_EVENTS)
-    if pipeline.cdc.format == "avro":
-        raise pipeline.error("cdc.format", AVRO_CHANGES)
     try:
         events.parse_type(pipeline.event_spec())
         cdc_fold.fold_type(pipeline.profile_spec())

@@ -66,7 +66,8 @@ def enrich(raw_clicks: DataFrame, cdc_raw: DataFrame, join: JoinConfig, pipeline
     """Steps 2 and 3, whatever the sources: raw events (event_id, source, payload, now_ms) and raw CDC records
     (topic, key, value, event_id, written_ms) -> the join's output (records.join_output(pipeline))."""
     parsed = events.parse(raw_clicks, pipeline.event_spec())  # events, and rejects with their error
-    changes = cdc_fold.fold(cdc_raw, pipeline.profile_spec())  # changes, progress, rejects
+    registry = cdc_fold.avro_registry(pipeline)  # cdc.format avro: Avro change events
+    changes = cdc_fold.fold(cdc_raw, pipeline.profile_spec(), registry)  # changes, progress, rejects
     # Rejects and changes ride through the join operator, so each source is read and parsed once per batch.
     return temporal_join(parsed, changes, join, pipeline)  # enriched clicks, dead letters, changelog rows
 

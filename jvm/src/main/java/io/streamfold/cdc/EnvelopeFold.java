@@ -5,7 +5,6 @@ import java.util.List;
 import java.util.Map;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.api.java.UDF3;
 
 /**
  * The CDC fold (spec/envelopes.py) as one Spark UDF over a record's (heartbeat topic?, key, value), for the
@@ -24,7 +23,7 @@ import org.apache.spark.sql.api.java.UDF3;
  * unavailable (the indexes of the columns Debezium did not send), drifted (per column, why the change holds
  * no value of its type: spec/envelopes.py), progress_ms, error.
  */
-public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
+public final class EnvelopeFold implements ChangeFold {
   private static final long serialVersionUID = 1L;
 
   // spec/envelopes.py: the range of a commit time, 1970-01-01..9999-12-31 in ms.
@@ -52,11 +51,21 @@ public final class EnvelopeFold implements UDF3<Boolean, byte[], byte[], Row> {
     try {
       return Boolean.TRUE.equals(heartbeatTopic) ? heartbeat(value) : change(key, value);
     } catch (Rejected rejected) {
-      Object[] row = new Object[spec.width()];
-      row[ProfileSpec.KIND] = "error";
-      row[spec.errorField()] = rejected.getMessage();
-      return RowFactory.create(row);
+      return refused(rejected.getMessage());
     }
+  }
+
+  @Override
+  public Row refused(String reason) {
+    Object[] row = new Object[spec.width()];
+    row[ProfileSpec.KIND] = "error";
+    row[spec.errorField()] = reason;
+    return RowFactory.create(row);
+  }
+
+  @Override
+  public int maxChangeBytes() {
+    return spec.maxChangeBytes;
   }
 
   /** The row of a progress report (a heartbeat or a heartbeat-table event). */

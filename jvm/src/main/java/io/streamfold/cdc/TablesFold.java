@@ -12,7 +12,6 @@ import java.util.List;
 import java.util.Map;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.api.java.UDF3;
 
 /**
  * The CDC fold of several tables captured into one topic (docs/decisions/join-cascade.md): each change is
@@ -31,7 +30,7 @@ import org.apache.spark.sql.api.java.UDF3;
  * was set up from the file, so such a change means the publication and the file disagree (a table dropped
  * from the file while the capture still holds it), which must be seen rather than ignored.
  */
-public final class TablesFold implements UDF3<Boolean, byte[], byte[], Row>, Serializable {
+public final class TablesFold implements ChangeFold, Serializable {
   private static final long serialVersionUID = 1L;
 
   public static final int KIND = 0;
@@ -91,12 +90,22 @@ public final class TablesFold implements UDF3<Boolean, byte[], byte[], Row>, Ser
     }
     Integer i = byTable.get(table);
     if (i == null) {
-      Object[] row = new Object[width];
-      row[KIND] = "error";
-      row[width - 1] = "a change of " + table + ", a table the pipeline file does not join";
-      return RowFactory.create(row);
+      return refused("a change of " + table + ", a table the pipeline file does not join");
     }
     return widen(i, folds[i].call(false, key, value));
+  }
+
+  @Override
+  public Row refused(String reason) {
+    Object[] row = new Object[width];
+    row[KIND] = "error";
+    row[width - 1] = reason;
+    return RowFactory.create(row);
+  }
+
+  @Override
+  public int maxChangeBytes() {
+    return maxChangeBytes;
   }
 
   /** The row's width: the fixed fields and every table's columns. */

@@ -19,19 +19,22 @@ import org.apache.avro.io.BinaryEncoder;
 import org.apache.avro.io.EncoderFactory;
 import org.apache.spark.sql.Row;
 
-/** What the Avro event tests share: schemas held in memory by id, the wire format, rows as lists. */
-final class AvroEvents {
+/**
+ * What the Avro event tests (and the Avro change events', cdc/AvroChangeFoldTest) share: schemas held in memory
+ * by id, the wire format, rows as lists.
+ */
+public final class AvroEvents {
   private AvroEvents() {}
 
   /** Schemas by id, as a registry would answer; counts what it was asked. A fresh identity per source. */
-  static final class Schemas implements SchemaSource {
+  public static final class Schemas implements SchemaSource {
     private static final long serialVersionUID = 1L;
-    final Map<Integer, Registered> byId = new HashMap<>();
-    final AtomicInteger fetches = new AtomicInteger();
-    RuntimeException outage;
+    public final Map<Integer, Registered> byId = new HashMap<>();
+    public final AtomicInteger fetches = new AtomicInteger();
+    public RuntimeException outage;
     private final String identity = "memory:" + UUID.randomUUID();
 
-    Schemas with(int id, String schema) {
+    public Schemas with(int id, String schema) {
       byId.put(id, new Registered("AVRO", schema));
       return this;
     }
@@ -55,12 +58,12 @@ final class AvroEvents {
     }
   }
 
-  static Schema schema(String json) {
+  public static Schema schema(String json) {
     return new Schema.Parser().parse(json);
   }
 
   /** A record in the Confluent wire format: 0, the id (big-endian), the Avro binary encoding. */
-  static byte[] wire(int id, GenericRecord record) {
+  public static byte[] wire(int id, GenericRecord record) {
     ByteArrayOutputStream out = new ByteArrayOutputStream();
     out.write(0);
     out.writeBytes(ByteBuffer.allocate(4).putInt(id).array());
