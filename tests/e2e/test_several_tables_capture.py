@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import json
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,7 +25,7 @@ from db import capture
 from pipeline import cdc_fold
 from streamfold import generate
 from tests.support.kafka import read_all
-from tests.support.own_pipeline import ROOT, drop_installation
+from tests.support.own_pipeline import drop_installation, run_python
 
 pytestmark = pytest.mark.e2e
 
@@ -126,14 +122,7 @@ def folded(settings: config.Settings) -> list[tuple[str, str, str, dict[str, Any
     messages = read_all(settings.kafka_bootstrap, settings.pipeline.cdc_topic)
     now = int(time.time() * 1000)
     records = [(m.topic, _b64(m.raw_key), _b64(m.raw_value), f"r{m.offset}", now) for m in messages]
-    asked = {"records": records, "spec": cdc_fold.tables_spec(settings.pipeline)}
-    result = subprocess.run(
-        [sys.executable, "-c", FOLD],
-        input=json.dumps(asked), capture_output=True, text=True, timeout=300, cwd=ROOT,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = json.loads(result.stdout.strip().splitlines()[-1])
+    rows = run_python(FOLD, {"records": records, "spec": cdc_fold.tables_spec(settings.pipeline)})
     assert {r["kind"] for r in rows if r["kind"] != "change"} <= {"progress"}, rows
     return [
         (

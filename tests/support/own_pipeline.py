@@ -321,3 +321,15 @@ def assert_matches(conn: psycopg.Connection, want: Expected, pipeline: pf.Pipeli
     assert views == sum(r[-1] for r in want.rows.values())
     dead = dead_letters(conn, pipeline)
     assert dead == want.dead, f"missing {want.dead - dead}, unexpected {list(dead - want.dead)[:5]}"
+
+
+def run_python(script: str, asked: Any) -> Any:
+    """`script` in a Python process of its own (a Spark session an earlier test of the pytest process made
+    holds a JVM without the streamfold jars), `asked` as JSON on its stdin; its last line, as JSON."""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps(asked), capture_output=True, text=True, timeout=300, cwd=ROOT,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
