@@ -102,13 +102,14 @@ def kept(secrets_dir: Path, job_dir: Path) -> dict[str, str]:
 
 
 def write(secrets_dir: Path, job_dir: Path) -> bool:
-    """Write the files unless every password and file is there; True if they were written. Passwords an
-    earlier start wrote are kept. Readable by the services' users (each image has its own): the volumes
-    are reachable only by the containers mounting them and root on the host."""
+    """Write the files unless every password and file is there as this version writes it; True if they
+    were written. Passwords an earlier start wrote are kept, so a file that changed between versions (a
+    service given another secret) is written again with them. Readable by the services' users (each image
+    has its own): the volumes are reachable only by the containers mounting them and root on the host."""
     old = kept(secrets_dir, job_dir)
     values = {**config.new_passwords(name for name in PASSWORD_NAMES if name not in old), **old}
     texts = files(values, secrets_dir, job_dir)
-    if len(old) == len(PASSWORD_NAMES) and all(path.exists() for path in texts):
+    if len(old) == len(PASSWORD_NAMES) and all(p.exists() and p.read_text() == t for p, t in texts.items()):
         return False
     for path, text in texts.items():
         path.write_text(text)

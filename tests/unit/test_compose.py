@@ -274,6 +274,17 @@ def test_a_later_start_keeps_the_passwords_and_adds_what_a_new_version_needs(tmp
     assert f"users.{config.CLIENT_USER}={now[config.REGISTRY_PASSWORD_VAR]}\n" in props
     broker = config.parse_env((secrets_dir / "kafka.env").read_text())[compose_secrets.BROKER_PASSWORD]
     assert broker in (secrets_dir / "kafka.env").read_text() and broker not in now.values()
+    # A volume whose Connect file predates the Avro converter's login (cdc.format avro) gets it.
+    connect = secrets_dir / "connect.env"
+    connect.write_text(
+        "".join(line for line in connect.read_text().splitlines(True) if registry_line not in line)
+    )
+    assert compose_secrets.write(secrets_dir, job_dir)
+    assert (
+        config.parse_env(connect.read_text())[config.REGISTRY_PASSWORD_VAR]
+        == now[config.REGISTRY_PASSWORD_VAR]
+    )
+    assert config.parse_env((secrets_dir / "secrets.env").read_text()) == now
 
 
 @pytest.mark.parametrize("fileset", FILESETS)
