@@ -11,6 +11,7 @@ import base64
 import dataclasses
 import json
 import secrets
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -133,30 +134,51 @@ for topic in asked:
         "topic string, key binary, value binary, event_id string",
     )
     registry = topic["registry"] and cdc_fold.Registry(*topic["registry"])
-    out.append([r.asDict() for r in cdc_fold.fold_records(raw, topic["spec"], registry=registry).collect()])
+    try:
+        rows = cdc_fold.fold_records(raw, topic["spec"], registry=registry).collect()
+        out.append([r.asDict() for r in rows])
+    except Exception as failed:  # the task failed: what it says
+        out.append({"failed": str(failed)})
 spark.stop()
 print(json.dumps(out, default=str))
 """
 
 
-def folded(twins: dict[str, config.Settings], marker: str) -> dict[str, list[dict[str, Any]]]:
-    """Each pipeline's CDC topic and heartbeat topic through the job's fold, in one Spark process."""
-    asked = []
+# A schema id no registry here has given out: Apicurio's content ids count from 1.
+UNKNOWN_ID = b"\x00\x7f\xff\xff\xff\x02"
+
+
+def folded(twins: dict[str, config.Settings], marker: str) -> dict[str, Any]:
+    """Each pipeline's CDC topic and heartbeat topic through the job's fold, in one Spark process; the
+    Avro topic's with a record of an unknown schema id added, and once more with the registry down."""
+    asked: list[dict[str, Any]] = []
     for settings in twins.values():
         p = settings.pipeline
         messages = records_until(settings, marker) + read_all(settings.kafka_bootstrap, p.heartbeat_topic)
         records = [(m.topic, _b64(m.raw_key), _b64(m.raw_value), f"r{m.offset}") for m in messages]
         asked.append({"records": records, "spec": p.profile_spec(), "registry": cdc_fold.avro_registry(p)})
-    return dict(zip(twins, run_python(FOLD, asked), strict=True))
+    registry = cdc_fold.avro_registry(twins["avro"].pipeline)
+    assert registry is not None
+    asked[0]["records"].append((twins["avro"].pipeline.cdc_topic, None, _b64(UNKNOWN_ID), "unknown"))
+    down = registry._replace(url=f"http://127.0.0.1:{closed_port()}/apis/ccompat/v7", budget_ms=2000)
+    asked.append({**asked[0], "registry": down})
+    return dict(zip([*twins, "registry down"], run_python(FOLD, asked), strict=True))
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def _b64(value: bytes | None) -> str | None:
     return None if value is None else base64.b64encode(value).decode()
 
 
-def changes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The changes and truncates, without what differs between two tables' records: the LSN."""
-    assert [r["error"] for r in rows if r["kind"] == "error"] == []
+def changes(rows: list[dict[str, Any]], *errors: str) -> list[dict[str, Any]]:
+    """The changes and truncates, without what differs between two tables' records: the LSN; the dead
+    letters must be `errors`."""
+    assert [r["error"] for r in rows if r["kind"] == "error"] == list(errors)
     return [{k: v for k, v in r.items() if k != "lsn"} for r in rows if r["kind"] in ("change", "truncate")]
 
 
@@ -168,7 +190,8 @@ def test_avro_change_events_fold_as_the_json_ones(twins: dict[str, config.Settin
     change_both(avro.pg_dsn, [avro.pipeline.profile.table, plain.pipeline.profile.table], bio, marker)
     rows = folded(twins, marker)
 
-    avro_changes, json_changes = changes(rows["avro"]), changes(rows["json"])
+    unknown = "schema id 2147483647 is unknown to the registry"  # a dead letter: the real registry's 404
+    avro_changes, json_changes = changes(rows["avro"], unknown), changes(rows["json"])
     assert avro_changes == json_changes
     assert [(r["op"], r["id"]) for r in json_changes] == [
         ("c", "1"), ("c", "2"), ("c", "3"), ("u", "1"), ("u", "2"), ("d", "3"), ("t", None), ("c", "4"),
@@ -189,6 +212,8 @@ def test_avro_change_events_fold_as_the_json_ones(twins: dict[str, config.Settin
     # The Avro pipeline's records are the Confluent wire format, the JSON one's JSON; both had progress.
     for kind in ("avro", "json"):
         assert any(r["kind"] == "progress" for r in rows[kind])
+    # A registry that cannot be asked fails the task once the budget is spent: no dead letter.
+    assert "unavailable for 2.0 s" in rows["registry down"]["failed"]
     avro_values = [
         m.raw_value for m in read_all(avro.kafka_bootstrap, avro.pipeline.cdc_topic) if m.raw_value
     ]
