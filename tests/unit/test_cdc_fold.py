@@ -1,6 +1,7 @@
 """Debezium envelopes (JSON converter, schemas off) folded into typed changes and progress."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -399,3 +400,25 @@ def test_cdc_progress_counts_at_most_a_minute_past_the_records_kafka_timestamp(s
     assert [r["progress_ms"] for r in capped] == [written + 59_999] * 4
     assert [r["valid_from_ms"] for r in capped[:2]] == future  # the changes fold as recorded
     assert cdc[-1]["kind"] == "error" and cdc[-1]["progress_ms"] is None  # no progress from a dead letter
+
+
+def test_avro_change_events_are_folded_with_the_jobs_registry(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from common import config
+    from pipeline import cdc_fold, retry
+
+    monkeypatch.setenv("STREAMFOLD_HOME", str(tmp_path))  # no stack.env to fall back on
+    monkeypatch.setenv(config.REGISTRY_URL_VAR, "http://registry:8080/apis/ccompat/v7/")
+    monkeypatch.setenv(config.REGISTRY_USER_VAR, "streamfold")
+    monkeypatch.setenv(config.REGISTRY_PASSWORD_VAR, "pw")
+    monkeypatch.setenv(retry.RETRY_ENV, "2.5")
+    text = (Path(__file__).resolve().parents[2] / pf.DEFAULT_FILE).read_text()
+    assert cdc_fold.avro_registry(pf.parse(text)) is None
+    avro = pf.parse(text + "cdc: {format: avro}\n")
+    assert cdc_fold.avro_registry(avro) == ("http://registry:8080/apis/ccompat/v7", "streamfold", "pw", 2500)
+    monkeypatch.delenv(config.REGISTRY_URL_VAR)
+    with pytest.raises(
+        RuntimeError, match="cdc.format avro needs a schema registry: set STREAMFOLD_REGISTRY_URL"
+    ):
+        cdc_fold.avro_registry(avro)
