@@ -134,8 +134,7 @@ def fold_tables(cdc_raw: DataFrame, spec: dict[str, Any], registry: Registry | N
     TablesFold's row (tables_fold_type)."""
     returns = tables_fold_type(spec)
     register_java_udf(cdc_raw.sparkSession, TABLES_FOLD_UDF, "TablesFold", spec, returns, registry)
-    fields = records.names(tables_fold_type(spec))
-    return _capped(_folded(cdc_raw, TABLES_FOLD_UDF, fields, ("written_ms",)))
+    return _capped(_folded(cdc_raw, TABLES_FOLD_UDF, records.names(returns), ("written_ms",)))
 
 
 def folded_columns(spec: dict[str, Any]) -> tuple[str, ...]:
