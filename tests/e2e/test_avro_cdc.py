@@ -146,6 +146,7 @@ print(json.dumps(out, default=str))
 
 # A schema id no registry here has given out: Apicurio's content ids count from 1.
 UNKNOWN_ID = b"\x00\x7f\xff\xff\xff\x02"
+UNKNOWN_REASON = "schema id 2147483647 is unknown to the registry"  # a dead letter: the real registry's 404
 
 
 def folded(twins: dict[str, config.Settings], marker: str) -> dict[str, Any]:
@@ -190,8 +191,7 @@ def test_avro_change_events_fold_as_the_json_ones(twins: dict[str, config.Settin
     change_both(avro.pg_dsn, [avro.pipeline.profile.table, plain.pipeline.profile.table], bio, marker)
     rows = folded(twins, marker)
 
-    unknown = "schema id 2147483647 is unknown to the registry"  # a dead letter: the real registry's 404
-    avro_changes, json_changes = changes(rows["avro"], unknown), changes(rows["json"])
+    avro_changes, json_changes = changes(rows["avro"], UNKNOWN_REASON), changes(rows["json"])
     assert avro_changes == json_changes
     assert [(r["op"], r["id"]) for r in json_changes] == [
         ("c", "1"), ("c", "2"), ("c", "3"), ("u", "1"), ("u", "2"), ("d", "3"), ("t", None), ("c", "4"),
@@ -218,3 +218,27 @@ def test_avro_change_events_fold_as_the_json_ones(twins: dict[str, config.Settin
         m.raw_value for m in read_all(avro.kafka_bootstrap, avro.pipeline.cdc_topic) if m.raw_value
     ]
     assert avro_values and all(v[0] == 0 for v in avro_values)
+
+
+def test_a_json_installation_turns_avro_and_folds_both(twins: dict[str, config.Settings]) -> None:
+    """cdc.format json -> avro on a running installation: setup switches the connector's converters, and
+    the fold reads the JSON change events the topic kept beside the Avro ones."""
+    plain = twins["json"]
+    wait_for_slots(plain.pg_dsn, [plain.pipeline.slot])
+    table = plain.pipeline.profile.table
+    first = f"first-{uuid.uuid4().hex}"
+    with psycopg.connect(plain.pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("INSERT INTO {} (id, region) VALUES (1, %s)").format(sql.SQL(table)), (first,))
+    records_until(plain, first)
+    text = pipeline_text("json", plain.pipeline.name.removeprefix("json_")).replace(
+        "format: json", "format: avro"
+    )
+    switched = dataclasses.replace(plain, pipeline=pf.parse(text))
+    run_setup(switched, echo=lambda _: None)
+    marker = f"after-{uuid.uuid4().hex}"
+    with psycopg.connect(plain.pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("UPDATE {} SET region = %s WHERE id = 1").format(sql.SQL(table)), (marker,))
+    rows = folded({"avro": switched}, marker)["avro"]
+    assert [(r["op"], r["region"]) for r in changes(rows, UNKNOWN_REASON)] == [("c", first), ("u", marker)]
+    values = [m.raw_value for m in read_all(plain.kafka_bootstrap, plain.pipeline.cdc_topic) if m.raw_value]
+    assert values[0][:1] == b"{" and values[-1][:1] == b"\x00"  # JSON first, Avro once switched
