@@ -129,6 +129,13 @@ def _row(
     ]
 
 
+def _uncarried(pipeline: pf.Pipeline) -> list[str]:
+    """The sample's values that name no event field and no column any join carries: the profile table's
+    other columns (PII the demo fills, say)."""
+    carried = {name for join in join_plan.joins(pipeline) for name in join.carried()}
+    return [n for n in pipeline.sample.values if n not in carried and n not in pipeline.events.fields]
+
+
 def load_profiles(
     admin_dsn: str,
     count: int,
@@ -175,11 +182,7 @@ def _load(
     alone. The profile also gets the sample's values for columns the file does not carry."""
     rng = random.Random(seed)
     table = join.table
-    extra = (
-        [n for n in pipeline.sample.values if n not in table.columns and n not in pipeline.events.fields]
-        if join.name == join_plan.PROFILE
-        else []
-    )
+    extra = _uncarried(pipeline) if join.name == join_plan.PROFILE else []
     columns = sql.SQL(", ").join(map(sql.Identifier, [table.key, *table.columns, *extra]))
     target = sql.Identifier(table.schema_name, table.table_name)
     staging = sql.SQL("CREATE TEMP TABLE IF NOT EXISTS new_rows ON COMMIT DROP AS SELECT {} FROM {} LIMIT 0")
