@@ -185,16 +185,29 @@ def shared_capture(dsn: str, pipeline: pf.Pipeline) -> join_plan.Captured:
         return join_plan.captured(*versions.sharing_inputs(conn, pipeline))
 
 
-def capture_lost(dsn: str, pipeline: pf.Pipeline) -> tuple[capture.CaptureLost, ...]:
-    """The tables the publication lacks, or lacks a column of, that the file carries and that a file set up
-    on the same inputs carried too (db/capture.py): a table or column no set-up file carried was never
-    captured (a file or a reprocessed version that adds it), so it is not lost."""
+def set_up_capture(dsn: str, pipeline: pf.Pipeline) -> join_plan.Captured | None:
+    """What the files set up on the same inputs as `pipeline` captured; None before any was set up."""
     with psycopg.connect(dsn) as conn:
         sharing = versions.sharing_inputs(conn, pipeline)
     with engine(dsn).connect() as conn:
         installed = sa.inspect(conn).has_table(tables.pipelines.name, schema=tables.pipelines.schema)
         set_up = [pipeline_schema.applied(conn, p.name) for p in sharing] if installed else []
-    before = join_plan.captured(*(p for p in set_up if p is not None))
+    files = [p for p in set_up if p is not None]
+    return join_plan.captured(*files) if files else None
+
+
+def added_tables(dsn: str, pipeline: pf.Pipeline) -> tuple[str, ...]:
+    """The tables `pipeline` joins that no file set up on its inputs captured: a table added to the file.
+    None on a first setup, whose connector snapshots every table anyway."""
+    before = set_up_capture(dsn, pipeline)
+    return () if before is None else tuple(t for t in join_plan.captured(pipeline) if t not in before)
+
+
+def capture_lost(dsn: str, pipeline: pf.Pipeline) -> tuple[capture.CaptureLost, ...]:
+    """The tables the publication lacks, or lacks a column of, that the file carries and that a file set up
+    on the same inputs carried too (db/capture.py): a table or column no set-up file carried was never
+    captured (a file or a reprocessed version that adds it), so it is not lost."""
+    before = set_up_capture(dsn, pipeline) or {}
     was_captured = {
         table: tuple(c for c in columns if c in before[table])
         for table, columns in join_plan.captured(pipeline).items()
