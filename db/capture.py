@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import psycopg
 import psycopg.sql
 
-from common import join_plan
+from common import drift, join_plan
 from common import pipeline_file as pf
 
 # Debezium's signal table (db/tables.py): setup asks the connector here for an incremental snapshot.
@@ -102,17 +102,16 @@ class Drifted:
     reasons: tuple[str, ...]
 
 
-# How a drifted column's reason ends in the history's `incomplete` (spec/envelopes.py MISSING and retyped();
-# an unchanged TOASTed value without an earlier version is unknown too, but not drift).
-DRIFT_ENDINGS = ("renamed or dropped?", "retyped?")
 SHOWN_REASONS = 5
 
 
 def drifted(conn: psycopg.Connection, pipeline: pf.Pipeline) -> Drifted:
     """Read from the history, so it holds across restarts until newer versions (the key's next change, or a
     recapture) replace the drifted ones."""
+    # A drifted column's reason, not any unknown column: an unchanged TOASTed value without an earlier
+    # version is unknown too, but not drift.
     endings = psycopg.sql.SQL(" OR ").join(
-        psycopg.sql.SQL("incomplete LIKE {}").format(psycopg.sql.Literal(f"%{e}%")) for e in DRIFT_ENDINGS
+        psycopg.sql.SQL("incomplete LIKE {}").format(psycopg.sql.Literal(f"%{e}%")) for e in drift.ENDINGS
     )
     query = psycopg.sql.SQL(
         "SELECT count(*), (array_agg(DISTINCT incomplete))[1:{shown}] FROM ("

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import sqlalchemy as sa
@@ -27,6 +27,8 @@ _ROLES = (
 )
 
 VERSION_TABLE = "alembic_version"
+
+T = TypeVar("T")
 
 # The reader role's statement_timeout (a PostgreSQL duration), set on the role by every setup.
 READER_TIMEOUT_VAR = "STREAMFOLD_READER_TIMEOUT"
@@ -82,10 +84,17 @@ def current(connection: sa.Connection) -> str | None:
 
 def upgrade(dsn: str) -> tuple[str | None, str]:
     """Tables only, to the newest revision. Returns the revisions before and after."""
+    return migrating(dsn, _upgrade)
 
-    def attempt() -> tuple[str | None, str]:
+
+def migrating(dsn: str, migrate: Callable[[sa.Connection], T]) -> T:
+    """migrate(connection) in one transaction as setup runs its DDL: after any other setup, taking each lock
+    with a lock_timeout, all again after a lock timeout (db/locks.py), so that a long reader delays the
+    migration, never the job's landing. Also what the `alembic` command line runs (db/migrations/env.py)."""
+
+    def attempt() -> T:
         with _locked(dsn) as connection:
-            return _upgrade(connection)
+            return migrate(connection)
 
     return locks.retrying(dsn, attempt, print)
 
