@@ -83,12 +83,13 @@ def flow(
     settings: Settings,
     source: str,
     join: JoinConfig,
+    registry: events.Registry | None,
     once: bool = False,
     start_ms: int | None = None,
 ) -> Flow:
-    """start_ms: where a new checkpoint starts on the events (a reprocessed version's --from); the CDC topic
+    """registry: where Avro events' schemas are read (events.registry_for), None for JSON events.
+    start_ms: where a new checkpoint starts on the events (a reprocessed version's --from); the CDC topic
     is always read from its beginning, since the fold needs every profile version."""
-    registry = events.registry_for(settings.pipeline)  # first: a missing registry setting stops the start
     raw_clicks = read_clicks(spark, settings, source, once, start_ms)
     cdc_raw = sources.cdc(spark, settings.kafka_bootstrap, settings.pipeline)
     joined = enrich(raw_clicks, cdc_raw, join, settings.pipeline, registry)
