@@ -1,13 +1,16 @@
 """Avro events through the whole job on the real stack (registry, Kafka or Kinesis, Debezium, Spark,
 Postgres): the same events, sent as JSON to one sandbox and as Avro in the Confluent wire format (written
 with two versions of their schema) to another, give the same enriched rows; a record of an id the registry
-does not know and a garbage byte string are dead letters with their reasons."""
+does not know and a garbage byte string are dead letters with their reasons. A registry outage is waited
+out: every event lands once it is back, none is dead-lettered."""
 
 from __future__ import annotations
 
 import json
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +18,10 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from common import kinesis, topics
+from common import config, kinesis, topics
 from common import pipeline_file as pf
 from db import schema
+from streamfold.generate import ClickSpec, clicks
 from tests.support import avro
 from tests.support import pipeline as sp
 
@@ -141,3 +145,50 @@ def test_avro_events_join_as_the_same_events_as_json(
         unknown: f"schema id {avro.UNKNOWN_ID} is unknown to the registry",
         GARBAGE: "not Confluent Avro: no magic byte 0 (the record starts with 0x7f)",
     }
+
+
+def enriched_count(sandbox: sp.Sandbox) -> int:
+    with sandbox.connect() as conn:
+        return int(conn.execute("SELECT count(*) FROM streamfold.enriched_clicks").fetchone()[0])
+
+
+@contextmanager
+def registry_down(services) -> Iterator[None]:
+    """The session's registry stopped, and started again on leaving, whatever happened."""
+    services.stop("registry")
+    try:
+        yield
+    finally:
+        services.start("registry")
+
+
+def test_a_registry_outage_is_waited_out_and_no_event_is_lost(
+    streamfold_setup, services, tmp_path: Path
+) -> None:
+    sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, "avro_registry_outage", tmp_path / "home")
+    path = avro_file(tmp_path)
+    schema.apply(sandbox.admin_dsn, pf.load(path))
+    writer = avro.click_schema("RegistryOutage")  # a schema no job has read: no executor holds it
+    schema_id = avro.register(SUBJECT, writer)
+    sent = list(clicks(ClickSpec(count=40, users=5, seed=6802)))
+    log = sandbox.home / "job.log"
+    records = [(e["userid"], avro.encode(schema_id, writer, e)) for e in sent]
+    deliver(streamfold_setup.kafka_bootstrap, sandbox, "kafka", records)
+    job = None
+    try:
+        with registry_down(services):
+            job = sandbox.start("kafka", log, STREAMFOLD_PIPELINE=str(path), STREAMFOLD_SINK_RETRY_S="600")
+            waiting = f"(schema id {schema_id}) unavailable ("
+            sp.wait_until(lambda: waiting in log.read_text(), 240, "the parser's retry line")
+            time.sleep(10)  # an outage longer than a retry or two
+            assert job.poll() is None and enriched_count(sandbox) == 0, log.read_text()[-3000:]
+        sp.wait_until(
+            lambda: enriched_count(sandbox) == len(sent), 240, "every event, once the registry is back"
+        )
+        assert job.poll() is None, log.read_text()[-3000:]
+    finally:
+        if job is not None:
+            sp.kill9(job)
+    assert not event_letters(sandbox)
+    login = config.registry_auth()  # the log names the registry, never its password
+    assert login is not None and login[1] not in log.read_text()
