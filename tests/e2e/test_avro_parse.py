@@ -19,6 +19,7 @@ from common import pipeline_file as pf
 from common.registry import CCOMPAT_PATH
 from pipeline import events
 from pipeline.spark import session as job_session
+from streamfold import avro_events, generate
 from streamfold.generate import ClickSpec, clicks
 from tests.support import avro
 
@@ -147,3 +148,42 @@ def test_a_wrong_password_fails_the_task_at_once(spark: SparkSession) -> None:
     message = failure(spark, [record], wrong)
     assert time.monotonic() - started < 30  # not the 60 s budget: a refusal is no outage
     assert "answered HTTP 401" in message and wrong.password not in message
+
+
+TYPED = pf.parse(
+    """\
+name: generated
+profile: {table: public.customers, key: id, key_type: bigint, columns: {tier: text}}
+events:
+  kafka_topic: generated_views
+  format: avro
+  key: customer_id
+  time: {field: ts, format: iso8601}
+  count: views
+  fields:
+    path: text
+    n: integer
+    ms: bigint
+    score: double
+    price: numeric
+    ok: boolean
+    at: timestamptz
+    tags: text[]
+    meta: jsonb
+    note: {type: text, required: false}
+"""
+)
+
+
+def test_generated_avro_events_of_every_type_give_the_rows_of_the_same_events_as_json(
+    spark: SparkSession,
+) -> None:
+    sent = list(clicks(ClickSpec(count=40, users=7, seed=6802, pipeline=TYPED)))
+    encode = avro_events.encoder(TYPED)
+    spec = TYPED.event_spec()
+    got = events.parse(frame(spark, [encode(e) for e in sent]), spec, registry()).drop("payload", "source")
+    want = events.parse(frame(spark, [generate.as_json(e) for e in sent]), spec, None).drop(
+        "payload", "source"
+    )
+    assert sorted(got.collect()) == sorted(want.collect())
+    assert got.where("error IS NOT NULL").count() == 0 and got.count() == len(sent)

@@ -1,24 +1,16 @@
-"""Avro events as a Kafka producer with a Confluent-compatible serializer writes them: the writer's schema
-registered under a subject of the stack's registry (its Confluent-compatible API), each event in the
-Confluent wire format (a zero byte, the schema id in 4 bytes big-endian, the Avro binary body), encoded by
-fastavro."""
+"""Avro events for the tests: the default pipeline's clicks as Avro records in two schema versions, written
+as streamfold/avro_events.py writes them (registered under a subject, the Confluent wire format)."""
 
 from __future__ import annotations
 
-import io
-import json
-import struct
 from typing import Any
 
-import requests
-from fastavro import parse_schema, schemaless_writer
+from streamfold.avro_events import TIMESTAMP_MILLIS, encode, header, register
 
-from common import config
+__all__ = ["TIMESTAMP_MILLIS", "UNKNOWN_ID", "click_schema", "encode", "header", "register"]
 
-SCHEMA_TYPE = "application/vnd.schemaregistry.v1+json"
 # The highest id the wire format can carry: no test registers that many schemas.
 UNKNOWN_ID = 2**31 - 1
-TIMESTAMP_MILLIS = {"type": "long", "logicalType": "timestamp-millis"}
 
 
 def click_schema(name: str = "Click", time_type: Any = "long", extra: bool = False) -> dict[str, Any]:
@@ -36,29 +28,3 @@ def click_schema(name: str = "Click", time_type: Any = "long", extra: bool = Fal
     if extra:
         fields = [{"name": "referrer", "type": ["null", "string"], "default": None}, *reversed(fields)]
     return {"type": "record", "name": name, "namespace": "io.streamfold.test", "fields": fields}
-
-
-def register(subject: str, schema: dict[str, Any]) -> int:
-    """The id the stack's registry gives the schema under the subject (the same id for a schema it has)."""
-    answer = requests.post(
-        f"{config.registry_url()}/subjects/{subject}/versions",
-        json={"schema": json.dumps(schema)},
-        headers={"Content-Type": SCHEMA_TYPE},
-        auth=config.registry_auth(),
-        timeout=30,
-    )
-    assert answer.status_code == 200, answer.text
-    return int(answer.json()["id"])
-
-
-def encode(schema_id: int, schema: dict[str, Any], event: dict[str, Any]) -> bytes:
-    """One event in the Confluent wire format."""
-    body = io.BytesIO()
-    body.write(b"\x00" + struct.pack(">I", schema_id))
-    schemaless_writer(body, parse_schema(schema), event)
-    return body.getvalue()
-
-
-def header(schema_id: int) -> bytes:
-    """The wire format's header alone: with a body, a record of a schema the test chooses."""
-    return b"\x00" + struct.pack(">I", schema_id)
