@@ -152,6 +152,41 @@ def join_tables(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: Pi
     return DataFrame(joined, spark)
 
 
+def outputs(joined: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """The stages' rows (join_tables) as the join's output, records.join_output(pipeline): each event with
+    the profile's columns and each further table's under its prefix, the profile's valid_from, and complete
+    when every join's key and version were known and CDC progress (not join.max_wait) released it; each
+    reject. The changes the stages passed on are not a changelog yet: they end here."""
+    named = records.enriched_names(pipeline)
+    joins = join_plan.joins(pipeline)
+    known = [F.col(join_columns(j)["known"]) for j in range(len(joins))]
+    complete = F.col(RELEASED_BY_MAX_WAIT) == F.lit(False)
+    for flag in known:
+        complete = complete & flag
+    values: dict[str, Column] = {
+        "kind": F.col("kind"),
+        "event_id": F.col("event_id"),
+        named.key: F.col(join_columns(0)["key"]),
+        named.time_ms: F.col("ts_ms"),
+        **{
+            out: F.col(f"`{EVENT_PREFIX}{name}`")
+            for out, name in zip(named.fields, pipeline.events.fields, strict=True)
+        },
+        named.count: F.col("count"),
+        **{
+            join.output(name): F.col(f"`j{j}_{name}`")
+            for j, join in enumerate(joins)  # the profile's under its prefix too
+            for name in join.table.columns
+        },
+        named.valid_from_ms: F.col(join_columns(0)["valid_from"]),
+        named.complete: F.when(F.col("kind") == "event", complete),
+        **{f.name: F.col(f.name) for f in records.REJECT.fields},
+        CDC_PROGRESS_MS: F.col(CDC_PROGRESS_MS),
+        RELEASED_BY_MAX_WAIT: F.col(RELEASED_BY_MAX_WAIT),
+    }
+    return project(joined.where("kind IN ('event', 'reject')"), records.join_output(pipeline), values)
+
+
 def _tag_events(events: DataFrame, pipeline: Pipeline, wide: StructType, buckets: int) -> DataFrame:
     """Events (and rejects, error set) in the wide row, each join on an event field keyed by it."""
     key, time_ms, count = pipeline.events.key, *records.click(pipeline).fieldNames()[-2:]

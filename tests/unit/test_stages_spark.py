@@ -125,6 +125,7 @@ class Harness:
     def __init__(self, spark: SparkSession, root: Path) -> None:
         self.spark, self.root, self.files = spark, root, 0
         self.out: list[Row] = []
+        self.outputs: dict[str, Row] = {}  # the same rows as the job's output, by event_id
         for name in ("events", "cdc"):
             (root / name).mkdir()
 
@@ -152,6 +153,7 @@ class Harness:
 
         def collect(batch: DataFrame, _batch_id: int) -> None:
             self.out.extend(batch.where("kind IN ('event', 'reject')").collect())
+            self.outputs.update((r.event_id, r) for r in stages.outputs(batch, PIPELINE).collect())
 
         query = (
             self.joined()
@@ -204,6 +206,23 @@ def test_the_spark_stages_join_as_the_model_does(spark: SparkSession, tmp_path: 
         assert passed == sorted((x["event_id"], f"kafka:{PIPELINE.cdc_topic}") for x in rejects), where
     assert len(seen) == EVENTS, f"seed {SEED}: every event once"
     _assert_exercised(seen)
+    _assert_outputs(harness.outputs, seen)
+
+
+def _assert_outputs(outputs: dict[str, Row], seen: dict[str, dict[str, Joined]]) -> None:
+    """The job's output rows (records.join_output): each table's columns under its prefix, the profile's
+    valid_from, and complete the AND over the joins."""
+    assert list(outputs[next(iter(seen))].asDict()) == records.join_output(PIPELINE).fieldNames()
+    named = records.enriched_names(PIPELINE)
+    for event_id, joined in seen.items():
+        row = outputs[event_id].asDict()
+        for join in JOINS:
+            values = tuple(row[join.output(name)] for name in join.table.columns)
+            assert values == joined[join.name].values, f"{event_id}: {join.name}'s columns"
+        assert row[named.valid_from_ms] == joined["profile"].valid_from_ms
+        assert row[named.complete] is all(j.known for j in joined.values()), f"{event_id}: complete"
+    rejects = [r for r in outputs.values() if r.kind == "reject"]
+    assert rejects and all(r.error == "not JSON" and r[named.complete] is None for r in rejects)
 
 
 def _assert_exercised(seen: dict[str, dict[str, Joined]]) -> None:
