@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ VALUES = {
     "city": ["Hamburg", "Köln", None],
 }
 COMMITS, EVENTS, BATCHES, END_MS = 250, 300, 10, 4_000
+ONLY_CDC = JoinConfig(max_wait_ms=10**13, version_retention_ms=10**9)  # only CDC progress releases events
 
 
 def _draw_changes(rng: random.Random) -> list[Change]:
@@ -122,8 +124,8 @@ def _cdc_error(record_id: str) -> dict[str, Any]:
 class Harness:
     """Two file streams (events, CDC rows as fold_tables gives them) into pipeline.stages.join_tables."""
 
-    def __init__(self, spark: SparkSession, root: Path) -> None:
-        self.spark, self.root, self.files = spark, root, 0
+    def __init__(self, spark: SparkSession, root: Path, cfg: JoinConfig = ONLY_CDC) -> None:
+        self.spark, self.root, self.files, self.cfg = spark, root, 0, cfg
         self.out: list[Row] = []
         self.outputs: dict[str, Row] = {}  # the same rows as the job's output, by event_id
         for name in ("events", "cdc"):
@@ -145,8 +147,7 @@ class Harness:
         )
         cdc = read.schema(text).load(str(self.root / "cdc"))
         cdc = cdc.withColumn("payload", F.col("payload").cast("binary"))
-        cfg = JoinConfig(max_wait_ms=10**13, version_retention_ms=10**9)  # only CDC progress releases
-        return stages.join_tables(events, cdc, cfg, PIPELINE)
+        return stages.join_tables(events, cdc, self.cfg, PIPELINE)
 
     def run(self) -> list[Row]:
         before = len(self.out)
@@ -232,3 +233,25 @@ def _assert_exercised(seen: dict[str, dict[str, Joined]]) -> None:
     assert any(j.key is not None and j.valid_from_ms is None for j in account), "a dangling foreign key"
     assert any(j.key is None and j.known for j in account), "no key (null or no version): complete"
     assert any(not j.known for j in account), "an unknown key or value: incomplete"
+
+
+def test_join_max_wait_releases_an_event_through_every_stage(spark: SparkSession, tmp_path: Path) -> None:
+    """CDC stalled: the wall clock (join.max_wait) releases an event from the first stage, and every later
+    stage releases it in the same batch (their watermark is the first's), incomplete."""
+    harness = Harness(spark, tmp_path, JoinConfig(max_wait_ms=1_000, version_retention_ms=10**9))
+    time_ms, count = records.click(PIPELINE).fieldNames()[-2:]
+    old = int(time.time() * 1000) - 60_000
+    parcel = _cdc_record(Change("public.parcels", "7", Version(old - 10, 1, "c", (1, "1.5"))))
+    sender = _cdc_record(Change("public.senders", "1", Version(old - 9, 2, "c", ("DE", "a"))))
+    harness.write("cdc", [parcel, sender])
+    harness.write("events", [{"event_id": "e", "parcel_id": "7", "depot": "x", time_ms: old, count: None}])
+    # Spark's watermark is the batches' before: the CDC progress after the first, the wall clock's ticks
+    # (read from the second on) after the second, so the third batch is the one the first stage releases
+    # the event in: the last stage must too.
+    runs = [harness.run() for _ in range(3)]
+    assert [[r.event_id for r in run if r.kind == "event"] for run in runs] == [[], [], ["e"]]
+    [row] = runs[2]
+    assert row.released_by_max_wait is True
+    assert (row.j1_key, row.j1_country, row.j2_key) == ("1", "DE", "a")
+    [out] = [r for e, r in harness.outputs.items() if e == "e"]
+    assert out[records.enriched_names(PIPELINE).complete] is False
