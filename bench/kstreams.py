@@ -1,12 +1,15 @@
 """Kafka Streams, the seed's system (jvm-kstreams/): what a user would write instead of adopting streamfold.
 
 The application (io.streamfold.kstreams.ClicksApp, exactly-once v2, Kafka to Kafka) joins the clicks with
-the users table folded from the same Debezium topic, writes each enriched click to ENRICHED_TOPIC and a
-count per region (region -> a long) to COUNTS_TOPIC. Its variant is a GlobalKTable, or a KTable with
-max.task.idle.ms; both are correct on preloaded users (ClicksTopology).
+the users table folded from the same Debezium topic, writes each enriched click to its enriched topic and
+a count per region (region -> a long) to its counts topic (App.topics, one pair per application). Its
+variant is a GlobalKTable, or a KTable with max.task.idle.ms, both correct on preloaded users
+(ClicksTopology); or lean, the GlobalKTable written for speed (LeanTopology: typed records, the users'
+carried columns in a compact binary store, only the region and a 1 through the count's repartition). The
+bench runs lean and global and compares streamfold with the faster from start.
 
 throughput: a fresh application (its own id and state directory) reads the preloaded clicks from the
-            start. end = when a read_committed consumer of COUNTS_TOPIC sees the counts sum to the clicks
+            start. end = when a read_committed consumer of the counts topic sees the counts sum to the clicks
             (every output visible); its first output = when that consumer sees the first count. From
             start: clicks / (end - JVM launch). Steady: clicks / (end - the first click the application
             read; its own stdout line). The enriched records are counted after the end, read_committed:
@@ -14,7 +17,8 @@ throughput: a fresh application (its own id and state directory) reads the prelo
             (every user of the clicks exists, so each is a click joined before its user was read).
 latency:    a fresh application whose group starts at the clicks topic's end; once it runs, the same offered
             load as streamfold's windows (bench.latency). A sampled click is seen when a read_committed
-            consumer of ENRICHED_TOPIC receives its record (its event_id, kafka:clicks:<partition>:<offset>);
+            consumer of the enriched topic receives its record (its event_id,
+            kafka:clicks:<partition>:<offset>);
             a profile change when a click of that user carries that version's commit time (user_valid_from);
             the window ends when every sampled click was seen (OutputWatcher.done).
 memory:     peak RSS of the JVM (bench.procmem). CPU: the JVM's core-seconds from launch to the end.
@@ -49,9 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 JARS = ROOT / "lib" / "kstreams"
 KAFKA_JARS = ROOT / "lib" / "kafka"
 MAIN_CLASS = "io.streamfold.kstreams.ClicksApp"
-ENRICHED_TOPIC = "kstreams_enriched_clicks"
-COUNTS_TOPIC = "kstreams_clicks_per_region"
-VARIANTS = ("global", "table")
+VARIANTS = ("lean", "global", "table")
 STOP_TIMEOUT_S = 60
 
 EVENT_ID = re.compile(rb'"event_id":"([^"]+)"')
@@ -82,13 +84,20 @@ def transactions_v1(bench: Bench) -> None:
         raise RuntimeError(f"transaction.version=1 refused:\n{result.stdout}{result.stderr}")
 
 
-def create_topics(bootstrap: str) -> None:
+def topics(name: str) -> tuple[str, str]:
+    """The enriched and counts topics of the application run `name`: its own, so that a run never reads
+    an earlier run's counts."""
+    return f"kstreams_{name}_enriched_clicks", f"kstreams_{name}_clicks_per_region"
+
+
+def create_topics(bootstrap: str, name: str) -> None:
     """The application's output topics (the broker creates none by itself), partitioned as the clicks."""
     partitions = len(topic_offsets(bootstrap))
     admin = AdminClient(config.kafka_client_settings(bootstrap))
+    enriched, counts = topics(name)
     wanted = [
-        NewTopic(ENRICHED_TOPIC, partitions, 1),
-        NewTopic(COUNTS_TOPIC, partitions, 1, config={"cleanup.policy": "compact"}),
+        NewTopic(enriched, partitions, 1),
+        NewTopic(counts, partitions, 1, config={"cleanup.policy": "compact"}),
     ]
     for future in admin.create_topics(wanted).values():
         try:
@@ -136,8 +145,10 @@ class App:
 
     def __init__(self, bench: Bench, name: str, variant: str) -> None:
         self.bench = bench
+        self.name = name
         self.app_id = app_id(name)
         self.variant = variant
+        self.enriched_topic, self.counts_topic = topics(name)
         self.home = bench.home / "runs" / f"kstreams-{name}"
         self.home.mkdir(parents=True, exist_ok=True)
         self.events_file = self.home / "events.jsonl"
@@ -156,8 +167,8 @@ class App:
             "client.properties": str(self.client_properties()),
             "clicks": names.CLICKS_TOPIC,
             "cdc": names.CDC_USERS_TOPIC,
-            "enriched": ENRICHED_TOPIC,
-            "counts": COUNTS_TOPIC,
+            "enriched": self.enriched_topic,
+            "counts": self.counts_topic,
         }
         return ["java", "-cp", f"{JARS}/*", MAIN_CLASS, *(f"{k}={v}" for k, v in conf.items())]
 
@@ -169,6 +180,7 @@ class App:
         return path
 
     def __enter__(self) -> App:
+        create_topics(self.bench.bootstrap, self.name)
         with self.events_file.open("ab") as out, self.log.open("ab") as err:
             self.proc = subprocess.Popen(
                 self.command(), stdout=out, stderr=err, cwd=ROOT, start_new_session=True
@@ -216,11 +228,11 @@ def read_committed(bootstrap: str, group: str) -> Consumer:
 def wait_counted(
     app: App, clicks: int, timeout_s: float, on_progress: Callable[[int], None]
 ) -> tuple[float, float, dict[str, int]]:
-    """Read COUNTS_TOPIC until the latest count per region sums to `clicks`: (when the first count was
-    seen, when the last, the counts)."""
+    """Read the app's counts topic until the latest count per region sums to `clicks`: (when the first
+    count was seen, when the last, the counts)."""
     consumer = read_committed(app.bench.bootstrap, "bench-kstreams-counts")
-    partitions = len(topic_offsets(app.bench.bootstrap, COUNTS_TOPIC))
-    consumer.assign([TopicPartition(COUNTS_TOPIC, p, OFFSET_BEGINNING) for p in range(partitions)])
+    partitions = len(topic_offsets(app.bench.bootstrap, app.counts_topic))
+    consumer.assign([TopicPartition(app.counts_topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     counts: dict[str, int] = {}
     deadline = time.monotonic() + timeout_s
     last_report = 0.0
@@ -245,11 +257,11 @@ def wait_counted(
         consumer.close()
 
 
-def count_enriched(bootstrap: str) -> tuple[int, int]:
-    """(records, records with region UNKNOWN) in ENRICHED_TOPIC, read_committed to its end."""
+def count_enriched(bootstrap: str, topic: str) -> tuple[int, int]:
+    """(records, records with region UNKNOWN) in an enriched topic, read_committed to its end."""
     consumer = read_committed(bootstrap, "bench-kstreams-enriched")
-    ends = {p: end for p, (_, end) in topic_offsets(bootstrap, ENRICHED_TOPIC).items()}
-    parts = [TopicPartition(ENRICHED_TOPIC, p, OFFSET_BEGINNING) for p in ends]
+    ends = {p: end for p, (_, end) in topic_offsets(bootstrap, topic).items()}
+    parts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends]
     consumer.assign(parts)
     records = unknown = 0
     unknown_bytes = f'"user_regionid":"{names.UNKNOWN_REGION}"'.encode()
@@ -267,14 +279,13 @@ def count_enriched(bootstrap: str) -> tuple[int, int]:
 def throughput(bench: Bench, clicks: int, variant: str, on_progress: Callable[[int], None]) -> dict[str, Any]:
     """A fresh application over the preloaded clicks, to the last count; its figures (module doc)."""
     transactions_v1(bench)
-    create_topics(bench.bootstrap)
-    with App(bench, "main", variant) as app:
+    with App(bench, f"main-{variant}", variant) as app:
         first_output, end, counts = wait_counted(app, clicks, max(1800, clicks / 100), on_progress)
         first = app.wait_event("first_click", 60)
         assert app.clock is not None
         app.clock.sample()
         cpu = app.clock.between(app.launched, end)
-    enriched, unknown = count_enriched(bench.bootstrap)
+    enriched, unknown = count_enriched(bench.bootstrap, app.enriched_topic)
     core_s = cpu["core_s"]["kstreams"]  # type: ignore[index]
     return {
         "variant": variant,
@@ -342,18 +353,18 @@ def profile_changes(profiles: Observations) -> dict[str, list[tuple[str, int]]]:
 class OutputWatcher(threading.Thread):
     """Marks sampled clicks (by event_id) and profile changes (userid@time: a click of that user joined
     with a version committed at or after that time) when their records reach a read_committed consumer
-    of ENRICHED_TOPIC, from its end when made. bench.latency.Watcher.
+    of an enriched topic, from its end when made. bench.latency.Watcher.
 
     It starts at the end offsets read here, not at OFFSET_END: that is resolved at the consumer's first
     fetch, after its connection and authentication, and the records written meanwhile (the window's first
     outputs) would be skipped and their samples never seen."""
 
-    def __init__(self, bootstrap: str, clicks: Observations, profiles: Observations) -> None:
+    def __init__(self, bootstrap: str, topic: str, clicks: Observations, profiles: Observations) -> None:
         super().__init__(name="kstreams-watcher", daemon=True)
         self.clicks, self.profiles = clicks, profiles
         self.consumer = read_committed(bootstrap, "bench-kstreams-latency")
-        ends = topic_offsets(bootstrap, ENRICHED_TOPIC)
-        self.consumer.assign([TopicPartition(ENRICHED_TOPIC, p, end) for p, (_, end) in ends.items()])
+        ends = topic_offsets(bootstrap, topic)
+        self.consumer.assign([TopicPartition(topic, p, end) for p, (_, end) in ends.items()])
         self.stop_event = threading.Event()
         self.records = 0
         self.recent: OrderedDict[str, float] = OrderedDict()
@@ -381,13 +392,14 @@ class OutputWatcher(threading.Thread):
 
 
 def latency_window(
-    bench: Bench, users: int, rate: float, seconds: float, echo: Callable[[str], None]
+    app: App, users: int, rate: float, seconds: float, echo: Callable[[str], None]
 ) -> latency.WindowResult:
     """bench.latency.run_window with an OutputWatcher: the running application's outputs, not Postgres."""
+    bench = app.bench
     watchers: list[OutputWatcher] = []
 
     def watch(clicks: Observations, profiles: Observations) -> OutputWatcher:
-        watchers.append(OutputWatcher(bench.bootstrap, clicks, profiles))
+        watchers.append(OutputWatcher(bench.bootstrap, app.enriched_topic, clicks, profiles))
         return watchers[-1]
 
     def records() -> int:

@@ -61,7 +61,11 @@ def duration(value: float | None) -> str:
 
 # Everything measured on the main run's input: a label, and where its figures are in the results.
 # bench.kstreams.VARIANTS: the users table of each.
-VARIANTS = {"global": "GlobalKTable", "table": "KTable, max.task.idle.ms"}
+VARIANTS = {
+    "lean": "GlobalKTable, typed records, region + 1 repartitioned",
+    "global": "GlobalKTable",
+    "table": "KTable, max.task.idle.ms",
+}
 KSTREAMS = "Kafka Streams (the seed's leftJoin, exactly-once v2, to Kafka only)"
 CONTENDERS = (
     ("streamfold (temporal join, Spark + RocksDB state)", ("streamfold",)),
@@ -77,6 +81,12 @@ def contenders(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(label, figures) of every contender the run measured, streamfold first."""
     found = []
     for label, keys in CONTENDERS:
+        if keys == ("kstreams",) and results.get("kstreams_variants"):
+            found += [
+                (f"{label}: {VARIANTS.get(r['variant'], r['variant'])}", r)
+                for r in results["kstreams_variants"]
+            ]
+            continue
         entry: Any = results
         for key in keys:
             entry = entry.get(key) if isinstance(entry, dict) else None

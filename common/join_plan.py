@@ -29,6 +29,10 @@ class TableJoin:
     prefix: str
     on: tuple[str, str]
 
+    def output(self, column: str) -> str:
+        """A column's name in the enriched table, topic and the join's output: under the join's prefix."""
+        return f"{self.prefix}{column}"
+
     def carried(self) -> tuple[str, ...]:
         """The columns that may leave the database for this join: the key, then the declared columns."""
         return (self.table.key, *self.table.columns)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import psycopg
 import psycopg.sql
 
-from common import join_plan
+from common import drift, join_plan
 from common import pipeline_file as pf
 
 # Debezium's signal table (db/tables.py): setup asks the connector here for an incremental snapshot.
@@ -102,17 +102,16 @@ class Drifted:
     reasons: tuple[str, ...]
 
 
-# How a drifted column's reason ends in the history's `incomplete` (spec/envelopes.py MISSING and retyped();
-# an unchanged TOASTed value without an earlier version is unknown too, but not drift).
-DRIFT_ENDINGS = ("renamed or dropped?", "retyped?")
 SHOWN_REASONS = 5
 
 
 def drifted(conn: psycopg.Connection, pipeline: pf.Pipeline) -> Drifted:
     """Read from the history, so it holds across restarts until newer versions (the key's next change, or a
     recapture) replace the drifted ones."""
+    # A drifted column's reason, not any unknown column: an unchanged TOASTed value without an earlier
+    # version is unknown too, but not drift.
     endings = psycopg.sql.SQL(" OR ").join(
-        psycopg.sql.SQL("incomplete LIKE {}").format(psycopg.sql.Literal(f"%{e}%")) for e in DRIFT_ENDINGS
+        psycopg.sql.SQL("incomplete LIKE {}").format(psycopg.sql.Literal(f"%{e}%")) for e in drift.ENDINGS
     )
     query = psycopg.sql.SQL(
         "SELECT count(*), (array_agg(DISTINCT incomplete))[1:{shown}] FROM ("
@@ -128,11 +127,18 @@ def drifted(conn: psycopg.Connection, pipeline: pf.Pipeline) -> Drifted:
     return Drifted(pipeline.profile.table, profiles, tuple(reasons or ()))
 
 
-def request_snapshot(conn: psycopg.Connection, tables: list[str], signal_id: str) -> None:
-    """Asks the pipeline's connector for an incremental snapshot of `tables`: Debezium reads every row
-    again (its carried columns only, as column.include.list says) while it streams, and each read is a
-    version valid from the time it was read (spec/envelopes.py)."""
-    data = {"data-collections": tables, "type": "incremental"}
+INCREMENTAL, BLOCKING = "incremental", "blocking"
+
+
+def request_snapshot(
+    conn: psycopg.Connection, tables: list[str], signal_id: str, kind: str = INCREMENTAL
+) -> None:
+    """Asks the pipeline's connector for a snapshot of `tables` (their carried columns only, as
+    column.include.list says). INCREMENTAL: Debezium reads every row again while it streams, each read a
+    version valid from the time it was read (spec/envelopes.py): a recapture. BLOCKING: Debezium pauses
+    streaming while it reads the tables, and marks the reads as its initial snapshot's, each a version
+    valid from the beginning of time: a table new to the pipeline."""
+    data = {"data-collections": tables, "type": kind}
     conn.execute(
         f"INSERT INTO {SIGNAL_TABLE} (id, type, data) VALUES (%s, 'execute-snapshot', %s)",
         (signal_id, json.dumps(data)),

@@ -94,6 +94,7 @@ def check_change(before: pf.Pipeline, after: pf.Pipeline) -> None:
         )
     _check_list(after, "profile.columns", before.profile.columns, after.profile.columns)
     _check_list(after, "events.fields", before.events.fields, after.events.fields)
+    _check_tables(before, after)
     old_aggregates = {a.name: a for a in before.aggregates}
     for i, aggregate in enumerate(after.aggregates):
         old = old_aggregates.get(aggregate.name)
@@ -107,6 +108,30 @@ def check_change(before: pf.Pipeline, after: pf.Pipeline) -> None:
                 f"aggregate {aggregate.name!r} changed its keys, count or sums, so its totals would mix two "
                 "definitions: give the new one another name (the old table stays as it is)",
             )
+
+
+def _check_tables(before: pf.Pipeline, after: pf.Pipeline) -> None:
+    """Each table is a stage of the join, its state kept by the stage's position in the checkpoint
+    (docs/decisions/join-cascade.md): the old tables stay, in order, with their table, key and what they
+    join on; new ones come after them. Each table's columns change as the profile's may."""
+    old_names = list(before.tables)
+    for name in old_names:
+        if name not in after.tables:
+            raise after.error(
+                "tables", f"{name!r} is gone, but the join's state holds its versions: {_RESTART}"
+            )
+    for position, name in enumerate(old_names):
+        now = list(after.tables)[position]
+        if now != name:
+            raise after.error(f"tables.{now}", f"new tables go after the existing ones ({name!r})")
+        old, new = before.tables[name], after.tables[name]
+        for field in ("table", "key", "key_type", "join_on"):
+            if getattr(old, field) != getattr(new, field):
+                raise after.error(
+                    f"tables.{name}.{field}",
+                    f"changed from {getattr(old, field)!r} to {getattr(new, field)!r}, which {_RESTART}",
+                )
+        _check_list(after, f"tables.{name}.columns", old.columns, new.columns)
 
 
 def _check_list(after: pf.Pipeline, path: str, old: dict[str, Any], new: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION, JSONB
 
+from common import join_plan
 from common.pipeline_file import Aggregate, Pipeline
 
 COLUMN_TYPES: dict[str, sa.types.TypeEngine] = {
@@ -58,6 +59,11 @@ def enriched_columns(pipeline: Pipeline) -> list[sa.Column]:
             f"{names.profile_prefix}{name}", COLUMN_TYPES[column.type], nullable=column.if_missing is None
         )
         for name, column in pipeline.profile.columns.items()
+    ]
+    columns += [  # each further table's columns under its prefix (none in a one-table file)
+        sa.Column(join.output(name), COLUMN_TYPES[column.type], nullable=column.if_missing is None)
+        for join in join_plan.joins(pipeline)[1:]
+        for name, column in join.table.columns.items()
     ]
     # A nullable=... keyword per column: '-infinity' for a version read by the initial snapshot, NULL
     # when the key had no valid profile; false when join.max_wait released the event before CDC progress

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import sqlalchemy as sa
@@ -27,6 +27,8 @@ _ROLES = (
 )
 
 VERSION_TABLE = "alembic_version"
+
+T = TypeVar("T")
 
 # The reader role's statement_timeout (a PostgreSQL duration), set on the role by every setup.
 READER_TIMEOUT_VAR = "STREAMFOLD_READER_TIMEOUT"
@@ -82,10 +84,17 @@ def current(connection: sa.Connection) -> str | None:
 
 def upgrade(dsn: str) -> tuple[str | None, str]:
     """Tables only, to the newest revision. Returns the revisions before and after."""
+    return migrating(dsn, _upgrade)
 
-    def attempt() -> tuple[str | None, str]:
+
+def migrating(dsn: str, migrate: Callable[[sa.Connection], T]) -> T:
+    """migrate(connection) in one transaction as setup runs its DDL: after any other setup, taking each lock
+    with a lock_timeout, all again after a lock timeout (db/locks.py), so that a long reader delays the
+    migration, never the job's landing. Also what the `alembic` command line runs (db/migrations/env.py)."""
+
+    def attempt() -> T:
         with _locked(dsn) as connection:
-            return _upgrade(connection)
+            return migrate(connection)
 
     return locks.retrying(dsn, attempt, print)
 
@@ -185,16 +194,29 @@ def shared_capture(dsn: str, pipeline: pf.Pipeline) -> join_plan.Captured:
         return join_plan.captured(*versions.sharing_inputs(conn, pipeline))
 
 
-def capture_lost(dsn: str, pipeline: pf.Pipeline) -> tuple[capture.CaptureLost, ...]:
-    """The tables the publication lacks, or lacks a column of, that the file carries and that a file set up
-    on the same inputs carried too (db/capture.py): a table or column no set-up file carried was never
-    captured (a file or a reprocessed version that adds it), so it is not lost."""
+def set_up_capture(dsn: str, pipeline: pf.Pipeline) -> join_plan.Captured | None:
+    """What the files set up on the same inputs as `pipeline` captured; None before any was set up."""
     with psycopg.connect(dsn) as conn:
         sharing = versions.sharing_inputs(conn, pipeline)
     with engine(dsn).connect() as conn:
         installed = sa.inspect(conn).has_table(tables.pipelines.name, schema=tables.pipelines.schema)
         set_up = [pipeline_schema.applied(conn, p.name) for p in sharing] if installed else []
-    before = join_plan.captured(*(p for p in set_up if p is not None))
+    files = [p for p in set_up if p is not None]
+    return join_plan.captured(*files) if files else None
+
+
+def added_tables(dsn: str, pipeline: pf.Pipeline) -> tuple[str, ...]:
+    """The tables `pipeline` joins that no file set up on its inputs captured: a table added to the file.
+    None on a first setup, whose connector snapshots every table anyway."""
+    before = set_up_capture(dsn, pipeline)
+    return () if before is None else tuple(t for t in join_plan.captured(pipeline) if t not in before)
+
+
+def capture_lost(dsn: str, pipeline: pf.Pipeline) -> tuple[capture.CaptureLost, ...]:
+    """The tables the publication lacks, or lacks a column of, that the file carries and that a file set up
+    on the same inputs carried too (db/capture.py): a table or column no set-up file carried was never
+    captured (a file or a reprocessed version that adds it), so it is not lost."""
+    before = set_up_capture(dsn, pipeline) or {}
     was_captured = {
         table: tuple(c for c in columns if c in before[table])
         for table, columns in join_plan.captured(pipeline).items()

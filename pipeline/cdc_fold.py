@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -29,7 +29,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from common import config, join_plan, names
 from common import pipeline_file as pf
 from common.limits import MAX_FUTURE_MS
-from pipeline import field_types, records, retry
+from pipeline import events, field_types, records
 
 # The heartbeat table and the change-event size limit are the pipeline file's (common/pipeline_file.py).
 HEARTBEAT_SCHEMA, HEARTBEAT_TABLE, MAX_CHANGE_BYTES = (
@@ -49,26 +49,17 @@ _TABLE = StructField("table", StringType())  # schema.name of a change or trunca
 _PROGRESS = StructField("progress_ms", LongType())
 
 
-class Registry(NamedTuple):
-    """Where the fold of Avro change events (cdc.format avro: jvm/.../cdc/AvroChangeFold.java) fetches
-    writer schemas: the registry's ccompat URL and login, and how long it waits out an outage (then the
-    task fails)."""
-
-    url: str
-    user: str
-    password: str
-    budget_ms: int
-
-
-def avro_registry(pipeline: pf.Pipeline) -> Registry | None:
-    """The registry the file's change events need (config.registry_url and its login), None for JSON ones."""
+def avro_registry(pipeline: pf.Pipeline) -> events.Registry | None:
+    """Where the fold of Avro change events (cdc.format avro: jvm/.../cdc/AvroChangeFold.java) reads writer
+    schemas, as the Avro events' parser does (events.Registry); None for JSON change events."""
     if pipeline.cdc.format != "avro":
         return None
-    url = config.registry_url()
-    if not url:
-        raise RuntimeError(f"cdc.format avro needs a schema registry: set {config.REGISTRY_URL_VAR}")
-    user, password = config.registry_auth() or ("", "")
-    return Registry(url, user, password, int(retry.retry_budget_s() * 1000))
+    if not config.registry_url():
+        raise config.ConfigError(
+            f"{config.REGISTRY_URL_VAR} is not set: Avro change events (cdc.format: avro) need the schema "
+            "registry; export it, or start the local stack with `streamfold stack up`"
+        )
+    return events.Registry.configured()
 
 
 def fold_type(spec: dict[str, Any]) -> StructType:
@@ -129,7 +120,9 @@ def tables_fold_type(spec: dict[str, Any]) -> StructType:
     return StructType(fields)
 
 
-def fold_tables(cdc_raw: DataFrame, spec: dict[str, Any], registry: Registry | None = None) -> DataFrame:
+def fold_tables(
+    cdc_raw: DataFrame, spec: dict[str, Any], registry: events.Registry | None = None
+) -> DataFrame:
     """`fold` for several tables in one topic (tables_spec): the same records kept and progress capped, in
     TablesFold's row (tables_fold_type)."""
     returns = tables_fold_type(spec)
@@ -142,7 +135,7 @@ def folded_columns(spec: dict[str, Any]) -> tuple[str, ...]:
     return (*records.names(fold_type(spec)), "event_id", "payload")
 
 
-def fold(cdc_raw: DataFrame, spec: dict[str, Any], registry: Registry | None = None) -> DataFrame:
+def fold(cdc_raw: DataFrame, spec: dict[str, Any], registry: events.Registry | None = None) -> DataFrame:
     """Raw CDC records (topic, key, value, event_id, written_ms) -> the join's CDC input,
     folded_columns(spec): every change, truncate, progress and unfoldable record ("error", a dead letter the
     join passes through); skipped ones dropped. progress_ms counts at most MAX_PROGRESS_LEAD_MS past
@@ -164,7 +157,7 @@ def _capped(folded: DataFrame) -> DataFrame:
 
 
 def fold_records(
-    cdc_raw: DataFrame, spec: dict[str, Any], *keep: str, registry: Registry | None = None
+    cdc_raw: DataFrame, spec: dict[str, Any], *keep: str, registry: events.Registry | None = None
 ) -> DataFrame:
     """parse_envelope in the JVM: every record -> folded_columns(spec), tagged by kind.
 
@@ -205,7 +198,7 @@ def register_java_udf(
     java_class: str,
     spec: dict[str, Any],
     returns: StructType | None = None,
-    registry: Registry | None = None,
+    registry: events.Registry | None = None,
 ) -> None:
     """Registers `name` as an instance of io.streamfold.cdc.<java_class> made with the spec's JSON (it
     travels to the executors inside the serialised UDF), of return type `returns` (fold_type(spec) by
@@ -215,6 +208,7 @@ def register_java_udf(
     assert jvm is not None
     udf = getattr(jvm.io.streamfold.cdc, java_class)(json.dumps(spec))
     if registry is not None:
-        udf = jvm.io.streamfold.cdc.AvroChangeFold(udf, *registry)
+        login = (registry.url, registry.user, registry.password, registry.retry_ms)
+        udf = jvm.io.streamfold.cdc.AvroChangeFold(udf, *login)
     return_type = spark._jsparkSession.parseDataType((returns or fold_type(spec)).json())
     spark._jsparkSession.udf().register(name, udf, return_type)

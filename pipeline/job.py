@@ -23,7 +23,7 @@ from common import pipeline_file as pf
 from common.config import Settings
 from common.versions import moved_live
 from db import pipeline_schema, schema, versions
-from pipeline import preflight, status_files, topology
+from pipeline import events, preflight, status_files, topology
 from pipeline import spark as spark_session
 from pipeline.join_config import JoinConfig, parse_duration_ms
 from pipeline.temporal_join import run_until_drained
@@ -198,6 +198,7 @@ def run(
     check_conf(conf)
     check_jars()
     preflight.check_plan(settings.pipeline)
+    registry = events.registry_for(settings.pipeline)  # before any service: a missing setting says so first
     check_applied(settings)
     settings = physical(settings)
     try:
@@ -220,7 +221,7 @@ def run(
             signal.signal(signal.SIGTERM, stop)
             signal.signal(signal.SIGINT, stop)
         status_files.write_job(state, source, spark)
-        clicks = topology.flow(spark, settings, source, join, once, start_ms)
+        clicks = topology.flow(spark, settings, source, join, registry, once, start_ms)
         partition_new_checkpoint(spark, checkpoints / clicks.name, conf, echo)
         try:
             if once:

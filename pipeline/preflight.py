@@ -16,20 +16,11 @@ SEVERAL_TABLES = (
     "tables: this version joins the profile table only; joining further tables is being built "
     '(docs/join-semantics.md, "Several tables"): remove `tables` to run this file'
 )
-# Avro events are validated in the file and decoded by the JVM's parser (AvroEventParse, docs/avro.md), but
-# the job does not read them through it yet: running such a file would dead-letter every record as not JSON.
-AVRO_EVENTS = (
-    "this version validates Avro events' settings, but its job reads JSON events only; "
-    "reading Avro events with the schema registry is being built (docs/avro.md): remove `format: avro` "
-    "to run this file"
-)
 
 
 def check_plan(pipeline: pf.Pipeline) -> None:
     if pipeline.tables:
         raise pipeline.error("tables", SEVERAL_TABLES)
-    if pipeline.events.format == "avro":
-        raise pipeline.error("events.format", AVRO_EVENTS)
     try:
         events.parse_type(pipeline.event_spec())
         cdc_fold.fold_type(pipeline.profile_spec())

@@ -15,10 +15,10 @@ and the naive baseline's staging table are derived from these.
                   the history), cdc_progress_ms and released_by_max_wait (an event's release)
 
 Names come from the file's outputs.enriched: the key, the event time (`<time>_ms` along the path, the
-sink writes `<time>`), each event field, the count, each profile column (prefixed), `<valid_from>_ms` and
-the complete flag. A record's id, its source position, is `event_id` for events and CDC records alike
-(`dead_letter_id` in streamfold.dead_letters). Inside the join, `ts_ms` is the one time column events and
-changes share.
+sink writes `<time>`), each event field, the count, each profile column (prefixed), each further table's
+columns (under its prefix), `<valid_from>_ms` and the complete flag. A record's id, its source position, is
+`event_id` for events and CDC records alike (`dead_letter_id` in streamfold.dead_letters). Inside the
+join, `ts_ms` is the one time column events and changes share.
 
 The parsers return the rows of click(p) (without event_id) and change(p), by position, for any pipeline's
 specs (tests/support/records.py writes the default pipeline's out).
@@ -40,7 +40,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from common.pipeline_file import Pipeline
+from common import join_plan
+from common.pipeline_file import Pipeline, ProfileColumn
 from pipeline.field_types import spark_type
 
 _STR, _LONG, _INT, _STRS = StringType(), LongType(), IntegerType(), ArrayType(StringType())
@@ -142,10 +143,21 @@ def enriched(pipeline: Pipeline) -> StructType:
                 (name, spark_type(c.type))
                 for name, c in zip(named.profile, profile.columns.values(), strict=True)
             ),
+            *((name, spark_type(c.type)) for name, c in table_columns(pipeline)),
             (named.valid_from_ms, _LONG),
             (named.complete, BooleanType()),
         )
     )
+
+
+def table_columns(pipeline: Pipeline) -> list[tuple[str, ProfileColumn]]:
+    """Each further table's columns (none in a one-table file), in the plan's order: the enriched name
+    (under the table's prefix) and the column."""
+    return [
+        (join.output(name), column)
+        for join in join_plan.joins(pipeline)[1:]
+        for name, column in join.table.columns.items()
+    ]
 
 
 # The join's output columns after change_op: a change row's lsn; an event row's CDC progress when the join

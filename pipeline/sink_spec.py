@@ -77,6 +77,8 @@ def enriched_layout(pipeline: Pipeline) -> list[EnrichedColumn]:
         sources[count] = (count, "integer")
     for name, column in pipeline.profile.columns.items():
         sources[profile_column(pipeline, name)] = (profile_column(pipeline, name), column.type)
+    for name, column in records.table_columns(pipeline):
+        sources[name] = (name, column.type)
     return [EnrichedColumn(c.name, *sources[c.name]) for c in enriched_columns(pipeline)]
 
 

@@ -2,7 +2,8 @@
 
 Each source is reduced to the columns the next step needs, with a deterministic record id taken
 from the record's position (topic/partition/offset or stream/shard/sequence), so a replayed batch
-produces the same ids.
+produces the same ids. An event's payload stays the record's bytes, JSON or Avro alike: the parser of the
+file's format reads it (pipeline/events.py).
 """
 
 from __future__ import annotations

@@ -71,6 +71,9 @@ DEFAULTS = {
     "spark.metrics.conf.*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
     "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",
     "spark.sql.streaming.metricsEnabled": "true",
+    # Metric names without the application id (Spark's default prefix, new at each run), so a dashboard or an
+    # alert on them (the job's own: jvm/.../status/QueryMetrics.java) survives restarts.
+    "spark.metrics.namespace": "streamfold",
     # Progress lines, status/<query>.json and the bench's progress log, written in the JVM
     # (jvm/src/main/java/io/streamfold/status/ProgressListener.java), not by Python listeners, which get
     # every event converted over Py4J.

@@ -90,7 +90,7 @@ _STR, _LONG, _INT = StringType(), LongType(), IntegerType()
 _EVENT, _REJECT, _TICK = "event", "reject", "tick"
 EVENT_PREFIX, PROFILE_PREFIX = "e_", "p_"  # an event field and a profile column may share a name
 
-_ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _STATE_NAME = "bucket"  # io.streamfold.join.BucketJoinProcessor.BUCKET
 _OPERATOR_NAME = "transformWithStateExec"
 # The observed metric (StreamingQueryProgress.observedMetrics) with the largest progress_ms of a batch's CDC
@@ -206,7 +206,7 @@ def temporal_join(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: 
     event_id and payload): they pass through as rejects of source `kafka:<the profile table's CDC topic>`.
     """
     spark = events.sparkSession
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", _ROCKSDB)  # required by transformWithState
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)  # required by transformWithState
     jvm: Any = spark._jvm
     buckets = jvm.io.streamfold.join.TemporalJoin.BUCKETS
     tagged = tagged_schema(pipeline)
@@ -215,7 +215,7 @@ def temporal_join(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: 
         # The batch's CDC progress, for the job's stall line (pipeline/cdc_stall.py): a metric Spark gathers
         # as the batch runs and reports in its progress, with no second pass over the rows.
         tagged_cdc = tagged_cdc.observe(CDC_PROGRESS_METRIC, F.max("progress_ms").alias("progress_ms"))
-        tagged_cdc = _watermarked(spark, tagged_cdc, tagged, cfg.max_wait_ms)
+        tagged_cdc = watermarked(spark, tagged_cdc, tagged, cfg.max_wait_ms)
     joined = jvm.io.streamfold.join.TemporalJoin.apply(
         _tag_events(events, pipeline, tagged, buckets)._jdf,
         tagged_cdc._jdf,
@@ -240,12 +240,12 @@ def _observe_drift(cdc: DataFrame, pipeline: Pipeline) -> DataFrame:
     return cdc.observe(DRIFT_METRIC, F.count(drifted).alias("changes"), columns.alias("columns"))
 
 
-def _project(df: DataFrame, tagged: StructType, values: dict[str, Column]) -> DataFrame:
+def project(df: DataFrame, tagged: StructType, values: dict[str, Column]) -> DataFrame:
     """df as the tagged schema: the given columns, typed nulls for the rest."""
     return df.select(*[values.get(f.name, F.lit(None)).cast(f.dataType).alias(f.name) for f in tagged.fields])
 
 
-def _reject_bucket(is_reject: Column, event_id: str, buckets: int) -> Column:
+def reject_bucket(is_reject: Column, event_id: str, buckets: int) -> Column:
     """A reject may go to any bucket (it only passes through), so rejects are spread by their record id,
     and a flood of them is too."""
     return F.when(is_reject, F.pmod(F.hash(event_id), F.lit(buckets)))
@@ -273,8 +273,8 @@ def _tag_events(events: DataFrame, pipeline: Pipeline, tagged: StructType, bucke
         is_reject = F.col("error").isNotNull()
         kind = F.when(is_reject, F.lit(_REJECT)).otherwise(kind)
         rejects = {f.name: F.col(f.name) for f in records.REJECT.fields}
-        rejects["bucket"] = _reject_bucket(is_reject, "event_id", buckets)
-    return _project(
+        rejects["bucket"] = reject_bucket(is_reject, "event_id", buckets)
+    return project(
         events,
         tagged,
         {
@@ -302,9 +302,9 @@ def _tag_cdc(cdc: DataFrame, pipeline: Pipeline, tagged: StructType, buckets: in
             "error": F.col("error"),
             "source": F.lit(f"kafka:{pipeline.cdc_topic}"),
             "payload": F.col("payload"),
-            "bucket": _reject_bucket(is_reject, "event_id", buckets),
+            "bucket": reject_bucket(is_reject, "event_id", buckets),
         }
-    return _project(
+    return project(
         cdc,
         tagged,
         {
@@ -322,7 +322,7 @@ def _tag_cdc(cdc: DataFrame, pipeline: Pipeline, tagged: StructType, buckets: in
     )
 
 
-def _watermarked(
+def watermarked(
     spark: SparkSession, tagged_cdc: DataFrame, tagged: StructType, max_wait_ms: int
 ) -> DataFrame:
     """The CDC rows plus wall-clock ticks, under the query's only watermark (on progress_ms), which is then
@@ -337,7 +337,7 @@ def _watermarked(
     )
     return (
         tagged_cdc.unionByName(
-            _project(ticks, tagged, {"kind": F.lit(_TICK), "progress_ms": F.col("progress_ms")})
+            project(ticks, tagged, {"kind": F.lit(_TICK), "progress_ms": F.col("progress_ms")})
         )
         .withColumn("progress_ts", F.timestamp_millis("progress_ms"))
         .withWatermark("progress_ts", "0 seconds")

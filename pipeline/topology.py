@@ -62,12 +62,19 @@ def read_clicks(
     return sources.kafka_clicks(spark, settings.kafka_bootstrap, settings.clicks_topic, start_ms=start_ms)
 
 
-def enrich(raw_clicks: DataFrame, cdc_raw: DataFrame, join: JoinConfig, pipeline: pf.Pipeline) -> DataFrame:
+def enrich(
+    raw_clicks: DataFrame,
+    cdc_raw: DataFrame,
+    join: JoinConfig,
+    pipeline: pf.Pipeline,
+    registry: events.Registry | None = None,
+) -> DataFrame:
     """Steps 2 and 3, whatever the sources: raw events (event_id, source, payload, now_ms) and raw CDC records
-    (topic, key, value, event_id, written_ms) -> the join's output (records.join_output(pipeline))."""
-    parsed = events.parse(raw_clicks, pipeline.event_spec())  # events, and rejects with their error
-    registry = cdc_fold.avro_registry(pipeline)  # cdc.format avro: Avro change events
-    changes = cdc_fold.fold(cdc_raw, pipeline.profile_spec(), registry)  # changes, progress, rejects
+    (topic, key, value, event_id, written_ms) -> the join's output (records.join_output(pipeline)).
+    registry: where Avro events' schemas are read (events.registry_for), None for JSON events."""
+    parsed = events.parse(raw_clicks, pipeline.event_spec(), registry)  # events, and rejects with their error
+    cdc_registry = cdc_fold.avro_registry(pipeline)  # cdc.format avro: Avro change events
+    changes = cdc_fold.fold(cdc_raw, pipeline.profile_spec(), cdc_registry)  # changes, progress, rejects
     # Rejects and changes ride through the join operator, so each source is read and parsed once per batch.
     return temporal_join(parsed, changes, join, pipeline)  # enriched clicks, dead letters, changelog rows
 
@@ -77,14 +84,16 @@ def flow(
     settings: Settings,
     source: str,
     join: JoinConfig,
+    registry: events.Registry | None,
     once: bool = False,
     start_ms: int | None = None,
 ) -> Flow:
-    """start_ms: where a new checkpoint starts on the events (a reprocessed version's --from); the CDC topic
+    """registry: where Avro events' schemas are read (events.registry_for), None for JSON events.
+    start_ms: where a new checkpoint starts on the events (a reprocessed version's --from); the CDC topic
     is always read from its beginning, since the fold needs every profile version."""
     raw_clicks = read_clicks(spark, settings, source, once, start_ms)
     cdc_raw = sources.cdc(spark, settings.kafka_bootstrap, settings.pipeline)
-    joined = enrich(raw_clicks, cdc_raw, join, settings.pipeline)
+    joined = enrich(raw_clicks, cdc_raw, join, settings.pipeline, registry)
     totals = aggregate_specs(settings.pipeline, joined.schema)  # per key, from the rows each partition lands
 
     name = f"{settings.pipeline.name}-{source}"  # the query: its checkpoint folder and batch ledger

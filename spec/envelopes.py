@@ -84,7 +84,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from common import names
+from common import drift, names
 from common.names import BEGINNING_OF_TIME_MS
 from spec.strict_json import is_int, loads_strict
 
@@ -98,7 +98,7 @@ MAX_KEY_BYTES = 1024
 # What Debezium writes for a column it did not get (an unchanged TOASTed value).
 UNAVAILABLE = "__debezium_unavailable_value"
 # Why a drifted column is unknown (Change.drifted), the same words in jvm/.../cdc/ProfileValues.java.
-MISSING = "missing from the change event: renamed or dropped?"
+MISSING = drift.MISSING
 # The same patterns in jvm/.../cdc/ProfileValues.java and Timestamps.java.
 DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?|NaN")
 ISO_TIMESTAMP = re.compile(
@@ -225,8 +225,7 @@ def _retyped_in_delete(
 def retyped(column: dict[str, Any], value: Any) -> str:
     """Why a column's JSON value is unknown when its type cannot take it: the value's JSON kind (not the
     value: it goes to the history) and the column's type."""
-    expected = _EXPECTED[column["type"]]
-    return f"{_json_kind(value)} in the change event where the column takes {expected}: retyped?"
+    return drift.retyped(_json_kind(value), _EXPECTED[column["type"]])
 
 
 def _json_kind(value: Any) -> str:

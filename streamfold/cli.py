@@ -11,7 +11,7 @@ import tomllib
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -61,7 +61,7 @@ def print_version(wanted: bool) -> None:
         raise typer.Exit()
 
 
-def fail(message: str, code: int = 1) -> None:
+def fail(message: str, code: int = 1) -> NoReturn:
     console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
     raise typer.Exit(code)
 
@@ -467,17 +467,46 @@ def generate_profiles(count: Annotated[int, typer.Option(help="number of profile
 generate_app.command("users", hidden=True)(generate_profiles)
 
 
+class EventFormat(StrEnum):
+    json = "json"
+    avro = "avro"
+
+
+def _event_encoder(pipeline: pf.Pipeline, chosen: EventFormat | None) -> tuple[str, Any]:
+    """The format events are sent in (the file's unless chosen) and its encoder; Avro registers the
+    file's schema first."""
+    from streamfold import avro_events, generate
+
+    fmt = chosen.value if chosen else pipeline.events.format
+    if fmt == "json":
+        return fmt, generate.as_json
+    if not config.registry_url():
+        fail(f"Avro events need the schema registry: set {config.REGISTRY_URL_VAR} (`streamfold stack env`)")
+    try:
+        return f"avro, subject {avro_events.subject(pipeline)}", avro_events.encoder(pipeline)
+    except (RuntimeError, OSError) as exc:
+        fail(f"the schema registry at {config.registry_url()}: {exc}")
+
+
 def _generate_events(
-    count: int, keys: int, sink: Source, rate: float | None, seed: int, bad_every: int, key_offset: int
+    count: int,
+    keys: int,
+    sink: Source,
+    rate: float | None,
+    seed: int,
+    bad_every: int,
+    key_offset: int,
+    event_format: EventFormat | None = None,
 ) -> None:
     from streamfold import generate
 
     settings = config.load()
     spec = generate.ClickSpec(count, keys, seed, rate, key_offset, settings.pipeline)
-    records = generate.encoded(spec, bad_every=bad_every)
+    fmt, encode = _event_encoder(settings.pipeline, event_format)
+    records = generate.encoded(spec, bad_every=bad_every, encode=encode)
     target = settings.clicks_topic if sink is Source.kafka else settings.clicks_stream
     with progress() as bar:
-        task = bar.add_task(f"events -> {sink.value} {target}", total=count)
+        task = bar.add_task(f"events ({fmt}) -> {sink.value} {target}", total=count)
         advance = lambda n: bar.advance(task, n)  # noqa: E731
         if sink is Source.kafka:
             sent = generate.send_kafka(settings.kafka_bootstrap, records, advance, target)
@@ -502,6 +531,12 @@ OffsetOption = Annotated[
 ]
 
 
+FormatOption = Annotated[
+    EventFormat | None,
+    typer.Option("--format", help="json or avro (the schema registered first); default: the file's format"),
+]
+
+
 @generate_app.command("events")
 def generate_events(
     count: CountOption = 10_000,
@@ -511,9 +546,10 @@ def generate_events(
     seed: SeedOption = 11,
     bad_every: BadOption = 0,
     key_offset: OffsetOption = 0,
+    event_format: FormatOption = None,
 ) -> None:
     """Realistic event load for the pipeline file's events (event time = the wall clock at send time)."""
-    _generate_events(count, keys, sink, rate, seed, bad_every, key_offset)
+    _generate_events(count, keys, sink, rate, seed, bad_every, key_offset, event_format)
 
 
 # The default pipeline's names for the same commands.

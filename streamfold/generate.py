@@ -129,6 +129,13 @@ def _row(
     ]
 
 
+def _uncarried(pipeline: pf.Pipeline) -> list[str]:
+    """The sample's values that name no event field and no column any join carries: the profile table's
+    other columns (PII the demo fills, say)."""
+    carried = {name for join in join_plan.joins(pipeline) for name in join.carried()}
+    return [n for n in pipeline.sample.values if n not in carried and n not in pipeline.events.fields]
+
+
 def load_profiles(
     admin_dsn: str,
     count: int,
@@ -175,11 +182,7 @@ def _load(
     alone. The profile also gets the sample's values for columns the file does not carry."""
     rng = random.Random(seed)
     table = join.table
-    extra = (
-        [n for n in pipeline.sample.values if n not in table.columns and n not in pipeline.events.fields]
-        if join.name == join_plan.PROFILE
-        else []
-    )
+    extra = _uncarried(pipeline) if join.name == join_plan.PROFILE else []
     columns = sql.SQL(", ").join(map(sql.Identifier, [table.key, *table.columns, *extra]))
     target = sql.Identifier(table.schema_name, table.table_name)
     staging = sql.SQL("CREATE TEMP TABLE IF NOT EXISTS new_rows ON COMMIT DROP AS SELECT {} FROM {} LIMIT 0")
@@ -245,13 +248,18 @@ def clicks(spec: ClickSpec) -> Iterator[dict[str, Any]]:
         event.update(
             (name, _drawn(draws[name], spec.users, rng, spec.pipeline))
             if name in draws
-            else (name, sample_value(name, f.type, i, rng, spec.pipeline))
+            else (name, _event_value(f.type, sample_value(name, f.type, i, rng, spec.pipeline)))
             for name, f in events.fields.items()
         )
         event[events.time.field] = _event_time(events.time.format)
         if events.count:
             event[events.count] = 1 if rng.random() < 0.9 else rng.randint(2, 5)
         yield event
+
+
+def _event_value(kind: str, value: Any) -> Any:
+    """A sample value as an event carries it: a numeric as a JSON number (a table row takes its text)."""
+    return float(value) if kind == "numeric" and isinstance(value, str) else value
 
 
 class Pacer:
@@ -348,8 +356,15 @@ def send_kinesis(
     return sent
 
 
-def encoded(spec: ClickSpec, bad_every: int = 0) -> Iterator[tuple[str, bytes]]:
-    """(partition key, JSON bytes), paced to spec.rate; every `bad_every`-th record malformed on purpose."""
+def as_json(event: dict[str, Any]) -> bytes:
+    return json.dumps(event).encode()
+
+
+def encoded(
+    spec: ClickSpec, bad_every: int = 0, encode: Callable[[dict[str, Any]], bytes] = as_json
+) -> Iterator[tuple[str, bytes]]:
+    """(partition key, the event encoded: JSON by default, streamfold.avro_events.encoder for Avro), paced
+    to spec.rate; every `bad_every`-th record malformed on purpose (broken JSON, in either format)."""
     pacer = Pacer(spec.rate)
     key_field = spec.pipeline.events.key
     for n, event in enumerate(clicks(spec), start=1):
@@ -360,5 +375,5 @@ def encoded(spec: ClickSpec, bad_every: int = 0) -> Iterator[tuple[str, bytes]]:
                 b'{"' + key_field.encode() + b'": ' + json.dumps(event[key_field]).encode() + b", oops",
             )
         else:
-            yield record_key, json.dumps(event).encode()
+            yield record_key, encode(event)
         pacer.wait(n)

@@ -1,5 +1,6 @@
 """Alembic's environment: migrate on the connection db/schema.py hands over (`streamfold setup`), or,
-from the `alembic` command line, on STREAMFOLD_PG_DSN (`eval "$(streamfold stack env)"` sets it)."""
+from the `alembic` command line, on STREAMFOLD_PG_DSN (`eval "$(streamfold stack env)"` sets it), in a
+transaction of db/schema.py `migrating`, as setup's."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def run(connection: sa.Connection) -> None:
 
 given = context.config.attributes.get("connection")
 if given is None:
-    with schema.engine(config.lookup("STREAMFOLD_PG_DSN")).begin() as connection:
-        run(connection)
+    # The command line takes its locks as setup does (lock_timeout, retries): never queued behind a reader
+    # with the job's statements queued behind it.
+    schema.migrating(config.lookup("STREAMFOLD_PG_DSN"), run)
 else:
     run(given)

@@ -15,6 +15,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 import psycopg
@@ -123,7 +124,7 @@ def records_until(settings: config.Settings, marker: str) -> list[Message]:
 # Folds the records on stdin in a Spark session of its own process (as test_several_tables_capture.py).
 FOLD = """
 import base64, json, sys
-from pipeline import cdc_fold
+from pipeline import cdc_fold, events
 from pipeline.spark import session
 asked = json.load(sys.stdin)
 spark = session("streamfold-e2e-avro-fold", {"spark.master": "local[1]", "spark.ui.enabled": "false"})
@@ -133,7 +134,7 @@ for topic in asked:
         [(t, k and base64.b64decode(k), v and base64.b64decode(v), i) for t, k, v, i in topic["records"]],
         "topic string, key binary, value binary, event_id string",
     )
-    registry = topic["registry"] and cdc_fold.Registry(*topic["registry"])
+    registry = topic["registry"] and events.Registry(**topic["registry"])
     try:
         rows = cdc_fold.fold_records(raw, topic["spec"], registry=registry).collect()
         out.append([r.asDict() for r in rows])
@@ -157,11 +158,15 @@ def folded(twins: dict[str, config.Settings], marker: str) -> dict[str, Any]:
         p = settings.pipeline
         messages = records_until(settings, marker) + read_all(settings.kafka_bootstrap, p.heartbeat_topic)
         records = [(m.topic, _b64(m.raw_key), _b64(m.raw_value), f"r{m.offset}") for m in messages]
-        asked.append({"records": records, "spec": p.profile_spec(), "registry": cdc_fold.avro_registry(p)})
-    registry = cdc_fold.avro_registry(twins["avro"].pipeline)
-    assert registry is not None
+        registry = cdc_fold.avro_registry(p)
+        asked.append(
+            {"records": records, "spec": p.profile_spec(), "registry": registry and asdict(registry)}
+        )
+    avro = cdc_fold.avro_registry(twins["avro"].pipeline)
+    assert avro is not None
     asked[0]["records"].append((twins["avro"].pipeline.cdc_topic, None, _b64(UNKNOWN_ID), "unknown"))
-    down = registry._replace(url=f"http://127.0.0.1:{closed_port()}/apis/ccompat/v7", budget_ms=2000)
+    closed = f"http://127.0.0.1:{closed_port()}/apis/ccompat/v7"
+    down = asdict(dataclasses.replace(avro, url=closed, retry_ms=2000))
     asked.append({**asked[0], "registry": down})
     return dict(zip([*twins, "registry down"], run_python(FOLD, asked), strict=True))
 

@@ -4,6 +4,9 @@ db/tables.py says, a second run changes nothing, and the newest revision goes do
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +21,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from common import config
-from db import schema, tables
+from db import locks, schema, tables
+from tests.support import pipeline as sp
 
 pytestmark = pytest.mark.e2e
 
@@ -29,6 +33,9 @@ PRE_ALEMBIC_DDL = Path(__file__).parent / "data" / "schema_pre_alembic.sql"
 AFTER_ALEMBIC = {"streamfold.pipelines", "streamfold.profile_history_clicks", "streamfold.debezium_signal"}
 # The demo's source table: the first revision creates it, db/tables.py does not own it.
 DEMO = {"public.users"}
+
+# The revision before the one that alters streamfold.dead_letters (0006 adds its replay columns).
+BEFORE_DEAD_LETTERS_ALTERED = "0005"
 
 # What goes into each table: `INSERT INTO <table> <this>`.
 ROWS = {
@@ -187,4 +194,35 @@ def test_the_newest_revision_goes_down_and_up_again(database: str) -> None:
     assert differences(database), "the newest revision's change is undone"
 
     assert schema.upgrade(database) == (previous, schema.head())
+    assert differences(database) == []
+
+
+def test_alembic_upgrade_waits_out_a_reader_without_queueing_writers(database: str, tmp_path: Path) -> None:
+    """`alembic upgrade head` takes its locks as setup does (db/locks.py): behind a reader of a table it
+    alters, it gives up its queued lock after lock_timeout, names the reader and tries again, so a writer of
+    that table (the job's landing) never queues behind it; once the reader ends, the upgrade completes."""
+    schema.upgrade(database)
+    with schema.engine(database).begin() as connection:
+        command.downgrade(schema.alembic_config(connection), BEFORE_DEAD_LETTERS_ALTERED)
+    said = tmp_path / "alembic.out"
+    with psycopg.connect(database) as reader:
+        reader.execute("SELECT count(*) FROM streamfold.dead_letters")  # ACCESS SHARE until it rolls back
+        with said.open("w") as out:
+            cli = subprocess.Popen(
+                [sys.executable, "-m", "alembic", "upgrade", "head"],
+                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "STREAMFOLD_PG_DSN": database},
+                cwd=sp.ROOT,
+            )  # fmt: skip
+        try:
+            holder = f"held by pid {reader.info.backend_pid}"
+            sp.wait_until(lambda: holder in said.read_text(), 120, "alembic naming the reader")
+            with psycopg.connect(database, autocommit=True) as writer:
+                # A guard against hanging for ever, far above the migration's lock_timeout.
+                writer.execute("SET statement_timeout = '60s'")
+                writer.execute(f"INSERT INTO streamfold.dead_letters {ROWS['streamfold.dead_letters']}")
+        finally:
+            reader.rollback()
+            cli.wait(timeout=locks.LOCK_WAIT_S)
+    assert cli.returncode == 0, said.read_text()[-3000:]
+    assert revision(database) == schema.head()
     assert differences(database) == []

@@ -6,6 +6,8 @@ renamed is drift: unknown in the versions after it, never silently null."""
 from __future__ import annotations
 
 import json
+import math
+import re
 import subprocess
 import sys
 import time
@@ -13,6 +15,7 @@ import uuid
 
 import psycopg
 import pytest
+import requests
 from psycopg import sql
 
 from common import join_plan, names, topics
@@ -125,15 +128,33 @@ def test_added_dropped_and_retyped_columns_keep_the_job_joining(pg, streamfold_s
     assert not dead
 
 
-def status_check(sandbox: sp.Sandbox) -> subprocess.CompletedProcess:
+def status(sandbox: sp.Sandbox, option: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "streamfold", "status", "--check"],
+        [sys.executable, "-m", "streamfold", "status", option],
         capture_output=True,
         text=True,
         timeout=120,
         env=sandbox.env(),
         cwd=sp.ROOT,
     )
+
+
+def status_check(sandbox: sp.Sandbox) -> subprocess.CompletedProcess:
+    return status(sandbox, "--check")
+
+
+# The job's own metrics of the default pipeline's Kafka query (docs/operations.md, "Status and metrics").
+JOB_METRIC = re.compile(
+    r'^metrics_streamfold_driver_streamfold_clicks_kafka_(\w+)_(?:Count|Value)\{type="\w+"\} (\S+)$', re.M
+)
+
+
+def job_metrics(sandbox: sp.Sandbox) -> dict[str, float]:
+    """The running job's own metrics, as its Prometheus servlet serves them: {"drift_changes": 0.0, ...}."""
+    url = json.loads(status(sandbox, "--json").stdout)["job"]["prometheus"]
+    response = requests.get(url, timeout=10)
+    assert response.status_code == 200, response.text[:2000]
+    return {name: float(value) for name, value in JOB_METRIC.findall(response.text)}
 
 
 def test_a_renamed_column_is_unknown_in_later_versions_never_silently_null(
@@ -157,6 +178,9 @@ def test_a_renamed_column_is_unknown_in_later_versions_never_silently_null(
                 240,
                 "a first committed batch",
             )
+        before = job_metrics(sandbox)
+        assert (before["drift_changes"], before["drift_columns"]) == (0, 0), before
+        assert "cdc_progress_age_s" in before, before
         pg.execute("ALTER TABLE public.users RENAME COLUMN interests TO hobbies")
         pg.execute("UPDATE public.users SET regionid = 'Region_2' WHERE userid = %s", (user,))
         time.sleep(1.5)
@@ -176,6 +200,11 @@ def test_a_renamed_column_is_unknown_in_later_versions_never_silently_null(
                 "the click joined",
             )
         sp.wait_until(lambda: status_check(sandbox).returncode == 1, 60, "status --check failing")
+        # The listener counts a batch once Spark reports its progress, after the batch landed the version.
+        sp.wait_until(lambda: job_metrics(sandbox)["drift_changes"] > 0, 60, "the drift metric counting")
+        after = job_metrics(sandbox)
+        assert (after["drift_changes"], after["drift_columns"]) == (1, 1), after  # the user's one update
+        assert not math.isnan(after["cdc_progress_age_s"]), after  # event_time mode observes progress
         assert job.poll() is None, log.read_text()[-3000:]
     finally:
         if job.poll() is None:

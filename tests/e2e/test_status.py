@@ -92,7 +92,11 @@ def test_status_reports_lag_waiting_clicks_dead_letters_and_connector(pg, stream
             ).fetchone()[0]
         assert dead >= 3 and figures["dead_letters_last_hour"][source] == dead
         metrics = requests.get(figures["job"]["prometheus"], timeout=10)
-        assert metrics.status_code == 200 and "clicks_kafka" in metrics.text, metrics.text[:2000]
+        assert metrics.status_code == 200, metrics.text[:2000]
+        # Spark's own streaming metrics, under the stable namespace (pipeline/spark.py), not the app id.
+        assert "metrics_streamfold_driver_spark_streaming_clicks_kafka_latency_Value" in metrics.text, (
+            metrics.text[:2000]
+        )
 
         # CDC progress stalls while Connect is down: new clicks wait in the join (max_wait is 10 min).
         lifecycle.stop_service(home, "connect")

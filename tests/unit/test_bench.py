@@ -204,6 +204,19 @@ def test_the_headline_is_streamfold_beside_kafka_streams_with_their_ratio():
     assert "streamfold/Kafka Streams (users in a GlobalKTable): 0.40 steady, 0.25x from start" in text
 
 
+def test_every_kafka_streams_variant_is_a_row_and_the_faster_is_the_baseline():
+    lean = {"variant": "lean", "clicks": 100, "seconds": 4.0, "clicks_per_s": 25}
+    idiomatic = {"variant": "global", "clicks": 100, "seconds": 5.0, "clicks_per_s": 20}
+    results = {
+        "streamfold": {"clicks": 100, "seconds": 5.0, "clicks_per_s": 20},
+        "kstreams": lean,
+        "kstreams_variants": [lean, idiomatic],
+    }
+    rows = {row[0]: row[3:] for row in report.throughput_rows(results)}
+    assert rows[f"{report.KSTREAMS}: {report.VARIANTS['lean']}"] == ["25", "0.80x"]
+    assert rows[f"{report.KSTREAMS}: GlobalKTable"] == ["20", "1.00x"]
+
+
 def test_kafka_streams_outputs_mark_sampled_clicks_and_profile_versions():
     clicks, profiles = Observations(), Observations()
     clicks.add("kafka:clicks:1:7", 100.0)

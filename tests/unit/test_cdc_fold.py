@@ -416,9 +416,16 @@ def test_avro_change_events_are_folded_with_the_jobs_registry(
     text = (Path(__file__).resolve().parents[2] / pf.DEFAULT_FILE).read_text()
     assert cdc_fold.avro_registry(pf.parse(text)) is None
     avro = pf.parse(text + "cdc: {format: avro}\n")
-    assert cdc_fold.avro_registry(avro) == ("http://registry:8080/apis/ccompat/v7", "streamfold", "pw", 2500)
+    registry = cdc_fold.avro_registry(avro)
+    assert registry is not None
+    assert (registry.url, registry.user, registry.password, registry.retry_ms) == (
+        "http://registry:8080/apis/ccompat/v7",
+        "streamfold",
+        "pw",
+        2500,
+    )
     monkeypatch.delenv(config.REGISTRY_URL_VAR)
     with pytest.raises(
-        RuntimeError, match="cdc.format avro needs a schema registry: set STREAMFOLD_REGISTRY_URL"
+        config.ConfigError, match=r"STREAMFOLD_REGISTRY_URL is not set: Avro change events \(cdc"
     ):
         cdc_fold.avro_registry(avro)

@@ -1,11 +1,13 @@
 """The job's guard rails: one job per checkpoint, and readable failures."""
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from rich.markup import escape
 
+from common import config
 from common import pipeline_file as pf
 from pipeline import job
 from pipeline.job import JobError, StallReporter, check_conf, exclusive, root_cause, trigger_ms
@@ -69,6 +71,22 @@ def test_a_mistyped_conf_key_is_refused_not_ignored():
     check_conf({"join.max_wait": "5s", "spark.sql.shuffle.partitions": "2", "trigger.interval": "1s"})
     with pytest.raises(JobError, match=r"unknown --conf key\(s\) join.max_wiat"):
         check_conf({"join.max_wiat": "5s"})
+
+
+def test_avro_events_without_a_registry_url_stop_the_start_before_any_service(tmp_path, monkeypatch):
+    """The endpoints lead nowhere: the registry's missing setting is the error, before the database is
+    asked (check_applied) or Spark starts."""
+    monkeypatch.delenv(config.REGISTRY_URL_VAR, raising=False)
+    monkeypatch.setenv("STREAMFOLD_HOME", str(tmp_path))  # no stack.env to fall back to
+    text = (
+        (ROOT / pf.DEFAULT_FILE)
+        .read_text()
+        .replace("  kafka_topic: clicks\n", "  kafka_topic: clicks\n  format: avro\n")
+    )
+    nowhere = config.Settings("host=127.0.0.1 port=1", "127.0.0.1:1", "http://127.0.0.1:1", "", tmp_path)
+    settings = replace(nowhere, pipeline=pf.parse(text))
+    with pytest.raises(config.ConfigError, match="STREAMFOLD_REGISTRY_URL is not set: Avro events"):
+        job.run(settings, "kafka", once=True, conf={})
 
 
 def test_trigger_interval_defaults_and_parses():

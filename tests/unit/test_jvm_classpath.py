@@ -14,7 +14,14 @@ POM = (ROOT / "pom.xml").read_text()
 JARS = Path(pyspark.__file__).parent / "jars"
 
 
-@pytest.mark.parametrize(("property_name", "jar"), [("avro.version", "avro"), ("slf4j.version", "slf4j-api")])
+@pytest.mark.parametrize(
+    ("property_name", "jar"),
+    [
+        ("avro.version", "avro"),
+        ("slf4j.version", "slf4j-api"),
+        ("dropwizard.metrics.version", "metrics-core"),
+    ],
+)
 def test_a_provided_jar_is_the_one_pyspark_ships(property_name: str, jar: str) -> None:
     version = re.search(rf"<{re.escape(property_name)}>([^<]+)<", POM)
     assert version, f"pom.xml has no {property_name}"

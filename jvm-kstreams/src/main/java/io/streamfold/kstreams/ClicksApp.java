@@ -13,7 +13,7 @@ import org.apache.kafka.streams.StreamsConfig;
 
 /**
  * `java -cp 'lib/kstreams/*' io.streamfold.kstreams.ClicksApp KEY=VALUE ...`: ClicksTopology with
- * exactly-once v2, until SIGTERM. Keys (defaults): bootstrap (required), variant (global | table),
+ * exactly-once v2, until SIGTERM. Keys (defaults): bootstrap (required), variant (global | table | lean),
  * application.id (streamfold-bench-kstreams), state.dir, the topics clicks, cdc, enriched, counts,
  * client.properties: a file of Kafka client settings every client gets (the broker's login), or none, and
  * threads: stream threads (the machine's cores, as a user sizing it for the machine would; Kafka Streams'

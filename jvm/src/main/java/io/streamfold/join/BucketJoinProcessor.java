@@ -37,6 +37,9 @@ import scala.jdk.javaapi.CollectionConverters;
  *
  * <p>A TRUNCATE of the profile table has no key: it reaches every bucket (TemporalJoin.cdcRows), where every
  * key with versions (the MapState's keys) is advanced with it, as the per-key model advances every key.
+ *
+ * <p>Rows are read and written through BucketRows: the one-table join's (TableRows), or one stage's of the
+ * join of several tables (StageRows), where this operator runs once per table over one wide row shape.
  */
 final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   static final String VERSIONS = "versions";
@@ -49,19 +52,17 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
 
   private final boolean latestMode;
   private final long retentionMs;
-  private final TaggedRow tagged;
-  private final OutputRows output;
+  private final BucketRows rows;
   private final StateCodec codec;
   private transient MapState<String, Row> versions;
   private transient ValueState<Row> bucket;
   private transient Long firedMs;  // the timer Spark just fired (and already removed)
 
-  BucketJoinProcessor(boolean latestMode, long retentionMs, TaggedRow tagged, OutputRows output) {
+  BucketJoinProcessor(boolean latestMode, long retentionMs, BucketRows rows) {
     this.latestMode = latestMode;
     this.retentionMs = retentionMs;
-    this.tagged = tagged;
-    this.output = output;
-    this.codec = new StateCodec(tagged.fieldTypes, tagged.profileTypes);
+    this.rows = rows;
+    this.codec = new StateCodec(rows.fieldTypes(), rows.profileTypes());
   }
 
   @Override
@@ -73,38 +74,39 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
 
   @Override
   public scala.collection.Iterator<Row> handleInputRows(
-      Integer key, scala.collection.Iterator<Row> rows, TimerValues timerValues) {
-    Map<String, Input> input = new LinkedHashMap<>();
+      Integer key, scala.collection.Iterator<Row> input, TimerValues timerValues) {
+    Map<String, Input> byKey = new LinkedHashMap<>();
     List<Row> out = new ArrayList<>();
     List<Version> truncates = new ArrayList<>(0);
     Long progressMs = null;
-    while (rows.hasNext()) {
-      Row row = rows.next();
-      if (tagged.isReject(row)) {
-        out.add(tagged.reject(row, output));
-        continue;
+    while (input.hasNext()) {
+      Row row = input.next();
+      Row passed = rows.passed(row);
+      if (passed != null) out.add(passed);
+      switch (rows.role(row)) {
+        case PASS -> { }
+        case PROGRESS -> progressMs = progressMs == null ? rows.tsMs(row) : Math.max(progressMs, rows.tsMs(row));
+        case TRUNCATE -> truncates.add(rows.tombstone(row));
+        case INPUT -> {
+          Input in = byKey.computeIfAbsent(rows.key(row), u -> newInput());
+          rows.decode(row, in.changes(), in.clicks());
+        }
       }
-      if (tagged.isProgress(row)) {
-        progressMs = progressMs == null ? tagged.tsMs(row) : Math.max(progressMs, tagged.tsMs(row));
-        continue;
-      }
-      if (tagged.isTruncate(row)) {
-        truncates.add(tagged.tombstone(row));
-        continue;
-      }
-      Input in = input.computeIfAbsent(tagged.key(row), u -> newInput());
-      tagged.decode(row, in.changes(), in.clicks());
+    }
+    if (progressMs != null) {
+      Row progress = rows.progressOut(key, progressMs);
+      if (progress != null) out.add(progress);
     }
     if (!truncates.isEmpty()) {  // every user of the bucket with versions takes them
       scala.collection.Iterator<String> users = versions.keys();
-      while (users.hasNext()) input.computeIfAbsent(users.next(), u -> newInput());
+      while (users.hasNext()) byKey.computeIfAbsent(users.next(), u -> newInput());
     }
-    if (input.isEmpty() && progressMs == null) {
+    if (byKey.isEmpty() && progressMs == null) {
       return CollectionConverters.asScala(out.iterator());  // rejects only: the bucket's timer decides
     }
     out.addAll(latestMode
-        ? joinLatest(input, truncates)
-        : join(input, truncates, progressMs, timerValues.getCurrentWatermarkInMs()));
+        ? joinLatest(byKey, truncates)
+        : join(byKey, truncates, progressMs, timerValues.getCurrentWatermarkInMs()));
     return CollectionConverters.asScala(out.iterator());
   }
 
@@ -158,13 +160,13 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       List<Version> before = loadVersions(user);
       UserHistory history = new UserHistory(new ArrayList<>(before), pending);
       List<Enriched> joined = history.advance(in.changes(), in.clicks(), truncates, watermarkMs, retentionMs);
-      for (Version v : history.stored) out.add(output.change(user, v));
+      for (Version v : history.stored) addChange(out, user, v);
       saveVersions(user, before, history.versions);
       if (!history.pending.isEmpty()) b.pending.put(user, history.pending);
       Long next = history.nextExpiryMs(retentionMs);
       if (next == null) b.expiries.remove(user);
       else b.expiries.put(user, next);
-      for (Enriched e : joined) out.add(output.event(user, e, e.click().eventTimeMs() <= cdcMs, b.progressMs));
+      for (Enriched e : joined) out.add(rows.event(user, e, e.click().eventTimeMs() <= cdcMs, b.progressMs));
     }
     Long wakeup = b.nextWakeup();
     reschedule(b.timerMs, wakeup);
@@ -185,11 +187,16 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       List<Version> before = loadVersions(user);
       UserHistory history = new UserHistory(new ArrayList<>(before), new ArrayList<>());
       List<Enriched> joined = history.advanceLatest(in.changes(), in.clicks(), truncates);
-      for (Version v : history.stored) out.add(output.change(user, v));
-      for (Enriched e : joined) out.add(output.event(user, e, true, null));
+      for (Version v : history.stored) addChange(out, user, v);
+      for (Enriched e : joined) out.add(rows.event(user, e, true, null));
       saveVersions(user, before, history.versions);
     });
     return out;
+  }
+
+  private void addChange(List<Row> out, String user, Version v) {
+    Row change = rows.change(user, v);
+    if (change != null) out.add(change);
   }
 
   private static boolean anyReady(List<Click> clicks, long watermarkMs) {

@@ -6,7 +6,7 @@ package io.streamfold.join;
  * holds keys in, which is the CDC fold's (an integer in decimal, bigint 42 is "42"), so that the foreign key
  * meets the key its table's changes were folded under. A null column is no key (the event joins nothing at
  * once, complete); an unknown one (an unchanged TOASTed value nothing filled, a drifted column) is no key
- * either, and makes the rest of the chain incomplete. For the chain's stages, which the job does not run yet.
+ * either, and makes the rest of the chain incomplete. StageRows writes the keys a chain reads with it.
  */
 record ForeignKey(String text, boolean known) {
   static final ForeignKey NONE = new ForeignKey(null, true);

@@ -63,7 +63,7 @@ final class JoinSpec {
     return new JoinSpec(List.copyOf(fields), List.copyOf(columns), struct);
   }
 
-  private static Object parseJson(String json) {
+  static Object parseJson(String json) {
     try {
       return StrictJson.parse(json.getBytes(StandardCharsets.UTF_8));
     } catch (StrictJson.NotJson notJson) {
@@ -71,17 +71,17 @@ final class JoinSpec {
     }
   }
 
-  private static Map<?, ?> object(Object value, String what) {
+  static Map<?, ?> object(Object value, String what) {
     if (value instanceof Map<?, ?> map) return map;
     throw new IllegalArgumentException("join spec: " + what + " is an object, got " + StrictJson.shown(value));
   }
 
-  private static List<?> list(Map<?, ?> spec, String key) {
+  static List<?> list(Map<?, ?> spec, String key) {
     if (spec.get(key) instanceof List<?> items) return items;
     throw new IllegalArgumentException("join spec: " + key + " is a list, got " + StrictJson.shown(spec.get(key)));
   }
 
-  private static String text(Object value, String what) {
+  static String text(Object value, String what) {
     if (value instanceof String s) return s;
     throw new IllegalArgumentException("join spec: " + what + " is a string, got " + StrictJson.shown(value));
   }

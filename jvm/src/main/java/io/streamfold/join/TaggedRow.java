@@ -2,7 +2,6 @@ package io.streamfold.join;
 
 import io.streamfold.join.UserHistory.Click;
 import io.streamfold.join.UserHistory.Version;
-import java.io.Serializable;
 import java.util.List;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
@@ -23,7 +22,7 @@ import org.apache.spark.sql.types.StructType;
  * why the change holds no value of its type (spec/envelopes.py): such a column becomes UserHistory.Drifted
  * (a delete's stays a tombstone). Every ordinal is looked up once, here.
  */
-final class TaggedRow implements Serializable {
+final class TaggedRow implements TemporalJoin.Fanout {
   private static final long serialVersionUID = 1L;
   static final String EVENT = "event";
   static final String CHANGE = "change";
@@ -102,8 +101,8 @@ final class TaggedRow implements Serializable {
         new Object[profile.length]);
   }
 
-  /** A row (a truncate) for one bucket: the same values, bucket set. */
-  Row forBucket(Row r, int forBucket) {
+  @Override
+  public Row forBucket(Row r, int forBucket) {
     Object[] values = new Object[width];
     for (int i = 0; i < width; i++) values[i] = r.get(i);
     values[bucket] = forBucket;
@@ -123,8 +122,8 @@ final class TaggedRow implements Serializable {
     return out.reject(r.getString(eventId), r.getString(error), r.getString(source), r.get(payload));
   }
 
-  /** A progress row for one bucket: kind, bucket and ts_ms set, every other field null. */
-  Row progress(int forBucket, long progressMs) {
+  @Override
+  public Row progress(int forBucket, long progressMs) {
     Object[] values = new Object[width];
     values[kind] = PROGRESS;
     values[bucket] = forBucket;

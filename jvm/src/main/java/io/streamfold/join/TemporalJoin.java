@@ -1,6 +1,8 @@
 package io.streamfold.join;
 
+import java.io.Serializable;
 import java.util.Iterator;
+import java.util.List;
 import java.util.NoSuchElementException;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
 import org.apache.spark.sql.Column;
@@ -38,6 +40,15 @@ public final class TemporalJoin {
 
   private TemporalJoin() {}
 
+  /** How cdcRows makes a row for one bucket: a truncate's copy, and a CDC progress row. */
+  interface Fanout extends Serializable {
+    /** The row (a truncate) for one bucket: the same values, bucket set. */
+    Row forBucket(Row r, int bucket);
+
+    /** A progress row for one bucket: kind, bucket and ts_ms set, every other field null. */
+    Row progress(int bucket, long progressMs);
+  }
+
   /**
    * The CDC rows (kind "change", "truncate", "reject", "progress" or "tick", with progress_ms) as operator
    * input: every change and reject as it is, every truncate (it has no key) once for every bucket, in both
@@ -48,7 +59,7 @@ public final class TemporalJoin {
    * ticks only drive the watermark upstream: they are not CDC progress and end here. One pass, so the
    * CDC source is read and parsed once per batch for the changes, the progress and the watermark alike.
    */
-  static Dataset<Row> cdcRows(Dataset<Row> cdc, TaggedRow rows, boolean fanOutProgress) {
+  static Dataset<Row> cdcRows(Dataset<Row> cdc, Fanout rows, boolean fanOutProgress) {
     final int kind = cdc.schema().fieldIndex("kind");
     final int progress = cdc.schema().fieldIndex("progress_ms");
     MapPartitionsFunction<Row, Row> fanOut = it -> new Iterator<Row>() {
@@ -108,7 +119,7 @@ public final class TemporalJoin {
     JoinSpec spec = JoinSpec.parse(joinSpec);
     TaggedRow rows = new TaggedRow(events.schema(), spec);
     OutputRows output = new OutputRows(spec, rows);
-    BucketJoinProcessor processor = new BucketJoinProcessor(latest, retentionMs, rows, output);
+    BucketJoinProcessor processor = new BucketJoinProcessor(latest, retentionMs, new TableRows(rows, output));
     // The key is a column, not a function of the row: groupByKey(function) would turn every row into a
     // Row object once for the key and again for the operator (a tenth of the job's CPU in a profile).
     UserDefinedFunction bucketOf = functions.udf((UDF1<String, Integer>) TaggedRow::bucketOf, DataTypes.IntegerType);
@@ -119,5 +130,33 @@ public final class TemporalJoin {
         .as(Encoders.INT(), Encoders.row(tagged.schema()))
         .transformWithState(processor, latest ? TimeMode.None() : TimeMode.EventTime(), OutputMode.Append(),
             Encoders.row(output.schema()));
+  }
+
+  /**
+   * The join of several tables (docs/decisions/join-cascade.md): events and cdc in StageRows' one wide
+   * shape (pipeline/stages.py), cdc watermarked as for apply; stagesJson: {"stages": [each StageRows spec,
+   * in the plan's order]}. The CDC rows are fanned out once (cdcRows); then one transformWithState operator
+   * per stage, each keyed by a bucket of its own key (an event's j(k)_key, a change's key) and fed the one
+   * stream the stage before emitted: every change, truncate, reject and each bucket's CDC progress pass
+   * through every stage, so the source is read once. Event time only.
+   */
+  public static Dataset<Row> stages(Dataset<Row> events, Dataset<Row> cdc, long retentionMs, String stagesJson) {
+    List<StageRows> stages = StageRows.all(events.schema(), stagesJson);
+    UserDefinedFunction bucketOf = functions.udf((UDF1<String, Integer>) TaggedRow::bucketOf, DataTypes.IntegerType);
+    Dataset<Row> stream = events.union(cdcRows(cdc, stages.get(0), true));
+    for (StageRows stage : stages) {
+      Column isEvent = functions.col("kind").equalTo(TaggedRow.EVENT);
+      Column key = functions.when(isEvent, functions.col(stage.keyColumn())).otherwise(functions.col("key"));
+      // An event with no key joins nothing at once: any bucket takes it, spread by its id.
+      Column spread = functions.pmod(functions.hash(functions.col("event_id")), functions.lit(BUCKETS));
+      Column bucket = functions.coalesce(functions.col("bucket"), bucketOf.apply(key), spread);
+      Dataset<Row> keyed = stream.withColumn("bucket", bucket);
+      stream = keyed
+          .groupBy(functions.col("bucket"))
+          .as(Encoders.INT(), Encoders.row(keyed.schema()))
+          .transformWithState(new BucketJoinProcessor(false, retentionMs, stage), TimeMode.EventTime(),
+              OutputMode.Append(), Encoders.row(keyed.schema()));
+    }
+    return stream;
   }
 }

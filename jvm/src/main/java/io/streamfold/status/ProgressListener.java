@@ -1,6 +1,5 @@
 package io.streamfold.status;
 
-import io.streamfold.json.StrictJson;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
@@ -8,12 +7,12 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
-import java.util.HashMap;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
-import java.util.Set;
-import java.util.TreeSet;
+import java.util.concurrent.ConcurrentHashMap;
 import org.apache.spark.SparkConf;
+import org.apache.spark.SparkEnv;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.streaming.StreamingQueryListener;
 import org.apache.spark.sql.streaming.StreamingQueryProgress;
@@ -21,7 +20,9 @@ import org.apache.spark.sql.streaming.StreamingQueryProgress;
 /**
  * The job's progress, from the JVM: a line per micro-batch that read something (on stdout, the job's
  * log), each query's last StreamingQueryProgress in {@code <status dir>/<query>.json} (read by
- * {@code streamfold status}), and optionally every progress as a JSON line (the benchmark's record).
+ * {@code streamfold status}), each query's drift and CDC progress age as metrics of Spark's metrics system
+ * (QueryMetrics, served at the driver's {@code /metrics/prometheus}), and optionally every progress as a
+ * JSON line (the benchmark's record).
  *
  * <p>Why in the JVM: a Python listener gets every event converted field by field over Py4J, whose
  * reflection misses scan the jars (docs/decisions/spark-settings.md). Registered by pipeline/spark.py through {@code spark.sql.streaming.streamingQueryListeners},
@@ -33,38 +34,29 @@ public final class ProgressListener extends StreamingQueryListener {
 
   /** pipeline/temporal_join.py DRIFT_METRIC: a batch's changes with drifted columns, and which columns. */
   static final String DRIFT_METRIC = "cdc_drift";
+  /** pipeline/temporal_join.py CDC_PROGRESS_METRIC: a batch's largest progress_ms (event_time mode). */
+  static final String CDC_PROGRESS_METRIC = "cdc_progress";
   static final String DRIFT_FIX = "unknown in their versions, events joining them profile_complete = false; "
       + "restore the column or edit the pipeline file, then `streamfold setup`";
 
   private final Path statusDir;
   private final Path progressLog;
-  /** Per query: the drift seen since the job started (changes, and each column's line). */
-  private final Map<String, Drift> drift = new HashMap<>();
-
-  /** The drift a query has seen: drifted changes, and each drifted column as "table.column: why". */
-  static final class Drift {
-    long changes;
-    final Set<String> columns = new TreeSet<>();
-
-    /** The status record's "drift" member. */
-    String json() {
-      StringBuilder out = new StringBuilder("{\"changes\": ").append(changes).append(", \"columns\": [");
-      String comma = "";
-      for (String column : columns) {
-        out.append(comma).append(StrictJson.text(column));
-        comma = ", ";
-      }
-      return out.append("]}").toString();
-    }
-  }
+  /**
+   * Per query: its figures since the job started, registered with Spark's metrics system. Concurrent: Spark
+   * calls onQueryStarted on the thread that starts the query, the rest on its listener thread.
+   */
+  private final Map<String, QueryMetrics> metrics = new ConcurrentHashMap<>();
 
   public ProgressListener(SparkConf conf) {
     statusDir = conf.contains(STATUS_DIR) ? Path.of(conf.get(STATUS_DIR)) : null;
     progressLog = conf.contains(PROGRESS_LOG) ? Path.of(conf.get(PROGRESS_LOG)) : null;
   }
 
+  /** Registers the query's metrics as it starts, so a scrape shows them (0 drift) before any batch. */
   @Override
-  public void onQueryStarted(QueryStartedEvent event) {}
+  public void onQueryStarted(QueryStartedEvent event) {
+    metrics(event.name());
+  }
 
   @Override
   public void onQueryProgress(QueryProgressEvent event) {
@@ -73,9 +65,15 @@ public final class ProgressListener extends StreamingQueryListener {
     if (progress.numInputRows() > 0) {
       System.out.println(summary(progress));
     }
-    Drift seen = drifted(progress);
+    QueryMetrics query = metrics(progress.name());
+    drifted(progress, query);
+    Row cdc = observed(progress, CDC_PROGRESS_METRIC);
+    if (cdc != null) {
+      query.observeProgress(cdc.getLong(0));
+    }
     if (statusDir != null) {
-      String driftJson = seen == null ? "" : ", \"drift\": " + seen.json();
+      String drift = query.driftJson();
+      String driftJson = drift == null ? "" : ", \"drift\": " + drift;
       String record = "{\"written_ms\": " + System.currentTimeMillis() + driftJson + ", \"progress\": "
           + json + "}";
       writeAtomically(statusDir.resolve(progress.name() + ".json"), record);
@@ -88,22 +86,35 @@ public final class ProgressListener extends StreamingQueryListener {
   @Override
   public void onQueryTerminated(QueryTerminatedEvent event) {}
 
-  /**
-   * Says each drifted column of the batch (one line each) and adds the batch's drift to the query's; the
-   * query's drift so far, or null while it has none.
-   */
-  private Drift drifted(StreamingQueryProgress p) {
-    Row metric = p.observedMetrics() == null ? null : p.observedMetrics().get(DRIFT_METRIC);
-    long changes = metric == null || metric.isNullAt(0) ? 0 : metric.getLong(0);
+  /** Says each drifted column of the batch (one line each) and adds the batch's drift to the query's. */
+  private static void drifted(StreamingQueryProgress p, QueryMetrics query) {
+    Row metric = observed(p, DRIFT_METRIC);
+    long changes = metric == null ? 0 : metric.getLong(0);
     if (changes > 0) {
-      Drift total = drift.computeIfAbsent(p.name(), name -> new Drift());
-      total.changes += changes;
-      for (Object column : metric.getList(1)) {
-        System.out.println(driftLine(p, changes, (String) column));
-        total.columns.add((String) column);
+      List<String> columns = metric.getList(1);
+      for (String column : columns) {
+        System.out.println(driftLine(p, changes, column));
       }
+      query.addDrift(changes, columns);
     }
-    return drift.get(p.name());
+  }
+
+  /** The batch's observed metric of that name, or null when it has none or its first value is null. */
+  private static Row observed(StreamingQueryProgress p, String name) {
+    Row metric = p.observedMetrics() == null ? null : p.observedMetrics().get(name);
+    return metric == null || metric.isNullAt(0) ? null : metric;
+  }
+
+  /** The query's metrics, made and registered with the driver's metrics system on first sight. */
+  private QueryMetrics metrics(String query) {
+    return metrics.computeIfAbsent(String.valueOf(query), name -> {
+      QueryMetrics made = new QueryMetrics(name, System::currentTimeMillis);
+      SparkEnv env = SparkEnv.get();
+      if (env != null) {
+        env.metricsSystem().registerSource(made);
+      }
+      return made;
+    });
   }
 
   static String driftLine(StreamingQueryProgress p, long changes, String column) {
