@@ -22,12 +22,14 @@ Each section is gathered on its own: a service that is down turns its section in
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import psycopg
 import requests
 from botocore.config import Config
@@ -311,6 +313,7 @@ def newest_ts(client: Consumer, topic: str, partition: int, end: int, back: int 
     start = max(0, end - back)
     client.assign([TopicPartition(topic, partition, start)])
     found: list[int] = []
+    schemas: dict[int, Any] = {}
     deadline = time.monotonic() + TIMEOUT_S
     position = start
     while position < end and time.monotonic() < deadline:
@@ -319,17 +322,33 @@ def newest_ts(client: Consumer, topic: str, partition: int, end: int, back: int 
             continue
         position = (message.offset() or 0) + 1
         value = message.value()
-        if position <= end and value and (ts := envelope_ts(value)) is not None:
+        if position <= end and value and (ts := envelope_ts(value, schemas)) is not None:
             found.append(ts)
     return max(found, default=None)
 
 
-def envelope_ts(raw: bytes) -> int | None:
+def envelope_ts(raw: bytes, schemas: dict[int, Any] | None = None) -> int | None:
+    """source.ts_ms of a JSON envelope, or of an Avro one (cdc.format avro: the Confluent wire format, its
+    writer's schema from the registry, kept in `schemas` by id)."""
     try:
-        envelope = json.loads(raw)
+        envelope = (
+            avro_envelope(raw, {} if schemas is None else schemas) if raw[:1] == b"\x00" else json.loads(raw)
+        )
         return int(envelope["source"]["ts_ms"])
-    except (ValueError, KeyError, TypeError):
-        return None  # not an envelope the fold accepts: it is in the dead letters, not progress
+    except (ValueError, KeyError, TypeError, IndexError, EOFError, requests.RequestException):
+        return None  # not an envelope the fold accepts (it is in the dead letters), or no registry to ask
+
+
+def avro_envelope(raw: bytes, schemas: dict[int, Any]) -> Any:
+    """A Confluent-wire Avro record, decoded with its writer's schema (fetched once per id)."""
+    schema_id = int.from_bytes(raw[1:5], "big")
+    if schema_id not in schemas:
+        answer = requests.get(
+            f"{config.registry_url()}/schemas/ids/{schema_id}", auth=config.registry_auth(), timeout=TIMEOUT_S
+        )
+        answer.raise_for_status()
+        schemas[schema_id] = fastavro.parse_schema(json.loads(answer.json()["schema"]))
+    return fastavro.schemaless_reader(io.BytesIO(raw[5:]), schemas[schema_id], None)
 
 
 # --- Kinesis ---------------------------------------------------------------------------------------------

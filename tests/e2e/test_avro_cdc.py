@@ -26,6 +26,7 @@ from common import config, join_plan
 from common import pipeline_file as pf
 from connectors.setup import run_setup
 from pipeline import cdc_fold
+from streamfold import status
 from tests.support.kafka import Message, read_all
 from tests.support.own_pipeline import drop_installation, run_python
 
@@ -219,6 +220,14 @@ def test_avro_change_events_fold_as_the_json_ones(twins: dict[str, config.Settin
         assert any(r["kind"] == "progress" for r in rows[kind])
     # A registry that cannot be asked fails the task once the budget is spent: no dead letter.
     assert "unavailable for 2.0 s" in rows["registry down"]["failed"]
+    # `streamfold status` reads CDC progress from the Avro envelopes too (their schemas from the registry).
+    end = len(read_all(avro.kafka_bootstrap, avro.pipeline.cdc_topic))
+    client = status.consumer(avro.kafka_bootstrap)
+    try:
+        newest = status.newest_ts(client, avro.pipeline.cdc_topic, 0, end)
+    finally:
+        client.close()
+    assert newest is not None and newest >= avro_changes[-1]["valid_from_ms"]
     avro_values = [
         m.raw_value for m in read_all(avro.kafka_bootstrap, avro.pipeline.cdc_topic) if m.raw_value
     ]
