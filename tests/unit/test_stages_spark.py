@@ -28,6 +28,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from common import join_plan
 from pipeline import cdc_fold, records, stages
 from pipeline.join_config import JoinConfig
+from pipeline.temporal_join import pending_clicks
 from spec import cascade
 from spec.cascade import Change, Event, Progress
 from spec.several_tables import Joined
@@ -248,8 +249,13 @@ def test_join_max_wait_releases_an_event_through_every_stage(spark: SparkSession
     # Spark's watermark is the batches' before: the CDC progress after the first, the wall clock's ticks
     # (read from the second on) after the second, so the third batch is the one the first stage releases
     # the event in: the last stage must too.
-    runs = [harness.run() for _ in range(3)]
+    runs, pending = [], []
+    for _ in range(3):
+        runs.append(harness.run())
+        # `--once` (temporal_join.run_until_drained) reads what waits from the first stage's state.
+        pending.append(pending_clicks(spark, str(harness.root / "checkpoint")))
     assert [[r.event_id for r in run if r.kind == "event"] for run in runs] == [[], [], ["e"]]
+    assert [(p.clicks, p.earliest_ms) for p in pending] == [(1, old), (1, old), (0, None)]
     [row] = runs[2]
     assert row.released_by_max_wait is True
     assert (row.j1_key, row.j1_country, row.j2_key) == ("1", "DE", "a")
