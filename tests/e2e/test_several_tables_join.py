@@ -1,9 +1,9 @@
 """Several tables joined end to end (docs/join-semantics.md, "Several tables"): the example users copy,
 examples/parcels/ (a chain parcels -> senders through profile.sender_id and an independent lookup of depots
-on the scan's depot), its names tagged, through `streamfold setup` and `streamfold run --once` on Kafka.
-Each scan lands in Postgres's enriched table with every table's version valid at its time, exact to the
-millisecond around the commit times Debezium recorded (an event a millisecond before a commit joins the
-old version, one at it the new); a dangling and a null foreign key join the columns' if_missing and are
+on the scan's depot), its names tagged, through `streamfold setup` and `streamfold run --once` on Kafka and
+on Kinesis. Each scan lands in Postgres's enriched table with every table's version valid at its time, exact
+to the millisecond around the commit times Debezium recorded (an event a millisecond before a commit joins
+the old version, one at it the new); a dangling and a null foreign key join the columns' if_missing and are
 complete; a deleted row joins nothing from its commit on."""
 
 from __future__ import annotations
@@ -92,16 +92,20 @@ def test_three_tables_join_each_at_the_events_time(parcels: own.OwnPipeline, str
         pg.execute(f"DELETE FROM {depot_t} WHERE code = 'BER'")
     moved = commit_ms(bootstrap, p, sender_t, "u")
     closed = commit_ms(bootstrap, p, depot_t, "d")
-    assert p.events.kafka_topic
-    produce(bootstrap, p.events.kafka_topic, [
-        scan(7, moved - 1, "HAM", "before_move"),
-        scan(7, moved, "HAM", "at_move"),
-        scan(8, moved, "HAM", "dangling"),
-        scan(9, moved, "HAM", "no_sender"),
-        scan(7, closed - 1, "BER", "before_close"),
-        scan(7, closed, "BER", "at_close"),
-    ])  # fmt: skip
+    scans = [
+        (7, moved - 1, "HAM", "before_move"),
+        (7, moved, "HAM", "at_move"),
+        (8, moved, "HAM", "dangling"),
+        (9, moved, "HAM", "no_sender"),
+        (7, closed - 1, "BER", "before_close"),
+        (7, closed, "BER", "at_close"),
+    ]
+    assert p.events.kafka_topic and p.events.kinesis_stream
+    produce(bootstrap, p.events.kafka_topic, [scan(*s) for s in scans])
+    # The same scans from Kinesis, their status marked: the job reads either source through one path.
+    own.send_kinesis(p.events.kinesis_stream, [scan(n, t, d, f"k_{s}") for n, t, d, s in scans])
     parcels.streamfold("run", "--source", "kafka", "--once")
+    parcels.streamfold("run", "--source", "kinesis", "--once")
 
     complete = records.enriched_names(p).complete
     with parcels.connect() as conn:
@@ -110,8 +114,7 @@ def test_three_tables_join_each_at_the_events_time(parcels: own.OwnPipeline, str
             f"{complete} FROM {p.enriched_table}"
         ).fetchall()
     got: dict[str, Any] = {r[0]: r[1:] for r in rows}
-    assert len(rows) == len(got) == 6, rows
-    assert got == {
+    want = {
         "before_move": ("express", "DE", "gold", "Hamburg", "north", True),
         "at_move": ("express", "FR", "gold", "Hamburg", "north", True),
         "dangling": ("standard", "unknown", None, "Hamburg", "north", True),
@@ -119,6 +122,8 @@ def test_three_tables_join_each_at_the_events_time(parcels: own.OwnPipeline, str
         "before_close": ("express", "FR", "gold", "Berlin", "east", True),
         "at_close": ("express", "FR", "gold", None, "unknown", True),
     }
+    assert len(rows) == len(got) == 12, rows
+    assert got == {**want, **{f"k_{status}": joined for status, joined in want.items()}}
     # PII never left the database: not in the CDC topic nor the enriched records.
     for topic in (p.cdc_topic, p.enriched_topic):
         raw = b"".join(m.raw_value or b"" for m in read_all(bootstrap, topic))
