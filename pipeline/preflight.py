@@ -8,25 +8,29 @@ the sink's spec), with the same functions the job uses; each of their refusals i
 from __future__ import annotations
 
 from common import pipeline_file as pf
-from pipeline import cdc_fold, events, records, sink_spec, temporal_join
+from pipeline import cdc_fold, events, records, sink_spec, stages, temporal_join
 
-# The job joins the profile alone so far: a file's further tables are read, validated and compiled
-# (common/join_plan.py, spec/several_tables.py), but nothing captures or joins them yet.
-SEVERAL_TABLES = (
-    "tables: this version joins the profile table only; joining further tables is being built "
-    '(docs/join-semantics.md, "Several tables"): remove `tables` to run this file'
-)
+# The stages join at event time only (pipeline/stages.py join_tables).
+LATEST_TABLES = "join.mode latest joins the profile table only: a file with `tables` joins at event time"
 
 
 def check_plan(pipeline: pf.Pipeline) -> None:
-    if pipeline.tables:
-        raise pipeline.error("tables", SEVERAL_TABLES)
     try:
         events.parse_type(pipeline.event_spec())
         cdc_fold.fold_type(pipeline.profile_spec())
         sink_spec.sink_spec(pipeline, records.join_output(pipeline))
         temporal_join.join_spec(pipeline)
+        if pipeline.tables:
+            _check_tables(pipeline)
     except pf.PipelineFileError:
         raise
     except ValueError as exc:
         raise pipeline.refusal(f"the job cannot run this file: {exc}") from None
+
+
+def _check_tables(pipeline: pf.Pipeline) -> None:
+    """What the job builds for a file with `tables`: the fold of every table and each stage's spec."""
+    if pipeline.join.mode == "latest":
+        raise pipeline.error("join.mode", LATEST_TABLES)
+    cdc_fold.tables_spec(pipeline)
+    stages.stages_spec(pipeline)

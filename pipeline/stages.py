@@ -29,7 +29,10 @@ from pipeline.temporal_join import (
     EVENT_PREFIX,
     PROFILE_PREFIX,
     ROCKSDB,
+    drift_said,
+    event_columns,
     if_missing_value,
+    observe_drift,
     project,
     reject_bucket,
     tagged_schema,
@@ -140,7 +143,7 @@ def join_tables(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: Pi
     jvm: Any = spark._jvm
     buckets = jvm.io.streamfold.join.TemporalJoin.BUCKETS
     wide = stage_schema(pipeline)
-    tagged_cdc = _tag_cdc(cdc, pipeline, wide, buckets)
+    tagged_cdc = _tag_cdc(_observe_drift(cdc, pipeline), pipeline, wide, buckets)
     tagged_cdc = tagged_cdc.observe(CDC_PROGRESS_METRIC, F.max("progress_ms").alias("progress_ms"))
     tagged_cdc = watermarked(spark, tagged_cdc, wide, cfg.max_wait_ms)
     joined = jvm.io.streamfold.join.TemporalJoin.stages(
@@ -187,9 +190,21 @@ def outputs(joined: DataFrame, pipeline: Pipeline) -> DataFrame:
     return project(joined.where("kind IN ('event', 'reject')"), records.join_output(pipeline), values)
 
 
+def _observe_drift(cdc: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """The fold of every table, measured for DRIFT_METRIC as the one-table join's is: a change's drifted
+    array indexes its own table's columns, so each is named by the change's table."""
+    said: Column | None = None
+    for table in cdc_fold.tables_spec(pipeline)["tables"]:
+        columns = [c["name"] for c in table["spec"]["columns"]]
+        named = drift_said(table["table"], columns)
+        said = (F if said is None else said).when(F.col("table") == table["table"], named)
+    assert said is not None  # a plan joins at least the profile table
+    return observe_drift(cdc, said)
+
+
 def _tag_events(events: DataFrame, pipeline: Pipeline, wide: StructType, buckets: int) -> DataFrame:
     """Events (and rejects, error set) in the wide row, each join on an event field keyed by it."""
-    key, time_ms, count = pipeline.events.key, *records.click(pipeline).fieldNames()[-2:]
+    key, _fields, time_ms, count = event_columns(events, pipeline)  # the parser's, or records.click's
     kind: Column = F.lit("event")
     values: dict[str, Column] = {}
     if "error" in events.columns:

@@ -228,16 +228,24 @@ def temporal_join(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: 
 
 def _observe_drift(cdc: DataFrame, pipeline: Pipeline) -> DataFrame:
     """The CDC rows, measured for DRIFT_METRIC as the batch runs (no second pass over the rows)."""
+    return observe_drift(cdc, drift_said(pipeline.profile.table, list(pipeline.profile.columns)))
+
+
+def drift_said(table: str, columns: list[str]) -> Column:
+    """A change's drifted columns (its drifted array indexes `columns`), each as "<table>.<column>: why"."""
     drifted = F.col("drifted")
-    table = pipeline.profile.table
-    said = F.array(
+    return F.array(
         *(
             F.when(drifted[i].isNotNull(), F.concat(F.lit(f"{table}.{name}: "), drifted[i]))
-            for i, name in enumerate(pipeline.profile.columns)
+            for i, name in enumerate(columns)
         )
     )
+
+
+def observe_drift(cdc: DataFrame, said: Column) -> DataFrame:
+    """cdc measured for DRIFT_METRIC: its changes with a drifted column, and the distinct texts `said`."""
     columns = F.array_distinct(F.flatten(F.collect_set(F.filter(said, lambda m: m.isNotNull()))))
-    return cdc.observe(DRIFT_METRIC, F.count(drifted).alias("changes"), columns.alias("columns"))
+    return cdc.observe(DRIFT_METRIC, F.count(F.col("drifted")).alias("changes"), columns.alias("columns"))
 
 
 def project(df: DataFrame, tagged: StructType, values: dict[str, Column]) -> DataFrame:
@@ -251,7 +259,7 @@ def reject_bucket(is_reject: Column, event_id: str, buckets: int) -> Column:
     return F.when(is_reject, F.pmod(F.hash(event_id), F.lit(buckets)))
 
 
-def _event_columns(events: DataFrame, pipeline: Pipeline) -> tuple[str, list[str], str, str]:
+def event_columns(events: DataFrame, pipeline: Pipeline) -> tuple[str, list[str], str, str]:
     """The parser's key, field, time and count columns: the key and the fields by name, then the time in
     ms and the count, the two columns after them (the parser's row is by position, records.click)."""
     names = [pipeline.events.key, *pipeline.events.fields]
@@ -266,7 +274,7 @@ def _event_columns(events: DataFrame, pipeline: Pipeline) -> tuple[str, list[str
 
 def _tag_events(events: DataFrame, pipeline: Pipeline, tagged: StructType, buckets: int) -> DataFrame:
     """Events, and rejects (error set) if the frame has the records.REJECT columns."""
-    key, fields, time_ms, count = _event_columns(events, pipeline)
+    key, fields, time_ms, count = event_columns(events, pipeline)
     rejects: dict[str, Column] = {}
     kind = F.lit(_EVENT)
     if "error" in events.columns:
@@ -389,8 +397,12 @@ def _join_operator_id(spark: SparkSession, checkpoint: str) -> int | None:
     operators = (
         spark.read.format("state-metadata").load(checkpoint).where(F.col("operatorName") == _OPERATOR_NAME)
     )
-    first = operators.select("operatorId").first()
-    return None if first is None else int(first[0])
+    # A file with `tables` runs one operator per stage (pipeline/stages.py), numbered by Spark from the
+    # plan's top (the last stage) down: the first stage, the highest id, holds every event still waiting.
+    first = operators.select(F.max("operatorId")).first()
+    if first is None or first[0] is None:
+        return None
+    return int(first[0])
 
 
 def run_until_drained(

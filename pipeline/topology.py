@@ -4,7 +4,8 @@ One streaming query, <pipeline name>-<source>, per micro-batch (records: pipelin
   1. sources: events from Kafka or Kinesis, Debezium change events and heartbeats from Kafka
   2. parse the events, fold the change events (rejects of either carry their reason)
   3. temporal join: each event with the profile version valid at its time; rejects and profile changes pass
-     through
+     through. A file with `tables`: the fold of every table, then one stage per join (pipeline/stages.py),
+     each event with every table's version valid at its time; its changes end in the join (no changelog)
   4. aggregate: each aggregate of the pipeline file, its count and sums per key, summed from the rows each
      partition lands (jvm/src/main/java/io/streamfold/sink/GroupTotals.java)
   5. sink, per partition of the join's output (pipeline/sinks.py): one Postgres transaction that claims the
@@ -35,7 +36,7 @@ from common import join_plan
 from common import pipeline_file as pf
 from common.config import Settings
 from db import capture
-from pipeline import cdc_fold, events, sources
+from pipeline import cdc_fold, events, sources, stages
 from pipeline.cdc_stall import CdcStall
 from pipeline.join_config import LATEST, JoinConfig
 from pipeline.sink_spec import aggregate_specs
@@ -74,6 +75,9 @@ def enrich(
     registry: where Avro events' schemas are read (events.registry_for), None for JSON events."""
     parsed = events.parse(raw_clicks, pipeline.event_spec(), registry)  # events, and rejects with their error
     cdc_registry = cdc_fold.avro_registry(pipeline)  # cdc.format avro: Avro change events
+    if pipeline.tables:  # one stage per join (pipeline/stages.py); a one-table file keeps its one operator
+        folded = cdc_fold.fold_tables(cdc_raw, cdc_fold.tables_spec(pipeline), cdc_registry)
+        return stages.outputs(stages.join_tables(parsed, folded, join, pipeline), pipeline)
     changes = cdc_fold.fold(cdc_raw, pipeline.profile_spec(), cdc_registry)  # changes, progress, rejects
     # Rejects and changes ride through the join operator, so each source is read and parsed once per batch.
     return temporal_join(parsed, changes, join, pipeline)  # enriched clicks, dead letters, changelog rows

@@ -2,9 +2,8 @@
 connector for a file with further tables, on the real stack. One connector and one slot capture every
 table into the one CDC topic, in commit order with the heartbeats, with only the carried columns; a lookup
 table that leaves the publication is a lost capture like the profile's. The fold of every table
-(pipeline/cdc_fold.py fold_tables) types each table's real change events into its own columns. (The job
-does not join further tables yet, so `streamfold setup` refuses such a file: this calls the setup steps
-directly.)"""
+(pipeline/cdc_fold.py fold_tables) types each table's real change events into its own columns. (This
+calls the setup steps directly; tests/e2e/test_several_tables_join.py runs `streamfold setup` and the job.)"""
 
 from __future__ import annotations
 

@@ -31,14 +31,14 @@ CASES = {
         ),
         "profile.columns.age.if_missing: 99999999999 is not a value of type integer",
     ),
-    "a further table": (
+    "a further table in join.mode latest": (
         DEFAULT_TEXT.replace(
             "\nevents:\n",
             "\ntables:\n  region:\n    table: public.regions\n    key: id\n    columns: {name: text}\n"
             "    join_on: profile.regionid\n\nevents:\n",
             1,
-        ),
-        "tables: this version joins the profile table only",
+        ).replace("mode: event_time ", "mode: latest ", 1),
+        "join.mode: join.mode latest joins the profile table only",
     ),
     "no version retention": (
         DEFAULT_TEXT.replace("version_retention: 7d", "version_retention: 0ms", 1),

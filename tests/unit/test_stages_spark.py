@@ -28,6 +28,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from common import join_plan
 from pipeline import cdc_fold, records, stages
 from pipeline.join_config import JoinConfig
+from pipeline.temporal_join import DRIFT_METRIC, pending_clicks
 from spec import cascade
 from spec.cascade import Change, Event, Progress
 from spec.several_tables import Joined
@@ -128,6 +129,7 @@ class Harness:
         self.spark, self.root, self.files, self.cfg = spark, root, 0, cfg
         self.out: list[Row] = []
         self.outputs: dict[str, Row] = {}  # the same rows as the job's output, by event_id
+        self.drift: set[str] = set()  # the drift metric's columns over every batch
         for name in ("events", "cdc"):
             (root / name).mkdir()
 
@@ -167,6 +169,9 @@ class Harness:
             query.awaitTermination()
         finally:
             query.stop()
+        for progress in query.recentProgress:
+            metric = (progress.get("observedMetrics") or {}).get(DRIFT_METRIC)
+            self.drift.update(metric["columns"] if metric else ())
         return self.out[before:]
 
 
@@ -206,6 +211,15 @@ def test_the_spark_stages_join_as_the_model_does(spark: SparkSession, tmp_path: 
         passed = sorted((r.event_id, r.source) for r in got if r.kind == "reject")
         assert passed == sorted((x["event_id"], f"kafka:{PIPELINE.cdc_topic}") for x in rejects), where
     assert len(seen) == EVENTS, f"seed {SEED}: every event once"
+    drifted = {
+        f"{c.table}.{name}: {v.reason}"
+        for batch in batches
+        for c in batch
+        if isinstance(c, Change)
+        for name, v in zip(COLUMNS[c.table], c.version.profile, strict=True)
+        if isinstance(v, Drifted)
+    }
+    assert drifted and harness.drift == drifted, f"seed {SEED}: the drift metric names each change's table"
     _assert_exercised(seen)
     _assert_outputs(harness.outputs, seen)
 
@@ -248,8 +262,13 @@ def test_join_max_wait_releases_an_event_through_every_stage(spark: SparkSession
     # Spark's watermark is the batches' before: the CDC progress after the first, the wall clock's ticks
     # (read from the second on) after the second, so the third batch is the one the first stage releases
     # the event in: the last stage must too.
-    runs = [harness.run() for _ in range(3)]
+    runs, pending = [], []
+    for _ in range(3):
+        runs.append(harness.run())
+        # `--once` (temporal_join.run_until_drained) reads what waits from the first stage's state.
+        pending.append(pending_clicks(spark, str(harness.root / "checkpoint")))
     assert [[r.event_id for r in run if r.kind == "event"] for run in runs] == [[], [], ["e"]]
+    assert [(p.clicks, p.earliest_ms) for p in pending] == [(1, old), (1, old), (0, None)]
     [row] = runs[2]
     assert row.released_by_max_wait is True
     assert (row.j1_key, row.j1_country, row.j2_key) == ("1", "DE", "a")

@@ -21,6 +21,7 @@ from pipeline import records
 from pipeline.join_config import JoinConfig
 from pipeline.topology import enrich
 from tests.support.pipelines import DEFAULT
+from tests.unit.test_several_tables import scans
 
 pytestmark = pytest.mark.spark
 
@@ -78,7 +79,9 @@ def write(folder: Path, rows: list[dict[str, Any]]) -> None:
     (folder / "0.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def run(spark: SparkSession, root: Path, raw_clicks: list[dict], cdc: list[dict]) -> list[Row]:
+def run(
+    spark: SparkSession, root: Path, raw_clicks: list[dict], cdc: list[dict], pipeline: pf.Pipeline = DEFAULT
+) -> list[Row]:
     """One Trigger.AvailableNow run of enrich over the two inputs; every row it emitted."""
     write(root / "clicks", raw_clicks)
     write(root / "cdc", cdc)
@@ -91,7 +94,7 @@ def run(spark: SparkSession, root: Path, raw_clicks: list[dict], cdc: list[dict]
             "value", F.col("value").cast("binary")
         ),
         JoinConfig(max_wait_ms=86_400_000),
-        DEFAULT,
+        pipeline,
     )
     out: list[Row] = []
 
@@ -156,3 +159,65 @@ def test_raw_records_come_out_enriched_rejected_or_as_changelog(spark: SparkSess
         ("bob", "c", "americas"),
         ("bob", "d", None),
     ]
+
+
+def envelope(table: str, op: str, key: dict[str, Any], ts: int, row: dict[str, Any] | None) -> dict[str, Any]:
+    """A Debezium change of schema.table as the JSON converter writes it (the one CDC topic of the file)."""
+    schema, name = table.split(".")
+    source = {"connector": "postgresql", "ts_ms": ts, "lsn": ts, "schema": schema, "table": name}
+    before = key if op == "d" else None
+    value = {"before": before, "after": row, "op": op, "source": source, "ts_ms": ts + 5}
+    return {
+        "topic": "scans.cdc",
+        "key": json.dumps(key),
+        "value": json.dumps(value),
+        "event_id": f"cdc:{table}:{op}:{ts}",
+        "written_ms": ts + 10,
+    }
+
+
+def scan(event_id: str, parcel: int, t: int, depot: str | None) -> dict[str, Any]:
+    return raw_click(event_id, json.dumps({"parcel_id": parcel, "ts": t, "depot": depot}))
+
+
+def test_a_file_with_tables_runs_the_stages_exact_per_table_around_a_commit(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    pipeline = scans()
+    parcel = {"id": 1, "sender_id": 7, "weight": "1.5"}
+    cdc = [
+        envelope("public.parcels", "r", {"id": 1}, T - 50_000, parcel),
+        envelope("public.senders", "r", {"id": 7}, T - 50_000, {"id": 7, "country": "DE", "account": "a"}),
+        envelope("public.accounts", "r", {"code": "a"}, T - 50_000, {"code": "a", "plan": "gold"}),
+        envelope("public.depots", "r", {"code": "x"}, T - 50_000, {"code": "x", "city": "Hamburg"}),
+        envelope("public.senders", "u", {"id": 7}, T + 10_000, {"id": 7, "country": "FR", "account": "a"}),
+        heartbeat(T + 60_000),
+    ]
+    raw = [
+        scan("s1", 1, T + 9_999, "x"),  # a millisecond before the sender moved
+        scan("s2", 1, T + 10_000, "x"),  # at its commit
+        scan("s3", 1, T + 11_000, "nowhere"),  # a depot no row has
+        scan("s4", 2, T + 11_000, None),  # no such parcel, no depot
+    ]
+    joined = {r.event_id: r for r in run(spark, tmp_path, raw, cdc, pipeline) if r.kind == "event"}
+    assert set(joined) == {"s1", "s2", "s3", "s4"}
+    assert (joined["s1"].sender_country, joined["s2"].sender_country) == ("DE", "FR")
+    assert (joined["s1"].account_plan, joined["s1"].depot_city, joined["s1"].profile_complete) == (
+        "gold",
+        "Hamburg",
+        True,
+    )
+    assert (joined["s3"].sender_country, joined["s3"].depot_city, joined["s3"].profile_complete) == (
+        "FR",
+        None,
+        True,
+    )
+    # No parcel: no sender key either, so every table down the chain joins its if_missing.
+    s4 = joined["s4"]
+    assert (s4.profile_sender_id, s4.sender_country, s4.account_plan, s4.depot_city) == (
+        None,
+        "XX",
+        "none",
+        None,
+    )
+    assert s4.profile_complete is True

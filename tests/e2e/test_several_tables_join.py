@@ -1,0 +1,130 @@
+"""Several tables joined end to end (docs/join-semantics.md, "Several tables"): the example users copy,
+examples/parcels/ (a chain parcels -> senders through profile.sender_id and an independent lookup of depots
+on the scan's depot), its names tagged, through `streamfold setup` and `streamfold run --once` on Kafka and
+on Kinesis. Each scan lands in Postgres's enriched table with every table's version valid at its time, exact
+to the millisecond around the commit times Debezium recorded (an event a millisecond before a commit joins
+the old version, one at it the new); a dangling and a null foreign key join the columns' if_missing and are
+complete; a deleted row joins nothing from its commit on."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from common import config, join_plan
+from common import pipeline_file as pf
+from pipeline import records
+from tests.e2e.test_own_pipeline_story import produce
+from tests.support import own_pipeline as own
+from tests.support.kafka import read_all
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLE = own.ROOT / "examples" / "parcels"
+TABLES = ("parcels", "senders", "depots")
+
+
+def tagged(text: str, tag: str) -> str:
+    """The example's text with every name the shared stack would clash on made unique by `tag`."""
+    for table in TABLES:
+        text = text.replace(f"public.{table}", f"public.{table}_{tag}")
+    return re.sub(r"scans", f"scans_{tag}", text)
+
+
+@pytest.fixture
+def parcels(streamfold_setup: config.Settings, tmp_path: Path) -> Iterator[own.OwnPipeline]:
+    tag = uuid.uuid4().hex[:8]
+    with psycopg.connect(streamfold_setup.pg_dsn, autocommit=True) as conn:
+        conn.execute(tagged((EXAMPLE / "schema.sql").read_text(), tag))
+    file = tmp_path / "pipeline.yaml"
+    file.write_text(tagged((EXAMPLE / "pipeline.yaml").read_text(), tag))
+    made = own.OwnPipeline(streamfold_setup.pg_dsn, file, tmp_path / "home", pf.load(file))
+    made.home.mkdir()
+    try:
+        made.streamfold("setup")
+        yield made
+    finally:
+        p = made.pipeline
+        tables = (*join_plan.captured(p), *(p.aggregate_table(a) for a in p.aggregates))
+        own.drop_installation(made.dsn, streamfold_setup.connect_url, p, tables)
+
+
+def scan(parcel: int, t_ms: int, depot: str, status: str) -> tuple[str, bytes]:
+    """A scan at t_ms (ISO-8601, in ms); status names it in the enriched table."""
+    at = dt.datetime.fromtimestamp(t_ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+    body = {"parcel_id": parcel, "scanned_at": at.replace("+00:00", "Z"), "depot": depot, "status": status}
+    return str(parcel), json.dumps(body).encode()
+
+
+def commit_ms(bootstrap: str, p: pf.Pipeline, table: str, op: str) -> int:
+    """The commit time Debezium recorded for the one `op` change of `table` (schema.name) in the CDC topic."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        for m in read_all(bootstrap, p.cdc_topic):
+            source = m.value.get("source", {}) if isinstance(m.value, dict) else {}
+            if f"{source.get('schema')}.{source.get('table')}" == table and m.value["op"] == op:
+                return int(source["ts_ms"])
+        time.sleep(1)
+    raise AssertionError(f"no {op} of {table} in {p.cdc_topic}")
+
+
+def test_three_tables_join_each_at_the_events_time(parcels: own.OwnPipeline, streamfold_setup) -> None:
+    p, bootstrap = parcels.pipeline, streamfold_setup.kafka_bootstrap
+    parcel_t, sender_t, depot_t = (p.profile.table, *(t.table for t in p.tables.values()))
+    with parcels.connect() as pg:
+        pg.execute(f"INSERT INTO {depot_t} VALUES ('HAM', 'Hamburg', 'north', '+49 1'), "
+                   "('BER', 'Berlin', 'east', '+49 2')")  # fmt: skip
+        pg.execute(f"INSERT INTO {sender_t} VALUES (1, 'DE', 'gold', 'a@example.com')")
+        pg.execute(f"INSERT INTO {parcel_t} VALUES (7, 1, 'express', 2.5, 'Edna Hook'), "
+                   "(8, 999, 'standard', 1, 'Bob Ng'), (9, NULL, 'economy', 1, 'Alice Smith')")  # fmt: skip
+        time.sleep(0.2)
+        pg.execute(f"UPDATE {sender_t} SET country = 'FR' WHERE id = 1")
+        time.sleep(0.2)
+        pg.execute(f"DELETE FROM {depot_t} WHERE code = 'BER'")
+    moved = commit_ms(bootstrap, p, sender_t, "u")
+    closed = commit_ms(bootstrap, p, depot_t, "d")
+    scans = [
+        (7, moved - 1, "HAM", "before_move"),
+        (7, moved, "HAM", "at_move"),
+        (8, moved, "HAM", "dangling"),
+        (9, moved, "HAM", "no_sender"),
+        (7, closed - 1, "BER", "before_close"),
+        (7, closed, "BER", "at_close"),
+    ]
+    assert p.events.kafka_topic and p.events.kinesis_stream
+    produce(bootstrap, p.events.kafka_topic, [scan(*s) for s in scans])
+    # The same scans from Kinesis, their status marked: the job reads either source through one path.
+    own.send_kinesis(p.events.kinesis_stream, [scan(n, t, d, f"k_{s}") for n, t, d, s in scans])
+    parcels.streamfold("run", "--source", "kafka", "--once")
+    parcels.streamfold("run", "--source", "kinesis", "--once")
+
+    complete = records.enriched_names(p).complete
+    with parcels.connect() as conn:
+        rows = conn.execute(
+            f"SELECT status, parcel_service, sender_country, sender_tier, depot_city, depot_region, "
+            f"{complete} FROM {p.enriched_table}"
+        ).fetchall()
+    got: dict[str, Any] = {r[0]: r[1:] for r in rows}
+    want = {
+        "before_move": ("express", "DE", "gold", "Hamburg", "north", True),
+        "at_move": ("express", "FR", "gold", "Hamburg", "north", True),
+        "dangling": ("standard", "unknown", None, "Hamburg", "north", True),
+        "no_sender": ("economy", "unknown", None, "Hamburg", "north", True),
+        "before_close": ("express", "FR", "gold", "Berlin", "east", True),
+        "at_close": ("express", "FR", "gold", None, "unknown", True),
+    }
+    assert len(rows) == len(got) == 12, rows
+    assert got == {**want, **{f"k_{status}": joined for status, joined in want.items()}}
+    # PII never left the database: not in the CDC topic nor the enriched records.
+    for topic in (p.cdc_topic, p.enriched_topic):
+        raw = b"".join(m.raw_value or b"" for m in read_all(bootstrap, topic))
+        assert raw and b"example.com" not in raw and b"Edna" not in raw and b"+49" not in raw, topic
