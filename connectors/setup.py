@@ -328,12 +328,10 @@ def _error_text(response: requests.Response) -> str:
 
 
 def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[[str], None] = print) -> None:
-    """Every step of `streamfold setup`, in order; each is a no-op when already done. A table added to the
-    file is snapshotted once the connector captures it. A capture that was lost (db/capture.py) is
-    published again, then recaptured by an incremental snapshot of the table; so is a table whose profiles'
-    current versions have drifted columns, once the columns are back."""
+    """Every step of `streamfold setup`, in order; each is a no-op when already done. A capture that was
+    lost (db/capture.py) is published again, then recaptured by an incremental snapshot of the table; so is
+    a table whose profiles' current versions have drifted columns, once the columns are back."""
     lost = schema.capture_lost(settings.pg_dsn, settings.pipeline)
-    added = schema.added_tables(settings.pg_dsn, settings.pipeline)
     before, after = schema.apply(
         settings.pg_dsn, settings.pipeline, echo=lambda change: echo(f"tables: {change}")
     )
@@ -358,24 +356,8 @@ def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[
     echo(f"connector {connector}: RUNNING")
     with psycopg.connect(settings.pg_dsn) as conn:
         drifted = capture.drifted(conn, settings.pipeline)
-    if added:
-        snapshot_added(settings, added, echo)
     if lost or drifted.profiles:
         recapture(settings, lost, drifted, echo)
-
-
-def snapshot_added(settings: config.Settings, added: tuple[str, ...], echo: Callable[[str], None]) -> None:
-    """Tables the file joins that no earlier setup captured: the connector streams their changes from now
-    on, and a blocking snapshot reads their rows as the initial snapshot read the others', valid from the
-    beginning (docs/join-semantics.md, "Several tables"). The other tables are not read again; their
-    streaming pauses while the new tables are read."""
-    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
-        signal = f"streamfold-added-{uuid.uuid4().hex}"
-        capture.request_snapshot(conn, list(added), signal, capture.BLOCKING)
-    echo(
-        f"{', '.join(added)} added to the pipeline; connector {settings.pipeline.connector}: snapshot of "
-        f"{'it' if len(added) == 1 else 'them'} requested (rows valid from the beginning)"
-    )
 
 
 def recapture(
