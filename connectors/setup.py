@@ -268,6 +268,42 @@ def register_connector(connect_url: str, name: str, cfg: dict[str, str]) -> bool
     return True
 
 
+def reconfigure_stopped(connect_url: str, name: str, cfg: dict[str, str], timeout_s: float) -> bool:
+    """Stop the connector (its tasks shut down, its offsets kept), PUT the config, resume it: its tasks then
+    start with the new config. A config PUT alone restarts the tasks some time later, and a signal the old
+    task reads first is executed against the old table list, so it is lost."""
+    if _state(connect_url, name)[1] < 0:  # no such connector (yet): it starts with this config
+        return register_connector(connect_url, name, cfg)
+    _connect_call("put", f"{connect_url}/connectors/{name}/stop", name)
+    deadline = time.monotonic() + timeout_s
+    while (state := _state(connect_url, name)) != ("STOPPED", 0):
+        if time.monotonic() > deadline:
+            raise SetupError(f"connector {name} did not stop within {timeout_s:.0f}s (it is {state})")
+        time.sleep(0.5)
+    changed = register_connector(connect_url, name, cfg)
+    _connect_call("put", f"{connect_url}/connectors/{name}/resume", name)
+    return changed
+
+
+def _connect_call(method: str, url: str, name: str) -> None:
+    try:
+        response = requests.request(method, url, timeout=30, auth=config.connect_auth())
+    except requests.ConnectionError as exc:
+        raise SetupError(f"Kafka Connect is not reachable at {url}: {exc}") from exc
+    if response.status_code >= 400:
+        action = url.rsplit("/", 1)[1]
+        raise SetupError(f"Kafka Connect refused to {action} connector {name}: {_error_text(response)}")
+
+
+def _state(connect_url: str, name: str) -> tuple[str, int]:
+    """The connector's state and how many tasks it has."""
+    response = requests.get(f"{connect_url}/connectors/{name}/status", timeout=30, auth=config.connect_auth())
+    if response.status_code != 200:
+        return (f"unknown (HTTP {response.status_code})", -1)
+    status = response.json()
+    return (status["connector"]["state"], len(status.get("tasks", [])))
+
+
 def wait_until_running(
     connect_url: str, name: str, timeout_s: float = 120, on_wait: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
@@ -328,10 +364,12 @@ def _error_text(response: requests.Response) -> str:
 
 
 def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[[str], None] = print) -> None:
-    """Every step of `streamfold setup`, in order; each is a no-op when already done. A capture that was
-    lost (db/capture.py) is published again, then recaptured by an incremental snapshot of the table; so is
-    a table whose profiles' current versions have drifted columns, once the columns are back."""
+    """Every step of `streamfold setup`, in order; each is a no-op when already done. A table added to the
+    file is snapshotted once the connector captures it. A capture that was lost (db/capture.py) is
+    published again, then recaptured by an incremental snapshot of the table; so is a table whose profiles'
+    current versions have drifted columns, once the columns are back."""
     lost = schema.capture_lost(settings.pg_dsn, settings.pipeline)
+    added = schema.added_tables(settings.pg_dsn, settings.pipeline)
     before, after = schema.apply(
         settings.pg_dsn, settings.pipeline, echo=lambda change: echo(f"tables: {change}")
     )
@@ -350,14 +388,34 @@ def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[
         echo(f"kinesis stream {stream}: active ({kept})")
     connector = settings.pipeline.connector
     captured = schema.shared_capture(settings.pg_dsn, settings.pipeline)
-    changed = register_connector(settings.connect_url, connector, connector_config(settings, captured))
+    cfg = connector_config(settings, captured)
+    if added:  # the new table list must be in force before the snapshot's signal is read
+        changed = reconfigure_stopped(settings.connect_url, connector, cfg, timeout_s)
+    else:
+        changed = register_connector(settings.connect_url, connector, cfg)
     echo(f"connector {connector}: {'registered' if changed else 'unchanged'}; waiting until it runs")
     wait_until_running(settings.connect_url, connector, timeout_s)
     echo(f"connector {connector}: RUNNING")
     with psycopg.connect(settings.pg_dsn) as conn:
         drifted = capture.drifted(conn, settings.pipeline)
+    if added:
+        snapshot_added(settings, added, echo)
     if lost or drifted.profiles:
         recapture(settings, lost, drifted, echo)
+
+
+def snapshot_added(settings: config.Settings, added: tuple[str, ...], echo: Callable[[str], None]) -> None:
+    """Tables the file joins that no earlier setup captured: the connector streams their changes from now
+    on, and a blocking snapshot reads their rows as the initial snapshot read the others', valid from the
+    beginning (docs/join-semantics.md, "Several tables"). The other tables are not read again; their
+    streaming pauses while the new tables are read."""
+    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+        signal = f"streamfold-added-{uuid.uuid4().hex}"
+        capture.request_snapshot(conn, list(added), signal, capture.BLOCKING)
+    echo(
+        f"{', '.join(added)} added to the pipeline; connector {settings.pipeline.connector}: snapshot of "
+        f"{'it' if len(added) == 1 else 'them'} requested (rows valid from the beginning)"
+    )
 
 
 def recapture(

@@ -127,11 +127,18 @@ def drifted(conn: psycopg.Connection, pipeline: pf.Pipeline) -> Drifted:
     return Drifted(pipeline.profile.table, profiles, tuple(reasons or ()))
 
 
-def request_snapshot(conn: psycopg.Connection, tables: list[str], signal_id: str) -> None:
-    """Asks the pipeline's connector for an incremental snapshot of `tables`: Debezium reads every row
-    again (its carried columns only, as column.include.list says) while it streams, and each read is a
-    version valid from the time it was read (spec/envelopes.py)."""
-    data = {"data-collections": tables, "type": "incremental"}
+INCREMENTAL, BLOCKING = "incremental", "blocking"
+
+
+def request_snapshot(
+    conn: psycopg.Connection, tables: list[str], signal_id: str, kind: str = INCREMENTAL
+) -> None:
+    """Asks the pipeline's connector for a snapshot of `tables` (their carried columns only, as
+    column.include.list says). INCREMENTAL: Debezium reads every row again while it streams, each read a
+    version valid from the time it was read (spec/envelopes.py): a recapture. BLOCKING: Debezium pauses
+    streaming while it reads the tables, and marks the reads as its initial snapshot's, each a version
+    valid from the beginning of time: a table new to the pipeline."""
+    data = {"data-collections": tables, "type": kind}
     conn.execute(
         f"INSERT INTO {SIGNAL_TABLE} (id, type, data) VALUES (%s, 'execute-snapshot', %s)",
         (signal_id, json.dumps(data)),

@@ -205,6 +205,13 @@ def set_up_capture(dsn: str, pipeline: pf.Pipeline) -> join_plan.Captured | None
     return join_plan.captured(*files) if files else None
 
 
+def added_tables(dsn: str, pipeline: pf.Pipeline) -> tuple[str, ...]:
+    """The tables `pipeline` joins that no file set up on its inputs captured: a table added to the file.
+    None on a first setup, whose connector snapshots every table anyway."""
+    before = set_up_capture(dsn, pipeline)
+    return () if before is None else tuple(t for t in join_plan.captured(pipeline) if t not in before)
+
+
 def capture_lost(dsn: str, pipeline: pf.Pipeline) -> tuple[capture.CaptureLost, ...]:
     """The tables the publication lacks, or lacks a column of, that the file carries and that a file set up
     on the same inputs carried too (db/capture.py): a table or column no set-up file carried was never

@@ -20,7 +20,7 @@ import pytest
 from common import config, join_plan
 from common import pipeline_file as pf
 from connectors.setup import run_setup
-from db import capture
+from db import capture, schema
 from pipeline import cdc_fold
 from streamfold import generate
 from tests.support.kafka import read_all
@@ -211,3 +211,35 @@ def test_generate_fills_every_table_and_every_foreign_key_hits_a_row(scans: conf
     assert {e["depot"] for e in events} == depot_codes
     assert {e["parcel_id"] for e in events} <= set(range(1, 301))
     assert generate.load_tables(scans.pg_dsn, 300, p) == {parcels: 0, senders: 0, depots: 0}
+
+
+def test_a_table_added_to_the_file_is_snapshotted_as_from_the_beginning(scans: config.Settings) -> None:
+    p = scans.pipeline
+    parcels, senders, depots = join_plan.captured(p)
+    without_depot = pf.Pipeline.model_validate(
+        {
+            **p.model_dump(mode="json", exclude_none=True),
+            "tables": {"sender": p.tables["sender"].model_dump()},
+        }
+    )
+    run_setup(dataclasses.replace(scans, pipeline=without_depot), echo=lambda _: None)
+    with psycopg.connect(scans.pg_dsn, autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {senders} VALUES (1, 'DE', 'a@example.com')")
+        conn.execute(
+            f"INSERT INTO {depots} VALUES ('HAM', 'Hamburg', '+49 555'), ('BER', 'Berlin', '+49 556')"
+        )
+    assert [e["op"] for e in changes_of(scans, want=1) if e["source"]["table"] != pf.HEARTBEAT_TABLE] == ["c"]
+
+    said: list[str] = []
+    run_setup(scans, echo=said.append)
+    assert any(depots in line and "snapshot" in line for line in said), said
+    with psycopg.connect(scans.pg_dsn, autocommit=True) as conn:
+        conn.execute(f"UPDATE {depots} SET city = 'Hamburg-Altona' WHERE code = 'HAM'")
+    rows = [e for e in changes_of(scans, want=4) if e["source"]["table"] != pf.HEARTBEAT_TABLE]
+    depot_rows = [(e["op"], e["after"]["code"], e["source"]["snapshot"]) for e in rows[1:]]
+    assert sorted((op, code) for op, code, _ in depot_rows[:2]) == [("r", "BER"), ("r", "HAM")]
+    assert all(snapshot not in ("incremental", "false") for _, _, snapshot in depot_rows[:2]), depot_rows
+    assert depot_rows[2][:2] == ("u", "HAM"), "the table streams after its snapshot"
+    assert [e["source"]["table"] for e in rows[1:]] == [depots.split(".")[1]] * 3, "no other table read again"
+    assert all(not PII & set(e["after"] or {}) for e in rows), "a PII column left the database"
+    assert schema.added_tables(scans.pg_dsn, p) == (), "a table is added once"
