@@ -109,6 +109,8 @@ def stages_spec(pipeline: Pipeline) -> dict[str, Any]:
                 "columns": columns,
                 "next": _next_hops(joins, j),
                 "carried": carried,
+                # The profile's versions as stored: its history and changelog (outputs).
+                "versions": j == 0,
             }
         )
     return {"stages": stages}
@@ -159,18 +161,20 @@ def outputs(joined: DataFrame, pipeline: Pipeline) -> DataFrame:
     """The stages' rows (join_tables) as the join's output, records.join_output(pipeline): each event with
     the profile's columns and each further table's under its prefix, the profile's valid_from, and complete
     when every join's key and version were known and CDC progress (not join.max_wait) released it; each
-    reject. The changes the stages passed on are not a changelog yet: they end here."""
+    reject; each profile version the first stage stored, as the one-table join's change row (the history and
+    the changelog). The raw changes the stages passed on end here."""
     named = records.enriched_names(pipeline)
     joins = join_plan.joins(pipeline)
     known = [F.col(join_columns(j)["known"]) for j in range(len(joins))]
     complete = F.col(RELEASED_BY_MAX_WAIT) == F.lit(False)
     for flag in known:
         complete = complete & flag
+    is_version = F.col("kind") == "version"
     values: dict[str, Column] = {
-        "kind": F.col("kind"),
+        "kind": F.when(is_version, F.lit("change")).otherwise(F.col("kind")),
         "event_id": F.col("event_id"),
-        named.key: F.col(join_columns(0)["key"]),
-        named.time_ms: F.col("ts_ms"),
+        named.key: F.when(is_version, F.col("key")).otherwise(F.col(join_columns(0)["key"])),
+        named.time_ms: F.when(~is_version, F.col("ts_ms")),
         **{
             out: F.col(f"`{EVENT_PREFIX}{name}`")
             for out, name in zip(named.fields, pipeline.events.fields, strict=True)
@@ -182,12 +186,18 @@ def outputs(joined: DataFrame, pipeline: Pipeline) -> DataFrame:
             for name in join.table.columns
         },
         named.valid_from_ms: F.col(join_columns(0)["valid_from"]),
-        named.complete: F.when(F.col("kind") == "event", complete),
+        # A version's complete is false only when some of its values are unknown (error says which).
+        named.complete: F.when(F.col("kind") == "event", complete).when(
+            is_version & F.col("error").isNotNull(), F.lit(False)
+        ),
         **{f.name: F.col(f.name) for f in records.REJECT.fields},
+        "change_op": F.when(is_version, F.col("op")),
+        records.CHANGE_LSN: F.when(is_version, F.col("lsn")),
         CDC_PROGRESS_MS: F.col(CDC_PROGRESS_MS),
         RELEASED_BY_MAX_WAIT: F.col(RELEASED_BY_MAX_WAIT),
     }
-    return project(joined.where("kind IN ('event', 'reject')"), records.join_output(pipeline), values)
+    kept = joined.where("kind IN ('event', 'reject', 'version')")
+    return project(kept, records.join_output(pipeline), values)
 
 
 def _observe_drift(cdc: DataFrame, pipeline: Pipeline) -> DataFrame:

@@ -5,7 +5,7 @@ One streaming query, <pipeline name>-<source>, per micro-batch (records: pipelin
   2. parse the events, fold the change events (rejects of either carry their reason)
   3. temporal join: each event with the profile version valid at its time; rejects and profile changes pass
      through. A file with `tables`: the fold of every table, then one stage per join (pipeline/stages.py),
-     each event with every table's version valid at its time; its changes end in the join (no changelog)
+     each event with every table's version valid at its time; the profile's versions pass on (its history)
   4. aggregate: each aggregate of the pipeline file, its count and sums per key, summed from the rows each
      partition lands (jvm/src/main/java/io/streamfold/sink/GroupTotals.java)
   5. sink, per partition of the join's output (pipeline/sinks.py): one Postgres transaction that claims the

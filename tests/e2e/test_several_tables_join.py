@@ -4,7 +4,8 @@ on the scan's depot), its names tagged, through `streamfold setup` and `streamfo
 on Kinesis. Each scan lands in Postgres's enriched table with every table's version valid at its time, exact
 to the millisecond around the commit times Debezium recorded (an event a millisecond before a commit joins
 the old version, one at it the new); a dangling and a null foreign key join the columns' if_missing and are
-complete; a deleted row joins nothing from its commit on."""
+complete; a deleted row joins nothing from its commit on. The profile's history, profile_at and changelog
+hold each parcel version the join stored, as for a one-table file."""
 
 from __future__ import annotations
 
@@ -124,6 +125,20 @@ def test_three_tables_join_each_at_the_events_time(parcels: own.OwnPipeline, str
     }
     assert len(rows) == len(got) == 12, rows
     assert got == {**want, **{f"k_{status}": joined for status, joined in want.items()}}
+    # The profile's history and changelog, as a one-table file's: each parcel version the join stored.
+    with parcels.connect() as conn:
+        history = conn.execute(
+            f"SELECT id, op, sender_id, service, valid_to FROM {p.versions_view} ORDER BY id"
+        ).fetchall()
+        at_move = conn.execute(
+            f"SELECT service FROM {p.profile_at_function}(7, to_timestamp({moved} / 1000.0))"
+        ).fetchall()
+    assert history == [(7, "c", 1, "express", None), (8, "c", 999, "standard", None),
+                       (9, "c", None, "economy", None)]  # fmt: skip
+    assert at_move == [("express",)]
+    changelog = read_all(bootstrap, p.changelog_topic)
+    assert sorted({(m.key, m.value["service"]) for m in changelog}) == [  # once per source's query
+        (7, "express"), (8, "standard"), (9, "economy")]  # fmt: skip
     # PII never left the database: not in the CDC topic nor the enriched records.
     for topic in (p.cdc_topic, p.enriched_topic):
         raw = b"".join(m.raw_value or b"" for m in read_all(bootstrap, topic))

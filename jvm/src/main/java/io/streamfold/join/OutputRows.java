@@ -155,24 +155,33 @@ final class OutputRows implements Serializable {
     Object[] values = new Object[width];
     values[KIND] = TaggedRow.CHANGE;
     values[KEY] = key;
-    System.arraycopy(v.profile(), 0, values, profile, profileCount);
-    List<String> unavailable = new ArrayList<>();
-    List<String> reasons = new ArrayList<>();
-    for (int i = 0; i < profileCount; i++) {
-      Object value = values[profile + i];
-      if (value == UserHistory.UNAVAILABLE) unavailable.add(names[i]);
-      if (value instanceof UserHistory.Drifted d) reasons.add(names[i] + ": " + d.reason());
-      if (UserHistory.unknown(value)) values[profile + i] = null;
-    }
-    if (!unavailable.isEmpty()) reasons.add(0, UNKNOWN_VALUES + String.join(", ", unavailable));
-    if (!reasons.isEmpty()) {
+    String unknown = stored(v.profile(), names, values, profile);
+    if (unknown != null) {
       values[complete] = false;
-      values[error] = String.join("; ", reasons);
+      values[error] = unknown;
     }
     values[validFrom] = v.validFromMs();
     values[changeOp] = v.op();
     values[changeLsn] = v.lsn();
     return RowFactory.create(values);
+  }
+
+  /**
+   * Copies a stored version's values into `values` from `at`, an unknown one (UNAVAILABLE or Drifted) as
+   * null, and says which are unknown and why ("; " between the unavailable columns' part and each drifted
+   * column's "name: reason"), null when every value is known. names: the columns' names, in order.
+   */
+  static String stored(Object[] version, String[] names, Object[] values, int at) {
+    List<String> unavailable = new ArrayList<>();
+    List<String> reasons = new ArrayList<>();
+    for (int i = 0; i < names.length; i++) {
+      Object value = version[i];
+      if (value == UserHistory.UNAVAILABLE) unavailable.add(names[i]);
+      if (value instanceof UserHistory.Drifted d) reasons.add(names[i] + ": " + d.reason());
+      values[at + i] = UserHistory.unknown(value) ? null : value;
+    }
+    if (!unavailable.isEmpty()) reasons.add(0, UNKNOWN_VALUES + String.join(", ", unavailable));
+    return reasons.isEmpty() ? null : String.join("; ", reasons);
   }
 
   /** A rejected record: event_id and why, where from, and its original bytes. */

@@ -46,7 +46,10 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
   private final StructType schema;
   private final String table;
   private final int width;
-  private final int kind, bucket, tableAt, key, ts, lsn, eventId, count, op, unavailable, drifted, progress;
+  private final int kind, bucket, tableAt, key, ts, lsn, eventId, count, op, unavailable, drifted, error, progress;
+  /** Whether each version this stage stores comes out as a "version" row (the profile's: its history). */
+  private final boolean versions;
+  private final String[] names;
   private final int stageKey, keyKnown, validFrom, known, cdcProgress, releasedByWait;
   /** Per column of this stage: where a change holds it, its fold index, where an event row gets it. */
   private final int[] from, index, to;
@@ -78,6 +81,7 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
     op = schema.fieldIndex("op");
     unavailable = schema.fieldIndex("unavailable");
     drifted = schema.fieldIndex("drifted");
+    error = schema.fieldIndex("error");
     progress = schema.fieldIndex("progress_ms");
     cdcProgress = schema.fieldIndex("cdc_progress_ms");
     releasedByWait = schema.fieldIndex("released_by_max_wait");
@@ -93,9 +97,11 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
     profileTypes = new ColumnType[n];
     ifMissing = new Object[n];
     emptyIsMissing = new boolean[n];
+    names = new String[n];
     for (int i = 0; i < n; i++) {
       Map<?, ?> column = object(columns.get(i), "a column");
       String name = text(column.get("name"), "a column's name");
+      names[i] = name;
       from[i] = at(column, "from");
       index[i] = number(column.get("index"), "a column's index");
       to[i] = at(column, "to");
@@ -103,6 +109,7 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
       ifMissing[i] = ColumnType.of(schema.fields()[to[i]].dataType(), name).fromJson(column.get("if_missing"), name);
       emptyIsMissing[i] = ifMissing[i] != null && "text".equals(column.get("type"));
     }
+    versions = Boolean.TRUE.equals(spec.get("versions"));
     List<?> next = JoinSpec.list(spec, "next");
     nextKey = new int[next.size()];
     nextKnown = new int[next.size()];
@@ -226,9 +233,27 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
     }
   }
 
+  /**
+   * A version as this stage stored it, when its spec says "versions": kind "version", its table, key, op,
+   * lsn, ts_ms and this join's valid_from, its values in this join's columns (an unknown one null, no
+   * if_missing) and error naming the unknown ones (OutputRows.stored). The change itself passes on as it
+   * came (passed) either way.
+   */
   @Override
   public Row change(String k, Version v) {
-    return null;  // every change passes on as it came (passed)
+    if (!versions) return null;
+    Object[] values = new Object[width];
+    values[kind] = TaggedRow.VERSION;
+    values[tableAt] = table;
+    values[key] = k;
+    values[ts] = v.validFromMs();
+    values[lsn] = v.lsn();
+    values[op] = v.op();
+    values[validFrom] = v.validFromMs();
+    Object[] held = new Object[to.length];
+    values[error] = OutputRows.stored(v.profile(), names, held, 0);
+    for (int i = 0; i < to.length; i++) values[to[i]] = held[i];
+    return RowFactory.create(values);
   }
 
   @Override

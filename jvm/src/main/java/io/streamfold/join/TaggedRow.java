@@ -26,6 +26,8 @@ final class TaggedRow implements TemporalJoin.Fanout {
   private static final long serialVersionUID = 1L;
   static final String EVENT = "event";
   static final String CHANGE = "change";
+  /** A version a stage of the join of several tables stored (StageRows.change). */
+  static final String VERSION = "version";
   static final String PROGRESS = "progress";
   static final String TRUNCATE = "truncate";
   static final String REJECT = "reject";

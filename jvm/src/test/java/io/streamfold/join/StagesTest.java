@@ -69,8 +69,15 @@ class StagesTest {
     final List<BucketJoinProcessor> stages = new ArrayList<>();
 
     Chain() {
+      this(false);
+    }
+
+    /** versions: the first stage (the profile's) emits the versions it stores. */
+    Chain(boolean versions) {
       String hop = "{\"key\": \"j1_key\", \"key_known\": \"j1_key_known\", \"column\": 0}";
-      for (String json : List.of(stage(0, PARCELS, "sender_id", "bigint", null, hop),
+      String first = stage(0, PARCELS, "sender_id", "bigint", null, hop);
+      if (versions) first = first.replace("\"next\":", "\"versions\": true, \"next\":");
+      for (String json : List.of(first,
           stage(1, SENDERS, "country", "text", "\"XX\"", ""), stage(2, DEPOTS, "city", "text", null, ""))) {
         BucketJoinProcessor p = new BucketJoinProcessor(false, 1_000_000L, StageRows.of(SCHEMA, json));
         p.setHandle(new InMemoryHandle());
@@ -81,6 +88,13 @@ class StagesTest {
 
     /** One micro-batch through every stage: the last stage's events by id. */
     Map<String, Row> batch(Row... rows) {
+      Map<String, Row> events = new HashMap<>();
+      for (Row r : stream(rows)) if ("event".equals(r.getString(0))) events.put(r.getString(at("event_id")), r);
+      return events;
+    }
+
+    /** One micro-batch through every stage: every row the last stage emitted. */
+    List<Row> stream(Row... rows) {
       List<Row> stream = List.of(rows);
       for (BucketJoinProcessor p : stages) {
         List<Row> out = new ArrayList<>();
@@ -88,9 +102,7 @@ class StagesTest {
             .foreach(r -> out.add(r));
         stream = out;
       }
-      Map<String, Row> events = new HashMap<>();
-      for (Row r : stream) if ("event".equals(r.getString(0))) events.put(r.getString(at("event_id")), r);
-      return events;
+      return stream;
     }
   }
 
@@ -205,5 +217,30 @@ class StagesTest {
     assertEquals(List.of("7", 1L, "1", "DE", 200L, true), hops(out.get("e")), "the change at 200 is joined");
     assertEquals(200L, get(out.get("e"), "cdc_progress_ms"));
     assertFalse(chain.batch(progress(500)).containsKey("e"), "once");
+  }
+
+  @Test
+  void theProfilesStageEmitsEachVersionItStoresOnceThroughTheChain() {
+    Row toasted = row("kind", "change", "table", PARCELS, "key", "8", "ts_ms", 120L, "lsn", 2L, "op", "u",
+        "unavailable", CollectionConverters.asScala(List.of(0)).toSeq(), "progress_ms", 120L);
+    List<Row> out = new Chain(true).stream(change(PARCELS, 0, "sender_id", "7", 100, 1, 1L), toasted,
+        change(SENDERS, 1, "country", "1", 110, 3, "DE"), progress(120));
+    List<List<Object>> versions = new ArrayList<>();
+    for (Row r : out) {
+      if (!"version".equals(r.getString(0))) continue;
+      versions.add(Arrays.asList(get(r, "table"), get(r, "key"), get(r, "op"), get(r, "lsn"),
+          get(r, "j0_valid_from_ms"), get(r, "j0_sender_id"), get(r, "error")));
+    }
+    assertEquals(List.of(Arrays.asList(PARCELS, "7", "c", 1L, 100L, 1L, null),
+        Arrays.asList(PARCELS, "8", "u", 2L, 120L, null, OutputRows.UNKNOWN_VALUES + "sender_id")), versions,
+        "the parcels' versions, once each; the senders' stage emits none");
+    long changes = out.stream().filter(r -> "change".equals(r.getString(0))).count();
+    assertEquals(3, changes, "every change still passes on as it came");
+  }
+
+  @Test
+  void withoutVersionsAStageEmitsNone() {
+    List<Row> out = new Chain().stream(change(PARCELS, 0, "sender_id", "7", 100, 1, 1L), progress(120));
+    assertFalse(out.stream().anyMatch(r -> "version".equals(r.getString(0))));
   }
 }
