@@ -50,6 +50,37 @@ def joins(pipeline: pf.Pipeline) -> tuple[TableJoin, ...]:
     return (first, *more)
 
 
+@dataclass(frozen=True)
+class History:
+    """A join's history in Postgres (db/history.py): the table of every version the join stored, the view
+    with each version's valid_to and the function (key, time) -> the version valid then; `kind`: what the
+    join's output calls its rows (the profile's are the change rows, the changelog's too)."""
+
+    join: TableJoin
+    table: str
+    view: str
+    function: str
+    kind: str
+
+
+CHANGE = "change"
+
+
+def histories(pipeline: pf.Pipeline) -> tuple[History, ...]:
+    """One per join, the profile's first: `streamfold.<join>_history_<pipeline>`, `..._versions_...` and
+    `..._at_...` (the profile's are Pipeline.history_table, versions_view and profile_at_function)."""
+    return tuple(
+        History(
+            join,
+            f"streamfold.{join.name}_history_{pipeline.name}",
+            f"streamfold.{join.name}_versions_{pipeline.name}",
+            f"streamfold.{join.name}_at_{pipeline.name}",
+            CHANGE if i == 0 else f"{CHANGE}:{join.name}",
+        )
+        for i, join in enumerate(joins(pipeline))
+    )
+
+
 def _reference(text: str) -> tuple[str, str]:
     source, _, name = text.partition(".")
     return source, name

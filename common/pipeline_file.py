@@ -429,6 +429,12 @@ class Pipeline(_Strict):
                 raise ValueError(
                     f"{where}: {name!r} names the events or the profile: name the table otherwise"
                 )
+            longest = f"{name}_versions_{self.name}"  # its history's view (db/history.py)
+            if len(longest) > 63:
+                raise ValueError(
+                    f"{where}: its history's view {longest!r} is longer than PostgreSQL's 63 characters: "
+                    "shorten the table's name or the pipeline's"
+                )
             source, _, column = table.join_on.partition(".")
             kind = self._reference_type(source, column, name, f"{where}.join_on")
             if _KEY_FAMILY[kind] != _KEY_FAMILY[table.key_type]:

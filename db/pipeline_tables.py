@@ -82,18 +82,19 @@ def enriched_columns(pipeline: Pipeline) -> list[sa.Column]:
     return columns
 
 
-def history_columns(pipeline: Pipeline) -> list[sa.Column]:
-    """The history table: one row per profile version the join stored, keyed like the join orders versions
-    (key, valid_from, lsn). A delete (or a truncate's end of a profile) is a version with op 'd' and no
+def history_columns(join: join_plan.TableJoin) -> list[sa.Column]:
+    """A history table: one row per version of the join's table the join stored, keyed like the join orders
+    versions (key, valid_from, lsn). A delete (or a truncate's end of a row) is a version with op 'd' and no
     values; `incomplete` says which values are unknown (unchanged TOASTed values with nothing to fill
     them)."""
+    table = join.table
     return [
-        sa.Column(pipeline.profile.key, COLUMN_TYPES[pipeline.key_type], primary_key=True),
+        sa.Column(table.key, COLUMN_TYPES[table.key_type], primary_key=True),
         sa.Column("valid_from", sa.DateTime(timezone=True), primary_key=True),
         sa.Column("lsn", sa.BigInteger, primary_key=True, autoincrement=False),
         sa.Column("op", sa.Text, nullable=False),
         sa.Column("incomplete", sa.Text),
-        *(sa.Column(name, COLUMN_TYPES[column.type]) for name, column in pipeline.profile.columns.items()),
+        *(sa.Column(name, COLUMN_TYPES[column.type]) for name, column in table.columns.items()),
     ]
 
 
@@ -141,8 +142,9 @@ def metadata(pipeline: Pipeline, into: sa.MetaData | None = None) -> sa.MetaData
         sa.Index(f"{name}_{key}_time", key, time),
         schema=schema,
     )
-    schema, name = pipeline.history_table.split(".")
-    sa.Table(name, meta, *history_columns(pipeline), schema=schema)
+    for history in join_plan.histories(pipeline):  # the profile's, then each further table's
+        schema, name = history.table.split(".")
+        sa.Table(name, meta, *history_columns(history.join), schema=schema)
     for aggregate in pipeline.aggregates:
         schema, name = pipeline.aggregate_table(aggregate).split(".")
         columns, primary_key = aggregate_columns(pipeline, aggregate)

@@ -1,6 +1,7 @@
 """Named queries over the pipeline's tables, run with the read-only role: one per aggregate (its name),
 the enriched table's latest rows, the dead letters and the totals (`streamfold query NAME`), and two over
-the profile history that take arguments: `versions KEY` and `profile_at KEY TIME` (db/history.py)."""
+the profile history that take arguments: `versions KEY` and `profile_at KEY TIME` (db/history.py), and
+for each further table of a file's `tables`, `<name>_versions KEY` and `<name>_at KEY TIME`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.string import TextLoader
 
-from common import names
+from common import join_plan, names
 from common import pipeline_file as pf
 from db import history
 
@@ -39,10 +40,15 @@ def named(pipeline: pf.Pipeline) -> dict[str, str]:
 
 def with_arguments(pipeline: pf.Pipeline) -> dict[str, tuple[str, tuple[str, ...]]]:
     """Short names whose SQL takes arguments: name -> (SQL with %s placeholders, the arguments' names)."""
-    return {
-        "versions": (history.versions_query(pipeline), ("KEY",)),
-        "profile_at": (history.profile_at_query(pipeline), ("KEY", "TIME")),
+    profile, *tables = join_plan.histories(pipeline)
+    queries = {
+        "versions": (history.versions_query(profile), ("KEY",)),
+        "profile_at": (history.profile_at_query(profile), ("KEY", "TIME")),
     }
+    for table in tables:  # a file's further tables: <name>_versions KEY and <name>_at KEY TIME
+        queries[f"{table.join.name}_versions"] = (history.versions_query(table), ("KEY",))
+        queries[f"{table.join.name}_at"] = (history.profile_at_query(table), ("KEY", "TIME"))
+    return queries
 
 
 def _aggregate(pipeline: pf.Pipeline, aggregate: pf.Aggregate) -> str:

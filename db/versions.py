@@ -24,6 +24,7 @@ import psycopg
 import sqlalchemy as sa
 from psycopg import sql
 
+from common import join_plan
 from common import pipeline_file as pf
 from common import versions as v
 from db import history, pipeline_tables
@@ -132,9 +133,11 @@ def drop_outputs(conn: psycopg.Connection, version: Version) -> list[str]:
     """In one transaction: the version's tables (its history with its view and function), its batch ledger
     rows, its recorded file and its registry row. Returns the tables dropped."""
     p = version.pipeline
-    tables = [p.enriched_table, *(p.aggregate_table(a) for a in p.aggregates), p.history_table]
+    histories = join_plan.histories(p)
+    tables = [p.enriched_table, *(p.aggregate_table(a) for a in p.aggregates), *(h.table for h in histories)]
     with conn.transaction():
-        conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.SQL(p.profile_at_function)))
+        for h in histories:
+            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.SQL(h.function)))
         for table in tables:  # the history's view with it
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.SQL(table)))
         conn.execute("DELETE FROM streamfold.sink_batches WHERE starts_with(query, %s)", (f"{p.name}-",))
@@ -280,7 +283,10 @@ def swap(conn: psycopg.Connection, base: str, before: Current, switch: Switch, r
             conn.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(_qualified(name)))
         for name, table in sorted(switch.views.items()):
             _create_view(conn, name, table, reader)
-        _point_history(conn, switch.live, switch.target, reader)
+        for live, target in zip(
+            join_plan.histories(switch.live), join_plan.histories(switch.target), strict=True
+        ):
+            _point_history(conn, live, target, reader)
         conn.execute(
             f"INSERT INTO {SWAPS} (pipeline_name, from_version, to_version, offsets, consumers_from)"
             " VALUES (%s, %s, %s, %s, %s)",
@@ -297,11 +303,13 @@ def _grant_reader(conn: psycopg.Connection, name: str, reader: str) -> None:
     conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(_qualified(name), sql.Identifier(reader)))
 
 
-def _point_history(conn: psycopg.Connection, live: pf.Pipeline, target: pf.Pipeline, reader: str) -> None:
+def _point_history(
+    conn: psycopg.Connection, live: join_plan.History, target: join_plan.History, reader: str
+) -> None:
     """The live file's history view and function (the users' names) over the target's history table."""
     for statement in history.replace_sql(target, live):
         conn.execute(statement)
-    _grant_reader(conn, live.versions_view, reader)
+    _grant_reader(conn, live.view, reader)
 
 
 def ensure_views(conn: psycopg.Connection, live: pf.Pipeline, reader: str) -> list[str]:
@@ -319,11 +327,11 @@ def ensure_views(conn: psycopg.Connection, live: pf.Pipeline, reader: str) -> li
             conn.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(_qualified(name)))
             _create_view(conn, name, table, reader)
             changed.append(f"view {name} now reads {table} ({now.version}, current)")
-    view, function = live.versions_view, live.profile_at_function
-    wanted = history.view_columns(target)
-    if not (_reads(conn, view, target.history_table, wanted) and _returns(conn, function, view)):
-        _point_history(conn, live, target, reader)
-        changed.append(f"view {view} and function {function} now read {target.history_table}")
+    for users, read in zip(join_plan.histories(live), join_plan.histories(target), strict=True):
+        wanted = history.view_columns(read)
+        if not (_reads(conn, users.view, read.table, wanted) and _returns(conn, users.function, users.view)):
+            _point_history(conn, users, read, reader)
+            changed.append(f"view {users.view} and function {users.function} now read {read.table}")
     return changed
 
 

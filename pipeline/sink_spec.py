@@ -1,7 +1,7 @@
 """The sink spec: how the JVM landing (jvm/src/main/java/io/streamfold/sink/) writes the join's output, built
 from the pipeline file (docs/contracts.md "The pipeline file").
 
-The spec names the enriched table and topic, the changelog topic, the profile history table, the dead
+The spec names the enriched table and topic, the changelog topic, each history table, the dead
 letters, and each aggregate's table and topic, and says for each column the sink writes which column of the
 join's output it is (its ordinal, found by NAME in the output's schema, so the join may order its columns
 as it likes) and its type:
@@ -22,7 +22,7 @@ from typing import Any
 
 from pyspark.sql.types import StructType
 
-from common import names
+from common import join_plan, names
 from common.pipeline_file import Aggregate, Pipeline
 from db.pipeline_tables import (
     CDC_PROGRESS,
@@ -136,14 +136,18 @@ def sink_spec(
                 {"name": INCOMPLETE, "ordinal": ordinal(ERROR), "type": "text"},
             ],
         },
-        "history": {
-            "table": pipeline.history_table,
-            "key_columns": HISTORY_KEY_COLUMNS,
-            "columns": [
-                {"name": name, "ordinal": ordinal(output_name), "type": kind}
-                for name, output_name, kind in history_layout(pipeline)
-            ],
-        },
+        "histories": [
+            {
+                "kind": history.kind,
+                "table": history.table,
+                "key_columns": HISTORY_KEY_COLUMNS,
+                "columns": [
+                    {"name": name, "ordinal": ordinal(output_name), "type": kind}
+                    for name, output_name, kind in history_layout(pipeline, history.join)
+                ],
+            }
+            for history in join_plan.histories(pipeline)
+        ],
         "dead_letters": {
             "table": names.DEAD_LETTERS_TABLE,
             "topic": pipeline.dead_letters_topic,
@@ -160,21 +164,23 @@ def sink_spec(
 HISTORY_KEY_COLUMNS = 3
 
 
-def history_layout(pipeline: Pipeline) -> list[tuple[str, str, str]]:
-    """The history table's columns in its order: (column, the join output column of a change row, type)."""
+def history_layout(pipeline: Pipeline, join: join_plan.TableJoin) -> list[tuple[str, str, str]]:
+    """A join's history table's columns in its order: (column, the join output column of its version rows,
+    type). A version row has the key, valid_from, op and lsn where a change row has them, and the values in
+    the join's output columns (under its prefix)."""
     valid_from = f"{pipeline.outputs.enriched.valid_from_column}_ms"
     sources = {
-        pipeline.profile.key: (
+        join.table.key: (
             pipeline.outputs.enriched.key_column or pipeline.events.key,
-            pipeline.key_type,
+            join.table.key_type,
         ),
         "valid_from": (valid_from, "valid_from_ms"),
         "lsn": (records.CHANGE_LSN, "bigint"),
         "op": (CHANGE_OP, "text"),
         "incomplete": (ERROR, "text"),
-        **{name: (profile_column(pipeline, name), c.type) for name, c in pipeline.profile.columns.items()},
+        **{name: (join.output(name), c.type) for name, c in join.table.columns.items()},
     }
-    return [(c.name, *sources[c.name]) for c in history_columns(pipeline)]
+    return [(c.name, *sources[c.name]) for c in history_columns(join)]
 
 
 def sink_spec_json(pipeline: Pipeline, output: StructType) -> str:

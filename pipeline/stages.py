@@ -109,8 +109,8 @@ def stages_spec(pipeline: Pipeline) -> dict[str, Any]:
                 "columns": columns,
                 "next": _next_hops(joins, j),
                 "carried": carried,
-                # The profile's versions as stored: its history and changelog (outputs).
-                "versions": j == 0,
+                # The versions as stored: the history of each table, the profile's changelog (outputs).
+                "versions": True,
             }
         )
     return {"stages": stages}
@@ -161,8 +161,9 @@ def outputs(joined: DataFrame, pipeline: Pipeline) -> DataFrame:
     """The stages' rows (join_tables) as the join's output, records.join_output(pipeline): each event with
     the profile's columns and each further table's under its prefix, the profile's valid_from, and complete
     when every join's key and version were known and CDC progress (not join.max_wait) released it; each
-    reject; each profile version the first stage stored, as the one-table join's change row (the history and
-    the changelog). The raw changes the stages passed on end here."""
+    reject; each version a stage stored, the profile's as the one-table join's change row (its history and
+    the changelog), a further table's as a row of its history's kind (join_plan.History), its values under
+    the table's prefix. The raw changes the stages passed on end here."""
     named = records.enriched_names(pipeline)
     joins = join_plan.joins(pipeline)
     known = [F.col(join_columns(j)["known"]) for j in range(len(joins))]
@@ -170,8 +171,13 @@ def outputs(joined: DataFrame, pipeline: Pipeline) -> DataFrame:
     for flag in known:
         complete = complete & flag
     is_version = F.col("kind") == "version"
+    kind = F.col("kind")
+    for j, history in reversed(list(enumerate(join_plan.histories(pipeline)))):
+        # A stage's version row has its own join's valid_from set, every other join's null.
+        stored_by = is_version & F.col(join_columns(j)["valid_from"]).isNotNull()
+        kind = F.when(stored_by, F.lit(history.kind)).otherwise(kind)
     values: dict[str, Column] = {
-        "kind": F.when(is_version, F.lit("change")).otherwise(F.col("kind")),
+        "kind": kind,
         "event_id": F.col("event_id"),
         named.key: F.when(is_version, F.col("key")).otherwise(F.col(join_columns(0)["key"])),
         named.time_ms: F.when(~is_version, F.col("ts_ms")),
@@ -185,7 +191,9 @@ def outputs(joined: DataFrame, pipeline: Pipeline) -> DataFrame:
             for j, join in enumerate(joins)  # the profile's under its prefix too
             for name in join.table.columns
         },
-        named.valid_from_ms: F.col(join_columns(0)["valid_from"]),
+        named.valid_from_ms: F.when(is_version, F.col("ts_ms")).otherwise(
+            F.col(join_columns(0)["valid_from"])
+        ),
         # A version's complete is false only when some of its values are unknown (error says which).
         named.complete: F.when(F.col("kind") == "event", complete).when(
             is_version & F.col("error").isNotNull(), F.lit(False)

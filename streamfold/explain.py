@@ -15,7 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.string import TextLoader
 
-from common import names
+from common import join_plan, names
 from common import pipeline_file as pf
 from db import history
 from db.pipeline_tables import CDC_PROGRESS, RELEASED_BY_MAX_WAIT
@@ -55,7 +55,7 @@ def explain(reader_dsn: str, pipeline: pf.Pipeline, event_id: str) -> list[str]:
         columns = Columns.of(pipeline)
         versions = conn.execute(
             f"SELECT v.*, v.valid_from <= %s::timestamptz AS began, v.valid_from > %s::timestamptz AS unseen"
-            f" FROM ({history.versions_query(pipeline)}) v",
+            f" FROM ({history.versions_query(join_plan.histories(pipeline)[0])}) v",
             (event[columns.time], event[CDC_PROGRESS], event[columns.key]),
         ).fetchall()
     return describe(pipeline, columns, event, versions)

@@ -5,7 +5,8 @@ on Kinesis. Each scan lands in Postgres's enriched table with every table's vers
 to the millisecond around the commit times Debezium recorded (an event a millisecond before a commit joins
 the old version, one at it the new); a dangling and a null foreign key join the columns' if_missing and are
 complete; a deleted row joins nothing from its commit on. The profile's history, profile_at and changelog
-hold each parcel version the join stored, as for a one-table file."""
+hold each parcel version the join stored, as for a one-table file; each further table has its own history,
+view and function."""
 
 from __future__ import annotations
 
@@ -136,6 +137,19 @@ def test_three_tables_join_each_at_the_events_time(parcels: own.OwnPipeline, str
     assert history == [(7, "c", 1, "express", None), (8, "c", 999, "standard", None),
                        (9, "c", None, "economy", None)]  # fmt: skip
     assert at_move == [("express",)]
+    # Each further table's own history, its view and its function (common/join_plan.py History).
+    sender, depot = join_plan.histories(p)[1:]
+    with parcels.connect() as conn:
+        senders = conn.execute(
+            f"SELECT id, op, country, tier FROM {sender.view} ORDER BY valid_from"
+        ).fetchall()
+        depots = conn.execute(f"SELECT code, op, city FROM {depot.view} ORDER BY code, valid_from").fetchall()
+        before_move = conn.execute(
+            f"SELECT country FROM {sender.function}(1, to_timestamp({moved - 1} / 1000.0))"
+        ).fetchall()
+    assert senders == [(1, "c", "DE", "gold"), (1, "u", "FR", "gold")]
+    assert depots == [("BER", "c", "Berlin"), ("BER", "d", None), ("HAM", "c", "Hamburg")]
+    assert before_move == [("DE",)]
     changelog = read_all(bootstrap, p.changelog_topic)
     assert sorted({(m.key, m.value["service"]) for m in changelog}) == [  # once per source's query
         (7, "express"), (8, "standard"), (9, "economy")]  # fmt: skip

@@ -162,7 +162,7 @@ def drop(own: OwnPipeline, connect_url: str) -> None:
 
 
 def drop_installation(dsn: str, connect_url: str, p: pf.Pipeline, tables: tuple[str, ...]) -> None:
-    """A pipeline's connector, slot, publication, profile_at function, enriched and history tables, and
+    """A pipeline's connector, slot, publication, history functions, enriched and history tables, and
     `tables` (the captured ones, aggregates), so that nothing keeps WAL or rows after a test."""
     requests.delete(f"{connect_url}/connectors/{p.connector}", timeout=30, auth=config.connect_auth())
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -176,8 +176,10 @@ def drop_installation(dsn: str, connect_url: str, p: pf.Pipeline, tables: tuple[
         if slot is not None:
             conn.execute("SELECT pg_drop_replication_slot(%s)", (p.slot,))
         conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(p.publication)))
-        conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.SQL(p.profile_at_function)))
-        for table in (*tables, p.enriched_table, p.history_table):  # the history's view with it
+        histories = join_plan.histories(p)  # the profile's, and a file's further tables'
+        for history in histories:
+            conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.SQL(history.function)))
+        for table in (*tables, p.enriched_table, *(h.table for h in histories)):  # each history's view too
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.SQL(table)))
         conn.execute("DELETE FROM streamfold.pipelines WHERE name = %s", (p.name,))
 

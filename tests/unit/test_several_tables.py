@@ -79,6 +79,21 @@ def test_captured_names_each_table_once_with_the_columns_of_every_join_of_it() -
     }
 
 
+def test_each_join_has_its_own_history_the_profiles_under_its_former_names() -> None:
+    pipeline = scans()
+    histories = join_plan.histories(pipeline)
+    assert [(h.table, h.view, h.function, h.kind) for h in histories[:2]] == [
+        (pipeline.history_table, pipeline.versions_view, pipeline.profile_at_function, "change"),
+        (
+            "streamfold.sender_history_scans",
+            "streamfold.sender_versions_scans",
+            "streamfold.sender_at_scans",
+            "change:sender",
+        ),
+    ]
+    assert [h.join.name for h in histories] == ["profile", "sender", "account", "depot"]
+
+
 def test_a_one_table_file_compiles_to_the_profile_alone() -> None:
     pipeline = pf.load(pf.DEFAULT_PATH)
     assert pipeline.tables == {}
@@ -119,6 +134,10 @@ def test_a_one_table_file_compiles_to_the_profile_alone() -> None:
         (
             "  event:\n    table: t\n    key: id\n    columns: {x: text}\n    join_on: event.depot\n",
             "names the events or the profile",
+        ),
+        (
+            f"  {'a' * 50}:\n    table: t\n    key: id\n    columns: {{x: text}}\n    join_on: event.depot\n",
+            "longer than PostgreSQL's 63 characters: shorten the table's name or the pipeline's",
         ),
     ],
 )

@@ -236,8 +236,8 @@ def test_the_spec_reads_columns_by_name_and_types_them() -> None:
         ("cdc_progress", "cdc_progress_ms", "epoch_ms"),
         ("released_by_max_wait", "released_by_max_wait", "boolean"),
     ]
-    assert built["history"]["table"] == "streamfold.profile_history_views"
-    assert [(c["name"], at[c["ordinal"]], c["type"]) for c in built["history"]["columns"]] == [
+    assert built["histories"][0]["table"] == "streamfold.profile_history_views"
+    assert [(c["name"], at[c["ordinal"]], c["type"]) for c in built["histories"][0]["columns"]] == [
         ("id", "customer_id", "bigint"),
         ("valid_from", "profile_valid_from_ms", "valid_from_ms"),
         ("lsn", "change_lsn", "bigint"),

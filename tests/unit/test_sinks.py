@@ -343,8 +343,8 @@ def test_the_default_spec_names_the_contracts_tables_and_topics() -> None:
     assert url_region["count_column"] == "click_count"
     assert FIELDS[url_region["count_ordinal"]] == "clicks"
     assert spec["kind_ordinal"] == 0  # the join says what each row is
-    assert spec["history"]["table"] == "streamfold.profile_history_clicks"
-    assert [(c["name"], FIELDS[c["ordinal"]]) for c in spec["history"]["columns"]] == [
+    assert spec["histories"][0]["table"] == "streamfold.profile_history_clicks"
+    assert [(c["name"], FIELDS[c["ordinal"]]) for c in spec["histories"][0]["columns"]] == [
         ("userid", "uid"),
         ("valid_from", "profile_valid_from_ms"),
         ("lsn", "change_lsn"),

@@ -71,7 +71,8 @@ final class Layout implements Serializable {
   final SinkSpec spec;
   final Field[] enriched;
   final Field[] changelog;
-  final Field[] history;
+  /** Per history (SinkSpec.histories), its columns. */
+  final Field[][] histories;
   final Group[] groups;
   final int kind;  // the row says what it is: event, reject or change
   final int enrichedKey;
@@ -87,7 +88,8 @@ final class Layout implements Serializable {
     this.spec = spec;
     this.enriched = fields(spec.enriched().columns(), schema, "enriched column");
     this.changelog = fields(spec.changelog().fields(), schema, "changelog field");
-    this.history = fields(spec.history().columns(), schema, "history column");
+    this.histories = spec.histories().stream().map(h -> fields(h.columns(), schema, h.table() + " column"))
+        .toArray(Field[][]::new);
     this.groups = spec.aggregates().stream().map(a -> group(a, schema)).toArray(Group[]::new);
     this.kind = ordinal(spec.kindOrdinal(), schema, "kind", "text");
     this.enrichedKey = key(spec.enriched().keyOrdinal(), schema);

@@ -1,6 +1,7 @@
 package io.streamfold.sink;
 
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -11,8 +12,8 @@ import org.apache.spark.unsafe.types.UTF8String;
 /**
  * One partition of a micro-batch of the join's output, read once and turned into what the sink writes, as
  * the sink spec lays it out (Layout): the events as binary COPY rows for the enriched table, each aggregate's
- * totals, the rejected records as CSV for the dead letters table, the profile changes as CSV for the history
- * table, and every Kafka record (the enriched
+ * totals, the rejected records as CSV for the dead letters table, the profile changes (and a further table's
+ * versions) as CSV for their history table, and every Kafka record (the enriched
  * topic for an event, the changelog for a profile change, the dead letters topic for a reject).
  */
 final class PartitionRows {
@@ -23,9 +24,11 @@ final class PartitionRows {
 
   final PgBinary enrichedRows;
   final PgCsv deadCsv = new PgCsv();
-  /** The partition's profile versions by (key, valid_from, lsn): one stored again replaces it, as in the
-   * join's state (the join emits a key's versions of a step in version order, a replaced one before). */
-  private final Map<List<Object>, InternalRow> history = new LinkedHashMap<>();
+  /** Per history, the partition's versions by (key, valid_from, lsn): one stored again replaces it, as in
+   * the join's state (the join emits a key's versions of a step in version order, a replaced one before). */
+  private final List<Map<List<Object>, InternalRow>> histories = new ArrayList<>();
+  /** A history's row kind -> its index (SinkSpec.histories). */
+  private final Map<UTF8String, Integer> historyKinds = new HashMap<>();
   final List<ProducerRecord<byte[], byte[]>> records = new ArrayList<>();
   final GroupTotals[] totals;
   long released;
@@ -45,6 +48,10 @@ final class PartitionRows {
     this.enrichedTopic = layout.spec.enriched().topic();
     this.changelogTopic = layout.spec.changelog().topic();
     this.deadLettersTopic = layout.spec.deadLetters().topic();
+    for (SinkSpec.History h : layout.spec.histories()) {
+      historyKinds.put(UTF8String.fromString(h.kind()), histories.size());
+      histories.add(new LinkedHashMap<>());
+    }
   }
 
   long events() {
@@ -68,6 +75,8 @@ final class PartitionRows {
       addReject(row);
     } else if (CHANGE.equals(kind)) {
       addChange(row);
+    } else if (historyKinds.containsKey(kind)) {
+      addVersion(row, historyKinds.get(kind));
     } else {
       throw new IllegalStateException("the join's output has a row of kind " + kind);
     }
@@ -99,11 +108,16 @@ final class PartitionRows {
       value = json.bytes();
     }
     records.add(new ProducerRecord<>(changelogTopic, key(row, layout.changelogKey), value));
+    addVersion(row, 0);
+  }
+
+  /** A version for the h-th history table. */
+  private void addVersion(InternalRow row, int h) {
     List<Object> version = new ArrayList<>();
-    for (int c = 0; c < layout.spec.history().keyColumns(); c++) {
-      version.add(keyValue(row, layout.history[c]));
+    for (int c = 0; c < layout.spec.histories().get(h).keyColumns(); c++) {
+      version.add(keyValue(row, layout.histories[h][c]));
     }
-    history.put(version, row.copy());
+    histories.get(h).put(version, row.copy());
     changes++;
   }
 
@@ -117,15 +131,15 @@ final class PartitionRows {
         ? row.getLong(i) : row.getUTF8String(i).toString();
   }
 
-  boolean hasHistory() {
-    return !history.isEmpty();
+  boolean hasHistory(int h) {
+    return !histories.get(h).isEmpty();
   }
 
-  /** The history rows as CSV for COPY, one per version. */
-  PgCsv historyCsv() {
+  /** The h-th history's rows as CSV for COPY, one per version. */
+  PgCsv historyCsv(int h) {
     PgCsv csv = new PgCsv();
-    for (InternalRow row : history.values()) {
-      for (Layout.Field column : layout.history) {
+    for (InternalRow row : histories.get(h).values()) {
+      for (Layout.Field column : layout.histories[h]) {
         csv.column(row, column);
       }
       csv.endRow();

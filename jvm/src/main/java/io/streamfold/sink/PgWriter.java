@@ -47,8 +47,8 @@ public final class PgWriter {
    * concurrent partitions cannot deadlock.
    */
   record Statements(String session, String copyEnriched, String copyEnrichedStaging, List<String> copyTotals,
-      String upsertTotals, String insertAndAggregate, String insertDeadLetters, String copyHistory,
-      String insertHistory) implements Serializable {
+      String upsertTotals, String insertAndAggregate, String insertDeadLetters, List<String> copyHistories,
+      List<String> insertHistories) implements Serializable {
 
     static Statements of(SinkSpec spec) {
       String table = spec.enriched().table();
@@ -81,18 +81,24 @@ public final class PgWriter {
           + " RETURNING " + (returning.isEmpty() ? "1" : String.join(", ", returning))
           + ")" + folds.stream().map(f -> ", " + f).collect(Collectors.joining())
           + " SELECT count(*) FROM inserted";
-      String history = spec.history().columns().stream().map(SinkSpec.Column::name)
-          .collect(Collectors.joining(", "));
-      session.add("CREATE TEMP TABLE IF NOT EXISTS batch_history ON COMMIT DELETE ROWS AS SELECT " + history
-          + " FROM " + spec.history().table() + " WITH NO DATA");
-      String insertHistory = "INSERT INTO " + spec.history().table() + " (" + history + ") SELECT " + history
-          + " FROM pg_temp.batch_history" + historyConflict(spec.history());
+      List<String> copyHistories = new ArrayList<>();
+      List<String> insertHistories = new ArrayList<>();
+      for (int i = 0; i < spec.histories().size(); i++) {
+        SinkSpec.History h = spec.histories().get(i);
+        String staging = i == 0 ? "batch_history" : "batch_history_" + i;
+        String history = h.columns().stream().map(SinkSpec.Column::name).collect(Collectors.joining(", "));
+        session.add("CREATE TEMP TABLE IF NOT EXISTS " + staging + " ON COMMIT DELETE ROWS AS SELECT " + history
+            + " FROM " + h.table() + " WITH NO DATA");
+        copyHistories.add("pg_temp." + staging + " (" + history + ")");
+        insertHistories.add("INSERT INTO " + h.table() + " (" + history + ") SELECT " + history
+            + " FROM pg_temp." + staging + historyConflict(h));
+      }
       String insertDeadLetters = "INSERT INTO " + spec.deadLetters().table()
           + " (dead_letter_id, source, reason, payload) SELECT dead_letter_id, source, reason, payload"
           + " FROM pg_temp.batch_dead_letters ON CONFLICT DO NOTHING";
       return new Statements(String.join(";\n", session), table + " (" + columns + ")",
           "pg_temp.batch_enriched (" + columns + ")", copyTotals, String.join(";\n", upserts),
-          insertAndAggregate, insertDeadLetters, "pg_temp.batch_history (" + history + ")", insertHistory);
+          insertAndAggregate, insertDeadLetters, copyHistories, insertHistories);
     }
 
     /**
@@ -199,9 +205,10 @@ public final class PgWriter {
           copy(conn, "pg_temp.batch_dead_letters", rows.deadCsv);
           execute(conn, sql.insertDeadLetters());
         }
-        if (rows.hasHistory()) {
-          copy(conn, sql.copyHistory(), rows.historyCsv());
-          execute(conn, sql.insertHistory());
+        for (int h = 0; h < sql.copyHistories().size(); h++) {
+          if (!rows.hasHistory(h)) continue;
+          copy(conn, sql.copyHistories().get(h), rows.historyCsv(h));
+          execute(conn, sql.insertHistories().get(h));
         }
       }
       conn.commit();

@@ -14,7 +14,7 @@ import java.util.regex.Pattern;
  * letters and each aggregate. Parsed on the driver, once per batch; every field must be there (null where
  * the spec allows it), and no other.
  */
-record SinkSpec(int kindOrdinal, Enriched enriched, Changelog changelog, History history,
+record SinkSpec(int kindOrdinal, Enriched enriched, Changelog changelog, List<History> histories,
     DeadLetters deadLetters, List<Aggregate> aggregates) implements Serializable {
 
   /** An output column written to the enriched table and topic, or to the changelog, under `name`. */
@@ -28,9 +28,10 @@ record SinkSpec(int kindOrdinal, Enriched enriched, Changelog changelog, History
   /** A change row's record: keyed by the key, the fields as its value, a tombstone for op "d". */
   record Changelog(String topic, int keyOrdinal, int opOrdinal, List<Column> fields) implements Serializable {}
 
-  /** The profile history table: a change row's columns in the table's order, the first `keyColumns` of them
-   * its primary key (key, valid_from, lsn). */
-  record History(String table, int keyColumns, List<Column> columns) implements Serializable {}
+  /** A history table: the columns of the rows of `kind` in the table's order, the first `keyColumns` of them
+   * its primary key (key, valid_from, lsn). The first is the profile's, of the change rows (the changelog's
+   * too); a file with `tables` has one per further table. */
+  record History(String kind, String table, int keyColumns, List<Column> columns) implements Serializable {}
 
   record DeadLetters(String table, String topic, int idOrdinal, int errorOrdinal, int sourceOrdinal,
       int payloadOrdinal) implements Serializable {}
@@ -69,9 +70,14 @@ record SinkSpec(int kindOrdinal, Enriched enriched, Changelog changelog, History
   private void checkNames() {
     table(enriched.table());
     table(deadLetters.table());
-    table(history.table());
     enriched.columns().forEach(c -> identifier(c.name()));
-    history.columns().forEach(c -> identifier(c.name()));
+    for (History history : histories) {
+      table(history.table());
+      history.columns().forEach(c -> identifier(c.name()));
+    }
+    if (histories.isEmpty() || !"change".equals(histories.get(0).kind())) {
+      throw new IllegalArgumentException("sink spec: the first history must be the change rows' (the profile's)");
+    }
     for (Aggregate a : aggregates) {
       table(a.table());
       identifier(a.countColumn());
