@@ -372,9 +372,10 @@ class Outputs(_Strict):
 
 
 class Aggregate(_Strict):
-    """Totals of the enriched events grouped by some event fields and profile columns: a Postgres table
-    and a compacted Kafka topic. A reference is a field's or column's name, `event.NAME` or `profile.NAME`
-    where both have it."""
+    """Totals of the enriched events grouped by some event fields and columns of the profile or of the
+    file's tables: a Postgres table and a compacted Kafka topic. A reference is a field's or profile
+    column's name, `event.NAME` or `profile.NAME` where both have it, or `TABLE.COLUMN` (a column a table
+    of `tables` carries)."""
 
     name: Identifier
     table: Table | None = None
@@ -510,32 +511,37 @@ class Pipeline(_Strict):
         return self
 
     def _check_group_key(self, ref: str, where: str) -> None:
-        """An aggregate key is never null: a required event field, or a profile column with if_missing; and
-        of a type the sink can group by."""
+        """An aggregate key is never null: a required event field, or a column of the profile or of a table
+        with if_missing; and of a type the sink can group by."""
         source, target = self.resolve(ref, where)
-        field = self.events.fields.get(target)
-        column_type = self.profile.columns[target].type if source == "profile" else None
-        kind = column_type or (field.type if field is not None else self.key_type)
+        kind = self.reference_type(source, target)
         if kind in UNGROUPABLE:
             raise ValueError(f"{where}: the sink cannot group by a {kind} column yet: group by another")
-        if source == "event" and field is not None and not field.required:
+        field = self.events.fields.get(target) if source == "event" else None
+        if field is not None and not field.required:
             raise ValueError(
                 f"{where}: event field {target!r} is an aggregate key, so it must be required: remove "
                 f"`required: false` from events.fields.{target}"
             )
-        column = self.profile.columns.get(target) if source == "profile" else None
+        column = None if source == "event" else self.joined(source).columns[target]
         if column is not None and column.if_missing is None:
             example = _IF_MISSING_EXAMPLES.get(column.type)
             if example is None:
                 raise ValueError(f"{where}: a {column.type} column cannot be an aggregate key")
+            profile = source == "profile"
+            owner, without = ("profile", "a profile") if profile else (f"{source}'s", f"a {source} row")
+            section = "profile" if profile else f"tables.{source}"
             raise ValueError(
-                f"{where}: profile column {target!r} is an aggregate key, so it needs a value for events "
-                f"without a profile: add `if_missing: {example}` to profile.columns.{target}"
+                f"{where}: {owner} column {target!r} is an aggregate key, so it needs a value for events "
+                f"without {without}: add `if_missing: {example}` to {section}.columns.{target}"
             )
 
     def resolve(self, ref: str, where: str) -> tuple[str, str]:
-        """('event' | 'profile', name) for an aggregate's reference."""
+        """(source, name) for an aggregate's reference: the source is 'event', 'profile' or the name of
+        one of the file's tables (`TABLE.COLUMN`, a column the table carries)."""
         source, _, name = ref.rpartition(".")
+        if source in self.tables:
+            return source, self._table_column(source, name, where)
         event_names = set(self.events.fields) | {self.events.key}
         in_events, in_profile = name in event_names, name in self.profile.columns
         if source == "event" and in_events or (not source and in_events and not in_profile):
@@ -547,10 +553,46 @@ class Pipeline(_Strict):
                 f"{where}: {name!r} is an event field and a profile column: write event.{name} or "
                 f"profile.{name}"
             )
+        if source not in ("", "event", "profile"):
+            known = ["event", "profile", *self.tables]
+            raise ValueError(
+                f"{where}: {source!r} is not the events, the profile or a table of the file"
+                f"{_did_you_mean(source, known)}: write event.FIELD, profile.COLUMN or TABLE.COLUMN"
+            )
+        carried_by = [f"{table}.{name}" for table, lookup in self.tables.items() if name in lookup.columns]
+        hint = f" (write {' or '.join(carried_by)})" if carried_by else ""
         known = sorted(event_names | set(self.profile.columns))
         raise ValueError(
-            f"{where}: {ref!r} is neither an event field nor a profile column{_did_you_mean(name, known)}"
+            f"{where}: {ref!r} is neither an event field nor a profile column"
+            f"{hint or _did_you_mean(name, known)}"
         )
+
+    def _table_column(self, table: str, name: str, where: str) -> str:
+        """A column the table carries, by the name a reference gives it."""
+        lookup = self.tables[table]
+        if name in lookup.columns:
+            return name
+        if name == lookup.key:
+            raise ValueError(
+                f"{where}: {name!r} is {table}'s key, which the outputs do not carry: group by what it "
+                f"joins on, {lookup.join_on}"
+            )
+        hint = _did_you_mean(name, list(lookup.columns))
+        raise ValueError(
+            f"{where}: {name!r} is not a column {table} carries{hint}: add it to tables.{table}.columns"
+        )
+
+    def joined(self, source: str) -> Profile:
+        """The profile ('profile') or one of the file's tables, by its name."""
+        return self.profile if source == "profile" else self.tables[source]
+
+    def reference_type(self, source: str, name: str) -> str:
+        """The declared type of a resolved reference (resolve's source and name)."""
+        if source != "event":
+            return self.joined(source).columns[name].type
+        if name == self.events.key:
+            return self.key_type
+        return self.events.fields[name].type
 
     # --- names every part of the appliance uses ------------------------------------------------------
 
@@ -613,14 +655,15 @@ class Pipeline(_Strict):
     def aggregate_topic(self, aggregate: Aggregate) -> str:
         return aggregate.topic or aggregate.name
 
-    def aggregate_keys(self) -> set[str]:
-        """The profile columns some aggregate groups by: Postgres indexes their values."""
+    def aggregate_keys(self, source: str = "profile") -> set[str]:
+        """The columns of the profile or of a table (`source`) some aggregate groups by: Postgres indexes
+        their values."""
         return {
             name
             for aggregate in self.aggregates
             for ref in aggregate.group_by.values()
-            for source, name in [self.resolve(ref, "")]
-            if source == "profile"
+            for given, name in [self.resolve(ref, "")]
+            if given == source
         }
 
     # --- the JVM's specs (pipeline/events.py, pipeline/cdc_fold.py) ------------------------------------

@@ -105,7 +105,7 @@ def aggregate_columns(pipeline: Pipeline, aggregate: Aggregate) -> tuple[list[sa
     key: list[str] = []
     for column, ref in aggregate.group_by.items():
         source, name = pipeline.resolve(ref, f"aggregates.{aggregate.name}.group_by.{column}")
-        kind = ref_type(pipeline, source, name)
+        kind = pipeline.reference_type(source, name)
         columns.append(sa.Column(column, COLUMN_TYPES[kind], nullable=False))
         if source == "event" and kind == "text":
             digest = f"{column}_md5"
@@ -118,15 +118,6 @@ def aggregate_columns(pipeline: Pipeline, aggregate: Aggregate) -> tuple[list[sa
         _, name = pipeline.resolve(ref, f"aggregates.{aggregate.name}.sums.{column}")
         columns.append(sa.Column(column, SUM_TYPES[pipeline.events.fields[name].type], nullable=False))
     return [*columns, *digests], key
-
-
-def ref_type(pipeline: Pipeline, source: str, name: str) -> str:
-    """The declared type of an aggregate's reference (Pipeline.resolve's source and name)."""
-    if source == "profile":
-        return pipeline.profile.columns[name].type
-    if name == pipeline.events.key:
-        return pipeline.key_type
-    return pipeline.events.fields[name].type
 
 
 def metadata(pipeline: Pipeline, into: sa.MetaData | None = None) -> sa.MetaData:

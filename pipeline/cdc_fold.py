@@ -28,7 +28,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from common import config, join_plan, names
 from common import pipeline_file as pf
-from common.limits import MAX_FUTURE_MS
+from common.limits import MAX_FUTURE_MS, MAX_KEY_BYTES
 from pipeline import events, field_types, records
 
 # The heartbeat table and the change-event size limit are the pipeline file's (common/pipeline_file.py).
@@ -96,12 +96,17 @@ def tables_spec(pipeline: pf.Pipeline) -> dict[str, Any]:
         spec = specs.setdefault(table.table, {**pipeline.profile_spec(), "key": key, "columns": []})
         if spec["key"] != key:
             raise ValueError(f"{table.table} is joined on two keys: {spec['key']} and {key}")
-        have = {c["name"]: c["type"] for c in spec["columns"]}
+        have = {c["name"]: c for c in spec["columns"]}
+        keys = pipeline.aggregate_keys(join.name)
         for name, column in table.columns.items():
-            if have.setdefault(name, column.type) != column.type:
-                raise ValueError(f"{table.table}.{name} is joined as {have[name]} and as {column.type}")
-            if name not in {c["name"] for c in spec["columns"]}:
-                spec["columns"].append({"name": name, "type": column.type})
+            folded = have.get(name)
+            if folded is None:
+                folded = {"name": name, "type": column.type}
+                spec["columns"].append(folded)
+            if folded["type"] != column.type:
+                raise ValueError(f"{table.table}.{name} is joined as {folded['type']} and as {column.type}")
+            if name in keys and column.type == "text":  # an aggregate key: as profile_spec limits it
+                folded["max_bytes"] = MAX_KEY_BYTES
     return {"tables": [{"table": name, "spec": spec} for name, spec in specs.items()]}
 
 

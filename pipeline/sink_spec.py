@@ -30,7 +30,6 @@ from db.pipeline_tables import (
     aggregate_columns,
     enriched_columns,
     history_columns,
-    ref_type,
 )
 from pipeline import records
 
@@ -92,6 +91,14 @@ def event_column(pipeline: Pipeline, field: str) -> str:
 def profile_column(pipeline: Pipeline, column: str) -> str:
     """A profile column's column in the enriched table and the join's output."""
     return f"{pipeline.outputs.enriched.profile_prefix}{column}"
+
+
+def joined_column(pipeline: Pipeline, source: str, name: str) -> str:
+    """A resolved reference's column in the enriched table and the join's output: an event field's, or a
+    column of the profile or of a table, under its prefix."""
+    if source == "event":
+        return event_column(pipeline, name)
+    return next(join for join in join_plan.joins(pipeline) if join.name == source).output(name)
 
 
 def aggregate_specs(pipeline: Pipeline, output: StructType) -> list[dict[str, Any]]:
@@ -195,11 +202,11 @@ def _aggregate(
     for column, ref in aggregate.group_by.items():
         where = f"aggregates.{i}.group_by.{column}"
         source, name = pipeline.resolve(ref, where)
-        kind = ref_type(pipeline, source, name)
-        output = event_column(pipeline, name) if source == "event" else profile_column(pipeline, name)
+        kind = pipeline.reference_type(source, name)
         # A key Postgres indexes by its md5 has the digest column in the primary key instead.
         md5 = column not in primary_key
-        keys.append({"column": column, "ordinal": ordinal(output), "type": kind, "md5": md5})
+        at = ordinal(joined_column(pipeline, source, name))
+        keys.append({"column": column, "ordinal": at, "type": kind, "md5": md5})
     sums = []
     for column, ref in aggregate.sums.items():
         _, name = pipeline.resolve(ref, f"aggregates.{i}.sums.{column}")

@@ -34,13 +34,10 @@ def test_kill_9_at_random_points_loses_and_doubles_nothing(source, pg, streamfol
     with Traffic(send, pg, users):  # until the kills are done
         for delay in delays:
             # Kill at a random moment after the job has made progress again: mid-batch, mid-commit, idle.
-            committed = sp.batches(sandbox)
-            job = sandbox.start(source, log)
-            try:
-                sp.wait_until(lambda c=committed: sp.batches(sandbox) > c, 180, "a committed batch")
+            with sp.killed_after_a_batch(
+                lambda: sandbox.start(source, log), lambda: sp.batches(sandbox), 180
+            ):
                 time.sleep(delay)
-            finally:  # a job left running would fold the shared CDC topic into later tests' outputs
-                sp.kill9(job)
     with sandbox.connect() as conn:
         before_drain = sp.summary(conn)
     sandbox.run_once(source)

@@ -24,11 +24,12 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def landed_batches(conn, name: str) -> int:
+def landed_batches(made: own.OwnPipeline) -> int:
     """Partitions of batches the pipeline's job landed (its queries' ledger rows)."""
-    return conn.execute(
-        "SELECT count(*) FROM streamfold.sink_batches WHERE query LIKE %s", (f"{name}-%",)
-    ).fetchone()[0]
+    with made.connect() as conn:
+        return conn.execute(
+            "SELECT count(*) FROM streamfold.sink_batches WHERE query LIKE %s", (f"{made.pipeline.name}-%",)
+        ).fetchone()[0]
 
 
 def produce(bootstrap: str, topic: str, records: list[tuple[str, bytes]]) -> None:
@@ -120,19 +121,8 @@ def test_kill_9_while_events_stream_in_loses_and_doubles_nothing(views, streamfo
     log = views.home / "job.log"
     try:
         for delay in [random.uniform(0, 6) for _ in range(2)]:
-            with views.connect() as conn:
-                committed = landed_batches(conn, p.name)
-            job = views.start("kafka", log)
-
-            def landed(c: int = committed) -> bool:
-                with views.connect() as conn:
-                    return landed_batches(conn, p.name) > c
-
-            try:
-                sp.wait_until(landed, 240, "a committed batch")
+            with sp.killed_after_a_batch(lambda: views.start("kafka", log), lambda: landed_batches(views)):
                 time.sleep(delay)
-            finally:  # a job left running would go on writing into later tests' outputs
-                sp.kill9(job)
     finally:
         stop.set()
         sender.join(timeout=30)

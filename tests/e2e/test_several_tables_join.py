@@ -60,6 +60,27 @@ def parcels(streamfold_setup: config.Settings, tmp_path: Path) -> Iterator[own.O
         own.drop_installation(made.dsn, streamfold_setup.connect_url, p, tables)
 
 
+# The enriched column each reference of the example's aggregates groups (every scan counts 1: no count field).
+GROUPED = {"status": "status", "sender.country": "sender_country", "depot.region": "depot_region"}
+
+
+def totals(conn: psycopg.Connection, p: pf.Pipeline, aggregate: pf.Aggregate) -> list[tuple]:
+    keys = ", ".join(aggregate.group_by)
+    return sorted(conn.execute(f"SELECT {keys}, count FROM {p.aggregate_table(aggregate)}").fetchall())
+
+
+def assert_totals_group_the_enriched_rows(conn: psycopg.Connection, p: pf.Pipeline) -> None:
+    """Every aggregate of the example holds exactly what a GROUP BY over the enriched table gives, every
+    row: no event counted twice or missed."""
+    for aggregate in p.aggregates:
+        columns = ", ".join(GROUPED[ref] for ref in aggregate.group_by.values())
+        grouped = conn.execute(
+            f"SELECT {columns}, count(*) FROM {p.enriched_table} GROUP BY {columns}"
+        ).fetchall()
+        assert grouped, aggregate.name
+        assert totals(conn, p, aggregate) == sorted(grouped), aggregate.name
+
+
 def scan(parcel: int, t_ms: int, depot: str, status: str) -> tuple[str, bytes]:
     """A scan at t_ms (ISO-8601, in ms); status names it in the enriched table."""
     at = dt.datetime.fromtimestamp(t_ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
@@ -153,6 +174,18 @@ def test_three_tables_join_each_at_the_events_time(parcels: own.OwnPipeline, str
     changelog = read_all(bootstrap, p.changelog_topic)
     assert sorted({(m.key, m.value["service"]) for m in changelog}) == [  # once per source's query
         (7, "express"), (8, "standard"), (9, "economy")]  # fmt: skip
+    # Totals by columns of two further tables (sender.country x depot.region), if_missing for no row.
+    [per_place] = [a for a in p.aggregates if "sender.country" in a.group_by.values()]
+    with parcels.connect() as conn:
+        assert_totals_group_the_enriched_rows(conn, p)
+        stored = totals(conn, p, per_place)
+    assert stored == [
+        ("DE", "north", 2), ("FR", "east", 2), ("FR", "north", 2), ("FR", "unknown", 2),
+        ("unknown", "north", 4),
+    ]  # fmt: skip
+    # Its compacted topic: the latest totals per key (`country|region`), as the table holds them.
+    latest = {m.raw_key: m.value for m in read_all(bootstrap, p.aggregate_topic(per_place))}
+    assert latest == {f"{c}|{r}".encode(): {"country": c, "region": r, "count": n} for c, r, n in stored}
     # PII never left the database: not in the CDC topic nor the enriched records.
     for topic in (p.cdc_topic, p.enriched_topic):
         raw = b"".join(m.raw_value or b"" for m in read_all(bootstrap, topic))

@@ -16,6 +16,8 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,6 +131,21 @@ def make_sandbox(admin_dsn: str, name: str, home: Path) -> Sandbox:
 def kill9(process: subprocess.Popen) -> None:
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
+
+
+@contextmanager
+def killed_after_a_batch(
+    start: Callable[[], subprocess.Popen], landed: Callable[[], int], timeout_s: float = 240
+) -> Iterator[subprocess.Popen]:
+    """Starts the job, waits until it has landed a batch since (`landed` counts them), and kill -9s it when
+    the block ends: after a delay the block chooses, mid-batch, mid-commit or idle."""
+    committed = landed()
+    job = start()
+    try:
+        wait_until(lambda: landed() > committed, timeout_s, "a committed batch")
+        yield job
+    finally:  # a job left running would fold the shared CDC topic into later tests' outputs
+        kill9(job)
 
 
 def state_partitions(checkpoint: Path) -> set[int]:

@@ -41,7 +41,8 @@ def add_users(pg: psycopg.Connection, users: list[str]) -> None:
 
 class Traffic:
     """~1,000 clicks/s of `users`, and one profile change every few batches, from a thread until stopped
-    (or `limit` clicks). The users must exist (add_users)."""
+    (or `limit` clicks). The users must exist (add_users). Another pipeline's load overrides batch and
+    change."""
 
     def __init__(self, send: Send, pg: psycopg.Connection, users: list[str], limit: int = 60_000) -> None:
         self.send, self.pg, self.users, self.limit = send, pg, users, limit
@@ -62,17 +63,27 @@ class Traffic:
             self._thread.join()
 
     def _run(self) -> None:
-        rng, users = random.Random(5), self.users
+        rng = random.Random(5)
         while not self._stop.is_set() and self.sent < self.limit:
-            batch = [
-                (users[int(c["userid"].split("_")[1]) - 1], c)
-                for c in clicks(ClickSpec(count=100, users=len(users), seed=self.sent))
-            ]
-            self.send([(user, json.dumps({**c, "userid": user}).encode()) for user, c in batch])
+            batch = self.batch(rng)
+            self.send(batch)
             self.sent += len(batch)
             if rng.random() < 0.2:
-                self.pg.execute(
-                    "UPDATE public.users SET regionid = %s WHERE userid = %s",
-                    (f"R{rng.randrange(4)}", rng.choice(users)),
-                )
+                self.change(rng)
             time.sleep(0.1)
+
+    def batch(self, rng: random.Random) -> list[tuple[str, bytes]]:
+        """The next 100 events (key, value) to send."""
+        users = self.users
+        batch = [
+            (users[int(c["userid"].split("_")[1]) - 1], c)
+            for c in clicks(ClickSpec(count=100, users=len(users), seed=self.sent))
+        ]
+        return [(user, json.dumps({**c, "userid": user}).encode()) for user, c in batch]
+
+    def change(self, rng: random.Random) -> None:
+        """A profile change between two batches."""
+        self.pg.execute(
+            "UPDATE public.users SET regionid = %s WHERE userid = %s",
+            (f"R{rng.randrange(4)}", rng.choice(self.users)),
+        )

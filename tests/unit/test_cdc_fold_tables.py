@@ -24,12 +24,15 @@ def envelope(table: str, op: str, row: dict[str, Any], ts_ms: int = 1_000, schem
     return json.dumps({**rows, "op": op, "source": source}).encode()
 
 
-def folded(spark: SparkSession, values: list[bytes]) -> list[dict[str, Any]]:
+def folded(
+    spark: SparkSession, values: list[bytes], pipeline: pf.Pipeline | None = None
+) -> list[dict[str, Any]]:
     rows = [(TOPIC, None, v, f"r{i}", 5_000) for i, v in enumerate(values)]
     raw = spark.createDataFrame(
         rows, "topic string, key binary, value binary, event_id string, written_ms long"
     )
-    return [r.asDict() for r in cdc_fold.fold_tables(raw, cdc_fold.tables_spec(scans())).collect()]
+    spec = cdc_fold.tables_spec(pipeline or scans())
+    return [r.asDict() for r in cdc_fold.fold_tables(raw, spec).collect()]
 
 
 def test_the_spec_names_each_table_once_in_join_order_with_its_columns_types() -> None:
