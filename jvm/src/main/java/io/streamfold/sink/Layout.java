@@ -73,6 +73,9 @@ final class Layout implements Serializable {
   final Field[] changelog;
   final Field[] history;
   final Group[] groups;
+  /** The enriched and changelog topics' Avro writers; null when their values are JSON (outputs.format). */
+  final AvroValues enrichedAvro;
+  final AvroValues changelogAvro;
   final int kind;  // the row says what it is: event, reject or change
   final int enrichedKey;
   final int complete;
@@ -89,6 +92,11 @@ final class Layout implements Serializable {
     this.changelog = fields(spec.changelog().fields(), schema, "changelog field");
     this.history = fields(spec.history().columns(), schema, "history column");
     this.groups = spec.aggregates().stream().map(a -> group(a, schema)).toArray(Group[]::new);
+    SinkSpec.Avro avro = spec.avro();
+    this.enrichedAvro = avro == null ? null
+        : AvroValues.of(avro.enriched(), enriched, names(spec.enriched().columns()), "enriched topic's");
+    this.changelogAvro = avro == null ? null
+        : AvroValues.of(avro.changelog(), changelog, names(spec.changelog().fields()), "changelog topic's");
     this.kind = ordinal(spec.kindOrdinal(), schema, "kind", "text");
     this.enrichedKey = key(spec.enriched().keyOrdinal(), schema);
     this.complete = ordinal(spec.enriched().completeOrdinal(), schema, "complete", "boolean");
@@ -110,6 +118,10 @@ final class Layout implements Serializable {
     return columns.stream()
         .map(c -> field(c.name(), c.ordinal(), c.type(), schema, what + " " + c.name()))
         .toArray(Field[]::new);
+  }
+
+  private static List<String> names(List<SinkSpec.Column> columns) {
+    return columns.stream().map(SinkSpec.Column::name).toList();
   }
 
   private static Field field(String name, int ordinal, String type, StructType schema, String what) {
