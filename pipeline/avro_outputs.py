@@ -128,14 +128,19 @@ class Registered:
     aggregates: dict[str, AggregateEncoder]
 
 
-def registered(pipeline: Pipeline, spec: dict[str, Any], budget_s: float) -> Registered:
-    """Registers every output topic's schema (each under `<topic>-value`), through a registry outage of up
-    to budget_s seconds."""
-    if not config.registry_url():
+def require_registry(pipeline: Pipeline) -> None:
+    """A file with Avro outputs needs STREAMFOLD_REGISTRY_URL: say so before any service is asked."""
+    if pipeline.outputs.format == "avro" and not config.registry_url():
         raise config.ConfigError(
             f"{config.REGISTRY_URL_VAR} is not set: Avro outputs (outputs.format: avro) need the schema "
             "registry; export it, or start the local stack with `streamfold stack up`"
         )
+
+
+def registered(pipeline: Pipeline, spec: dict[str, Any], budget_s: float) -> Registered:
+    """Registers every output topic's schema (each under `<topic>-value`), through a registry outage of up
+    to budget_s seconds."""
+    require_registry(pipeline)
 
     def one(topic: str, schema: dict[str, Any]) -> int:
         return retrying(
