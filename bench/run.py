@@ -430,8 +430,10 @@ def avro_events_path(bench: Bench, inputs: Inputs, p: Params) -> dict[str, Any]:
     echo(f"[bold]Avro events[/]: the same {p.clicks:,} clicks in Avro (the Confluent wire format)")
     path = avro_path.pipeline_file(bench.home)
     loaded = inputs.clicks(p.users, p.clicks, p.updates, encode=avro_path.encoder(path))
-    run, result = measure_job(bench, "avro", loaded.clicks, p.users, p.job_conf, env=avro_path.job_env(path))
-    run.__exit__()
+    with avro_path.applied(bench.admin_dsn, path):
+        env = avro_path.job_env(path)
+        run, result = measure_job(bench, "avro", loaded.clicks, p.users, p.job_conf, env=env)
+        run.__exit__()
     keep = (
         "clicks",
         "seconds",

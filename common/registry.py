@@ -63,6 +63,11 @@ def properties_text(values: dict[str, object]) -> str:
     return "".join(f"{key}={value}\n" for key, value in values.items())
 
 
+def header(schema_id: int) -> bytes:
+    """The Confluent wire format's header: the magic byte 0, the schema id in 4 bytes big-endian."""
+    return b"\x00" + schema_id.to_bytes(4, "big")
+
+
 class RegistryUnavailable(RuntimeError):
     """The registry could not be asked (refused, timed out) or answered 429 or 5xx: an outage to wait out."""
 

@@ -21,7 +21,7 @@ from fastavro import parse_schema, schemaless_writer
 
 from common import config
 from common.pipeline_file import Pipeline
-from common.registry import RegistryUnavailable, register
+from common.registry import RegistryUnavailable, header, register
 from db.pipeline_tables import enriched_columns
 from pipeline.retry import retrying
 
@@ -93,11 +93,6 @@ def aggregate_schema(pipeline: Pipeline, aggregate: dict[str, Any]) -> dict[str,
             *(field(s["column"], SUM_TYPES[s["type"]], False) for s in aggregate["sums"]),
         ],
     )
-
-
-def header(schema_id: int) -> bytes:
-    """The wire format's header: the magic byte 0, the schema id in 4 bytes big-endian."""
-    return b"\x00" + schema_id.to_bytes(4, "big")
 
 
 class AggregateEncoder:

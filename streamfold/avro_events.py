@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import struct
 from collections.abc import Callable
 from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
 
 from common import pipeline_file as pf
-from common.registry import register
+from common.registry import header, register
 
 TIMESTAMP_MILLIS = {"type": "long", "logicalType": "timestamp-millis"}
 TIMESTAMP_MICROS = {"type": "long", "logicalType": "timestamp-micros"}  # a time column's precision
@@ -70,11 +69,6 @@ def encode(schema_id: int, writer_schema: dict[str, Any], event: dict[str, Any])
     body.write(header(schema_id))
     schemaless_writer(body, parse_schema(writer_schema), event)
     return body.getvalue()
-
-
-def header(schema_id: int) -> bytes:
-    """The wire format's header alone."""
-    return b"\x00" + struct.pack(">I", schema_id)
 
 
 def encoder(pipeline: pf.Pipeline) -> Callable[[dict[str, Any]], bytes]:
