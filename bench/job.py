@@ -57,13 +57,16 @@ class JobRun:
         conf: dict[str, str] | None = None,
         also: list[Tree] | None = None,
         source: str = "kafka",
+        env: dict[str, str] | None = None,
     ) -> None:
-        """`also`: process trees whose memory counts as the job's too (a cluster's workers)."""
+        """`also`: process trees whose memory counts as the job's too (a cluster's workers); `env`: variables
+        of this run's own (another pipeline file)."""
         self.bench = bench
         self.source = source
         self.query = f"clicks-{source}"
         self.conf = conf or {}
         self.also = also or []
+        self.env = env or {}
         self.home = bench.home / "runs" / name
         self.home.mkdir(parents=True, exist_ok=True)
         self.progress_file = self.home / "progress.jsonl"
@@ -85,7 +88,7 @@ class JobRun:
                 ],  # fmt: skip
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=self.bench.job_env(self.home),
+                env={**self.bench.job_env(self.home), **self.env},
                 cwd=ROOT,
                 start_new_session=True,  # the JVM and python workers share its process group
             )

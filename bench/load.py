@@ -10,6 +10,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 
@@ -73,14 +74,24 @@ def interleaved(
             updater.update()
 
 
-def preload(bench: Bench, clicks: int, users: int, updates: int, on_sent: Callable[[int], None]) -> Load:
-    """Produce `clicks` clicks over User_1..User_users (event time = now) and `updates` profile updates."""
+def preload(
+    bench: Bench,
+    clicks: int,
+    users: int,
+    updates: int,
+    on_sent: Callable[[int], None],
+    encode: Callable[[dict[str, Any]], bytes] = generate.as_json,
+) -> Load:
+    """Produce `clicks` clicks over User_1..User_users (event time = now) and `updates` profile updates;
+    each click JSON, or as `encode` writes it (Avro: bench/avro_path.py)."""
     before = topic_offsets(bench.bootstrap)
     every = clicks * UPDATE_BATCH // updates if updates else 0
     updater = ProfileUpdater(bench.admin_dsn, users)
     start = time.monotonic()
     try:
-        records = interleaved(generate.encoded(generate.ClickSpec(count=clicks, users=users)), updater, every)
+        records = interleaved(
+            generate.encoded(generate.ClickSpec(count=clicks, users=users), encode=encode), updater, every
+        )
         sent = generate.send_kafka(bench.bootstrap, records, on_sent, names.CLICKS_TOPIC)
     finally:
         updater.close()

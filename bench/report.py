@@ -377,6 +377,26 @@ def kinesis_rows(results: dict[str, Any]) -> list[list[str]]:
     ]
 
 
+def avro_rows(results: dict[str, Any]) -> list[list[str]]:
+    """The same clicks as Avro events beside the JSON run: clicks/s, its ratio, the job's CPU a click (from
+    its launch, as the main run's) of each."""
+    a, sf = results.get("avro") or {}, results.get("streamfold") or {}
+    if not a:
+        return []
+    return [
+        [
+            f"{a['clicks']:,}",
+            f"{a['seconds']:.1f}",
+            rate(a["clicks_per_s"]),
+            rate(sf.get("clicks_per_s")),
+            ratio(a["clicks_per_s"], sf.get("clicks_per_s")),
+            str(a["cpu_us_per_click"]),
+            str(sf.get("cpu_us_per_click")),
+            rate(a["unknown_region_clicks"]),
+        ]
+    ]
+
+
 LATENCY_HEADER = [
     "offered clicks/s",
     "sent/s",
@@ -432,6 +452,19 @@ TABLES = {
             "clicks enriched UNKNOWN",
         ],
         kinesis_rows,
+    ),
+    "Avro events (the same clicks, events.format: avro, beside the JSON run)": (
+        [
+            "clicks",
+            "job seconds",
+            "Avro clicks/s",
+            "JSON clicks/s",
+            "Avro / JSON",
+            "Avro CPU µs / click",
+            "JSON CPU µs / click",
+            "clicks enriched UNKNOWN",
+        ],
+        avro_rows,
     ),
     "Peak memory (MiB)": (
         ["process tree", "driver", "JVM", "python workers", "total RSS", "total PSS"],

@@ -18,11 +18,15 @@ On its own local stack (a fresh STREAMFOLD_HOME, stopped at the end), in one run
      puts/s over the put calls, each 100,000 clicks generated before), then a fresh job with `--source
      kinesis`; its clicks/s beside the Kafka path's, and the CPU a click of its JVM and of its python
      workers (where the Kinesis reader runs)
-  9. local vs cluster: `--cluster-clicks` clicks measured under local[*], then on the same input on a
+  9. the Avro events path: the same clicks (count, seed, updates) as Avro events in the Confluent wire
+     format, their schema in the stack's registry, and a fresh job with `events.format: avro`
+     (bench/avro_path.py): its clicks/s beside the JSON path's (`ratios.avro_over_json`), and the job's
+     CPU a click for both
+  10. local vs cluster: `--cluster-clicks` clicks measured under local[*], then on the same input on a
      Spark standalone cluster of `--cluster-workers` one-core workers started for it (stopped after):
      the cost of distribution as a ratio and in CPU a click, and where a batch's time goes
      (bench/cluster.py); it runs after the naive baseline, before the steps that add users
-`--cluster-only` runs step 9 alone (a quick comparison for development).
+`--cluster-only` runs step 10 alone (a quick comparison for development).
 Results: tables on the console, bench/results/<date>.json (+ .md, and charts: <date>-*.png, bench/plots.py).
 """
 
@@ -34,6 +38,7 @@ import shlex
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,7 +47,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from bench import cluster, job, kstreams, latency, load, measured, plots, profile, report, stack
+from bench import avro_path, cluster, job, kstreams, latency, load, measured, plots, profile, report, stack
 from bench.cpu import CpuClock
 from bench.stack import Bench
 from common import config, names
@@ -108,6 +113,7 @@ class Params:
     kstreams: bool
     kstreams_variants: tuple[str, ...]
     kinesis: bool
+    avro: bool
     cluster_workers: int
     cluster_clicks: int
     cluster_only: bool
@@ -138,14 +144,22 @@ class Inputs:
         self.wait_for_cdc()
         return cdc_end(self.bench)
 
-    def clicks(self, users: int, clicks: int, updates: int, *, empty_first: bool = True) -> load.Load:
-        """`clicks` clicks with `updates` profile updates (on an emptied clicks topic unless told not to);
-        waits for Debezium."""
+    def clicks(
+        self,
+        users: int,
+        clicks: int,
+        updates: int,
+        *,
+        empty_first: bool = True,
+        encode: Callable[[dict[str, Any]], bytes] = generate.as_json,
+    ) -> load.Load:
+        """`clicks` clicks with `updates` profile updates (on an emptied clicks topic unless told not to),
+        JSON or as `encode` writes them; waits for Debezium."""
         self.ensure_users(users)
         if empty_first:
             stack.empty_clicks_topic(self.bench.bootstrap)
         ticker = Ticker("clicks -> Kafka", clicks)
-        loaded = load.preload(self.bench, clicks, users, updates, ticker.advance)
+        loaded = load.preload(self.bench, clicks, users, updates, ticker.advance, encode)
         self.cdc += loaded.updates
         echo(f"  {loaded.clicks:,} clicks at {loaded.rate:,.0f}/s, {loaded.updates:,} profile updates")
         self.wait_for_cdc()
@@ -164,11 +178,18 @@ def cdc_end(bench: Bench) -> int:
 
 
 def measure_job(
-    bench: Bench, name: str, clicks: int, users: int, conf: dict[str, str], profile_s: float = 0
+    bench: Bench,
+    name: str,
+    clicks: int,
+    users: int,
+    conf: dict[str, str],
+    profile_s: float = 0,
+    env: dict[str, str] | None = None,
 ) -> tuple[job.JobRun, dict]:
-    """Start the job on the preloaded clicks, wait until all are committed; the run is left running."""
+    """Start the job on the preloaded clicks, wait until all are committed; the run is left running.
+    `env`: the run's own variables (another pipeline file)."""
     stack.truncate_sinks(bench)
-    run = job.JobRun(bench, name, conf).__enter__()
+    run = job.JobRun(bench, name, conf, env=env).__enter__()
     try:
         with CpuClock({"job": [run.pid]}) as clock:
             result = measure_clicks(run, name, clicks, users, cdc_end(bench), profile_s)
@@ -402,6 +423,37 @@ def kinesis_path(bench: Bench, p: Params) -> dict[str, Any]:
     }
 
 
+def avro_events_path(bench: Bench, inputs: Inputs, p: Params) -> dict[str, Any]:
+    """The main run's clicks (same count, seed and profile updates) again as Avro events on the emptied
+    clicks topic, and a fresh job with `events.format: avro` (bench/avro_path.py), measured as the main
+    run is: its clicks/s and the job's CPU a click, beside the JSON path's."""
+    echo(f"[bold]Avro events[/]: the same {p.clicks:,} clicks in Avro (the Confluent wire format)")
+    path = avro_path.pipeline_file(bench.home)
+    loaded = inputs.clicks(p.users, p.clicks, p.updates, encode=avro_path.encoder(path))
+    with avro_path.applied(bench.admin_dsn, path):
+        env = avro_path.job_env(path)
+        run, result = measure_job(bench, "avro", loaded.clicks, p.users, p.job_conf, env=env)
+        run.__exit__()
+    keep = (
+        "clicks",
+        "seconds",
+        "clicks_per_s",
+        "seconds_from_start",
+        "clicks_per_s_from_start",
+        "launch_to_first_read_s",
+        "batches",
+        "cpu_core_s",
+        "cpu_us_per_click",
+        "unknown_region_clicks",
+        "loadavg_after",
+    )
+    return {
+        **{k: result.get(k) for k in keep},
+        "load": {"clicks_per_s": round(loaded.rate), "updates": loaded.updates},
+        "memory": run.sampler.peaks.as_dict() if run.sampler else {},
+    }
+
+
 def pair_side(bench: Bench, mode: str, clicks: int, p: Params) -> dict[str, Any]:
     """One side of the local-vs-cluster pair: a fresh checkpoint over the preloaded clicks, with its memory
     (the cluster's workers and executors too), the CPU of every process, and its stages' times."""
@@ -514,6 +566,8 @@ def measure(p: Params, results: dict[str, Any]) -> None:
             results["naive"] = naive(bench, offsets)
         if p.kinesis:
             results["kinesis"] = kinesis_path(bench, p)
+        if p.avro:  # it empties the clicks topic: after every step that reads the main run's clicks
+            results["avro"] = avro_events_path(bench, inputs, p)
         if p.cluster_workers:  # before the larger user counts: the pair runs over `--users` users
             results["cluster"] = cluster_comparison(bench, inputs, p)
         results["scaling"] += [scaling_step(bench, inputs, u, p) for u in p.scaling_users if u >= p.users]
@@ -524,6 +578,7 @@ def measure(p: Params, results: dict[str, Any]) -> None:
             "streamfold_over_spark_read": _ratio(main, results.get("spark", {}).get("read")),
             "streamfold_over_kstreams": _ratio(main, results.get("kstreams")),
             "kinesis_over_kafka": _ratio(results.get("kinesis"), main),
+            "avro_over_json": _ratio(results.get("avro"), main),
         }
 
 
@@ -577,6 +632,9 @@ def main(
         ),
     ] = "lean,global",
     skip_kinesis: Annotated[bool, typer.Option(help="no run of the same clicks through Kinesis")] = False,
+    skip_avro: Annotated[
+        bool, typer.Option(help="no run of the same clicks as Avro events (events.format: avro)")
+    ] = False,
     cluster_workers: Annotated[
         int, typer.Option(help="one-core Spark workers of the local-vs-cluster comparison")
     ] = 2,
@@ -625,6 +683,7 @@ def main(
         kstreams=not skip_kstreams,
         kstreams_variants=variants,
         kinesis=not skip_kinesis,
+        avro=not skip_avro,
         cluster_workers=0 if skip_cluster else cluster_workers,
         cluster_clicks=clicks if cluster_clicks is None else cluster_clicks,
         cluster_only=cluster_only,

@@ -362,6 +362,9 @@ class Enriched(_Strict):
 
 
 class Outputs(_Strict):
+    # json: the enriched, changelog and aggregate topics' values are JSON objects; avro: the Confluent wire
+    # format, with schemas registered under `<topic>-value` (docs/avro.md, "Avro outputs").
+    format: Literal["json", "avro"] = "json"
     cdc_topic_prefix: Topic = "cdc"
     connector: Annotated[str, BeforeValidator(_topic)] | None = None
     slot: Identifier | None = None

@@ -6,13 +6,18 @@ the secrets volume (streamfold/compose_secrets.py). A file, not the command line
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import requests
 
 from common import config
 
 # The Confluent-compatible API (what Kafka serdes speak); the registry's own v3 API answers too.
 CCOMPAT_PATH = "/apis/ccompat/v7"
+SCHEMA_TYPE = "application/vnd.schemaregistry.v1+json"
 
 
 @dataclass(frozen=True)
@@ -56,3 +61,34 @@ def properties(listen: Listen, data_dir: Path, tmp_dir: Path, login: config.Logi
 
 def properties_text(values: dict[str, object]) -> str:
     return "".join(f"{key}={value}\n" for key, value in values.items())
+
+
+def header(schema_id: int) -> bytes:
+    """The Confluent wire format's header: the magic byte 0, the schema id in 4 bytes big-endian."""
+    return b"\x00" + schema_id.to_bytes(4, "big")
+
+
+class RegistryUnavailable(RuntimeError):
+    """The registry could not be asked (refused, timed out) or answered 429 or 5xx: an outage to wait out."""
+
+
+def register(subject: str, writer_schema: dict[str, Any]) -> int:
+    """The id the registry (STREAMFOLD_REGISTRY_URL, its ccompat API) gives the Avro schema under the
+    subject: the same id for a schema the subject has. RegistryUnavailable on an outage, RuntimeError when
+    it refuses the schema."""
+    url = f"{config.registry_url()}/subjects/{subject}/versions"
+    try:
+        answer = requests.post(
+            url,
+            json={"schema": json.dumps(writer_schema)},
+            headers={"Content-Type": SCHEMA_TYPE},
+            auth=config.registry_auth(),
+            timeout=30,
+        )
+    except (requests.ConnectionError, requests.Timeout) as exc:
+        raise RegistryUnavailable(f"the schema registry at {url}: {exc}") from exc
+    if answer.status_code == 429 or answer.status_code >= 500:
+        raise RegistryUnavailable(f"the schema registry at {url} answered {answer.status_code}")
+    if answer.status_code != 200:
+        raise RuntimeError(f"the registry refused the schema under {subject}: {answer.text[:300]}")
+    return int(answer.json()["id"])

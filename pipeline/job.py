@@ -23,7 +23,7 @@ from common import pipeline_file as pf
 from common.config import Settings
 from common.versions import moved_live
 from db import pipeline_schema, schema, versions
-from pipeline import events, preflight, status_files, topology
+from pipeline import avro_outputs, events, preflight, status_files, topology
 from pipeline import spark as spark_session
 from pipeline.join_config import JoinConfig, parse_duration_ms
 from pipeline.temporal_join import run_until_drained
@@ -199,6 +199,7 @@ def run(
     check_jars()
     preflight.check_plan(settings.pipeline)
     registry = events.registry_for(settings.pipeline)  # before any service: a missing setting says so first
+    avro_outputs.require_registry(settings.pipeline)
     check_applied(settings)
     settings = physical(settings)
     try:

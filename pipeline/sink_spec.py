@@ -164,6 +164,9 @@ def sink_spec(
             "payload_ordinal": ordinal(PAYLOAD),
         },
         "aggregates": aggregate_specs(pipeline, output) if aggregates is None else aggregates,
+        # outputs.format avro: the enriched and changelog schemas and ids, once registered
+        # (pipeline/avro_outputs.py); null: JSON values.
+        "avro": None,
     }
 
 

@@ -53,7 +53,8 @@ from pyspark.sql.types import StructType
 
 from common import config, names, topics
 from common.pipeline_file import Pipeline
-from pipeline import aggregates
+from pipeline import aggregates, avro_outputs
+from pipeline.avro_outputs import AggregateEncoder
 from pipeline.cdc_stall import CdcStall
 from pipeline.retry import one_line, retry_budget_s, retrying
 from pipeline.sink_spec import sink_spec
@@ -273,8 +274,12 @@ class Sink:
         self.query = query
         self.stall = stall  # event_time mode: says when CDC progress stalls (pipeline/cdc_stall.py)
         self.spec = sink_spec(pipeline, output, aggregates)
-        self.spec_json = json.dumps(self.spec)
         self.retry_s = retry_budget_s() if retry_s is None else retry_s
+        self.avro: dict[str, AggregateEncoder] | None = None  # the aggregates' values: JSON without
+        if pipeline.outputs.format == "avro":
+            registered = avro_outputs.registered(pipeline, self.spec, self.retry_s)
+            self.spec["avro"], self.avro = registered.spec, registered.aggregates
+        self.spec_json = json.dumps(self.spec)
         self.target = JdbcTarget.of(writer_dsn)
         self.pg = PostgresConnection(writer_dsn, self.retry_s)
         self.bootstrap = bootstrap
@@ -343,7 +348,8 @@ class Sink:
         sent = 0
         for (aggregate, _), rows in zip(wanted, current, strict=True):
             for row in rows:
-                key, value = aggregates.record(aggregate, row)
+                key, text = aggregates.record(aggregate, row)
+                value = text if self.avro is None else self.avro[aggregate["name"]](row)
                 self.producer.produce(aggregate["topic"], key=key, value=value)
                 if sent % 10_000 == 0:
                     self.producer.poll(0)

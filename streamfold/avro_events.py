@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import json
-import struct
 from collections.abc import Callable
 from typing import Any
 
-import requests
 from fastavro import parse_schema, schemaless_writer
 
-from common import config
 from common import pipeline_file as pf
+from common.registry import header, register
 
-SCHEMA_TYPE = "application/vnd.schemaregistry.v1+json"
 TIMESTAMP_MILLIS = {"type": "long", "logicalType": "timestamp-millis"}
 TIMESTAMP_MICROS = {"type": "long", "logicalType": "timestamp-micros"}  # a time column's precision
 # Each file type as an Avro type it reads (docs/avro.md, "Type mapping").
@@ -67,31 +63,12 @@ def _optional(name: str, kind: Any) -> dict[str, Any]:
     return {"name": name, "type": ["null", kind], "default": None}
 
 
-def register(subject_name: str, writer_schema: dict[str, Any]) -> int:
-    """The id the registry gives the schema under the subject (the same id for a schema it has)."""
-    answer = requests.post(
-        f"{config.registry_url()}/subjects/{subject_name}/versions",
-        json={"schema": json.dumps(writer_schema)},
-        headers={"Content-Type": SCHEMA_TYPE},
-        auth=config.registry_auth(),
-        timeout=30,
-    )
-    if answer.status_code != 200:
-        raise RuntimeError(f"the registry refused the schema under {subject_name}: {answer.text[:300]}")
-    return int(answer.json()["id"])
-
-
 def encode(schema_id: int, writer_schema: dict[str, Any], event: dict[str, Any]) -> bytes:
     """One event in the Confluent wire format."""
     body = io.BytesIO()
     body.write(header(schema_id))
     schemaless_writer(body, parse_schema(writer_schema), event)
     return body.getvalue()
-
-
-def header(schema_id: int) -> bytes:
-    """The wire format's header alone."""
-    return b"\x00" + struct.pack(">I", schema_id)
 
 
 def encoder(pipeline: pf.Pipeline) -> Callable[[dict[str, Any]], bytes]:

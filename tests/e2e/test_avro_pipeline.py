@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -152,16 +150,6 @@ def enriched_count(sandbox: sp.Sandbox) -> int:
         return int(conn.execute("SELECT count(*) FROM streamfold.enriched_clicks").fetchone()[0])
 
 
-@contextmanager
-def registry_down(services) -> Iterator[None]:
-    """The session's registry stopped, and started again on leaving, whatever happened."""
-    services.stop("registry")
-    try:
-        yield
-    finally:
-        services.start("registry")
-
-
 def test_a_registry_outage_is_waited_out_and_no_event_is_lost(
     streamfold_setup, services, tmp_path: Path
 ) -> None:
@@ -171,24 +159,21 @@ def test_a_registry_outage_is_waited_out_and_no_event_is_lost(
     writer = avro.click_schema("RegistryOutage")  # a schema no job has read: no executor holds it
     schema_id = avro.register(SUBJECT, writer)
     sent = list(clicks(ClickSpec(count=40, users=5, seed=6802)))
-    log = sandbox.home / "job.log"
     records = [(e["userid"], avro.encode(schema_id, writer, e)) for e in sent]
     deliver(streamfold_setup.kafka_bootstrap, sandbox, "kafka", records)
-    job = None
-    try:
-        with registry_down(services):
-            job = sandbox.start("kafka", log, STREAMFOLD_PIPELINE=str(path), STREAMFOLD_SINK_RETRY_S="600")
-            waiting = f"(schema id {schema_id}) unavailable ("
-            sp.wait_until(lambda: waiting in log.read_text(), 240, "the parser's retry line")
-            time.sleep(10)  # an outage longer than a retry or two
-            assert job.poll() is None and enriched_count(sandbox) == 0, log.read_text()[-3000:]
-        sp.wait_until(
-            lambda: enriched_count(sandbox) == len(sent), 240, "every event, once the registry is back"
-        )
-        assert job.poll() is None, log.read_text()[-3000:]
-    finally:
-        if job is not None:
-            sp.kill9(job)
+
+    def while_down() -> None:
+        time.sleep(10)  # an outage longer than a retry or two
+        assert enriched_count(sandbox) == 0
+
+    log = avro.through_registry_outage(
+        services,
+        sandbox,
+        path,
+        f"(schema id {schema_id}) unavailable (",
+        lambda: enriched_count(sandbox) == len(sent),
+        while_down,
+    )
     assert not event_letters(sandbox)
     login = config.registry_auth()  # the log names the registry, never its password
-    assert login is not None and login[1] not in log.read_text()
+    assert login is not None and login[1] not in log

@@ -3,11 +3,24 @@ as streamfold/avro_events.py writes them (registered under a subject, the Conflu
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from streamfold.avro_events import TIMESTAMP_MILLIS, encode, header, register
+from tests.support import pipeline as sp
 
-__all__ = ["TIMESTAMP_MILLIS", "UNKNOWN_ID", "click_schema", "encode", "header", "register"]
+__all__ = [
+    "TIMESTAMP_MILLIS",
+    "UNKNOWN_ID",
+    "click_schema",
+    "encode",
+    "header",
+    "register",
+    "registry_down",
+    "through_registry_outage",
+]
 
 # The highest id the wire format can carry: no test registers that many schemas.
 UNKNOWN_ID = 2**31 - 1
@@ -28,3 +41,41 @@ def click_schema(name: str = "Click", time_type: Any = "long", extra: bool = Fal
     if extra:
         fields = [{"name": "referrer", "type": ["null", "string"], "default": None}, *reversed(fields)]
     return {"type": "record", "name": name, "namespace": "io.streamfold.test", "fields": fields}
+
+
+@contextmanager
+def registry_down(services: Any) -> Iterator[None]:
+    """The session's registry stopped, and started again on leaving, whatever happened."""
+    services.stop("registry")
+    try:
+        yield
+    finally:
+        services.start("registry")
+
+
+def through_registry_outage(
+    services: Any,
+    sandbox: sp.Sandbox,
+    pipeline_path: Path,
+    retry_line: str,
+    done: Callable[[], bool],
+    while_down: Callable[[], None] = lambda: None,
+) -> str:
+    """The continuous job started with the registry stopped: once its log shows `retry_line`,
+    `while_down()`, then the registry back, until `done()`; the job must not have stopped. Its log."""
+    log = sandbox.home / "job.log"
+    job = None
+    try:
+        with registry_down(services):
+            job = sandbox.start(
+                "kafka", log, STREAMFOLD_PIPELINE=str(pipeline_path), STREAMFOLD_SINK_RETRY_S="600"
+            )
+            sp.wait_until(lambda: retry_line in log.read_text(), 240, "the retry line")
+            while_down()
+            assert job.poll() is None, log.read_text()[-3000:]
+        sp.wait_until(done, 300, "the outputs, once the registry is back")
+        assert job.poll() is None, log.read_text()[-3000:]
+    finally:
+        if job is not None:
+            sp.kill9(job)
+    return log.read_text()

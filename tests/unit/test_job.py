@@ -89,6 +89,17 @@ def test_avro_events_without_a_registry_url_stop_the_start_before_any_service(tm
         job.run(settings, "kafka", once=True, conf={})
 
 
+def test_avro_outputs_without_a_registry_url_stop_the_start_before_any_service(tmp_path, monkeypatch):
+    monkeypatch.delenv(config.REGISTRY_URL_VAR, raising=False)
+    monkeypatch.setenv("STREAMFOLD_HOME", str(tmp_path))
+    text = (ROOT / pf.DEFAULT_FILE).read_text().replace("outputs:\n", "outputs:\n  format: avro\n")
+    nowhere = config.Settings("host=127.0.0.1 port=1", "127.0.0.1:1", "http://127.0.0.1:1", "", tmp_path)
+    settings = replace(nowhere, pipeline=pf.parse(text))
+    assert settings.pipeline.outputs.format == "avro"
+    with pytest.raises(config.ConfigError, match="STREAMFOLD_REGISTRY_URL is not set: Avro outputs"):
+        job.run(settings, "kafka", once=True, conf={})
+
+
 def test_trigger_interval_defaults_and_parses():
     assert trigger_ms({}) == 500
     assert trigger_ms({"trigger.interval": "2s"}) == 2000

@@ -74,6 +74,9 @@ final class Layout implements Serializable {
   /** Per history (SinkSpec.histories), its columns. */
   final Field[][] histories;
   final Group[] groups;
+  /** The enriched and changelog topics' Avro writers; null when their values are JSON (outputs.format). */
+  final AvroValues enrichedAvro;
+  final AvroValues changelogAvro;
   final int kind;  // the row says what it is: event, reject or change
   final int enrichedKey;
   final int complete;
@@ -91,6 +94,11 @@ final class Layout implements Serializable {
     this.histories = spec.histories().stream().map(h -> fields(h.columns(), schema, h.table() + " column"))
         .toArray(Field[][]::new);
     this.groups = spec.aggregates().stream().map(a -> group(a, schema)).toArray(Group[]::new);
+    SinkSpec.Avro avro = spec.avro();
+    this.enrichedAvro = avro == null ? null
+        : AvroValues.of(avro.enriched(), enriched, names(spec.enriched().columns()), "enriched topic's");
+    this.changelogAvro = avro == null ? null
+        : AvroValues.of(avro.changelog(), changelog, names(spec.changelog().fields()), "changelog topic's");
     this.kind = ordinal(spec.kindOrdinal(), schema, "kind", "text");
     this.enrichedKey = key(spec.enriched().keyOrdinal(), schema);
     this.complete = ordinal(spec.enriched().completeOrdinal(), schema, "complete", "boolean");
@@ -112,6 +120,10 @@ final class Layout implements Serializable {
     return columns.stream()
         .map(c -> field(c.name(), c.ordinal(), c.type(), schema, what + " " + c.name()))
         .toArray(Field[]::new);
+  }
+
+  private static List<String> names(List<SinkSpec.Column> columns) {
+    return columns.stream().map(SinkSpec.Column::name).toList();
   }
 
   private static Field field(String name, int ordinal, String type, StructType schema, String what) {

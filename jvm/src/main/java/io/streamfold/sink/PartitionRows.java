@@ -91,22 +91,26 @@ final class PartitionRows {
     for (GroupTotals group : totals) {
       group.add(row);
     }
-    Values.Json value = new Values.Json();
-    for (Layout.Field column : columns) {
-      value.column(row, column);
+    records.add(new ProducerRecord<>(enrichedTopic, key(row, layout.enrichedKey),
+        value(row, columns, layout.enrichedAvro)));
+  }
+
+  /** A topic record's value: Avro when the topic has a schema (outputs.format avro), else JSON. */
+  private static byte[] value(InternalRow row, Layout.Field[] columns, AvroValues avro) {
+    if (avro != null) {
+      return avro.encode(row);
     }
-    records.add(new ProducerRecord<>(enrichedTopic, key(row, layout.enrichedKey), value.bytes()));
+    Values.Json json = new Values.Json();
+    for (Layout.Field column : columns) {
+      json.column(row, column);
+    }
+    return json.bytes();
   }
 
   private void addChange(InternalRow row) {
-    byte[] value = null;  // a delete is the key's tombstone
-    if (!DELETE.equals(row.getUTF8String(layout.op))) {
-      Values.Json json = new Values.Json();
-      for (Layout.Field field : layout.changelog) {
-        json.column(row, field);
-      }
-      value = json.bytes();
-    }
+    // A delete is the key's tombstone.
+    byte[] value = DELETE.equals(row.getUTF8String(layout.op)) ? null
+        : value(row, layout.changelog, layout.changelogAvro);
     records.add(new ProducerRecord<>(changelogTopic, key(row, layout.changelogKey), value));
     addVersion(row, 0);
   }

@@ -15,7 +15,7 @@ import java.util.regex.Pattern;
  * the spec allows it), and no other.
  */
 record SinkSpec(int kindOrdinal, Enriched enriched, Changelog changelog, List<History> histories,
-    DeadLetters deadLetters, List<Aggregate> aggregates) implements Serializable {
+    DeadLetters deadLetters, List<Aggregate> aggregates, Avro avro) implements Serializable {
 
   /** An output column written to the enriched table and topic, or to the changelog, under `name`. */
   record Column(String name, int ordinal, String type) implements Serializable {}
@@ -46,6 +46,12 @@ record SinkSpec(int kindOrdinal, Enriched enriched, Changelog changelog, List<Hi
    * ordinal: every event counts 1) and the sums. */
   record Aggregate(String name, String table, String topic, List<Key> keys, List<String> conflictColumns,
       String countColumn, Integer countOrdinal, List<Sum> sums) implements Serializable {}
+
+  /** A topic's Avro writer schema (its JSON text) and the id the registry gave it. */
+  record AvroSchema(int id, String schema) implements Serializable {}
+
+  /** outputs.format avro: the enriched and changelog topics' schemas (null: JSON values). */
+  record Avro(AvroSchema enriched, AvroSchema changelog) implements Serializable {}
 
   private static final ObjectMapper MAPPER = new ObjectMapper()
       .setPropertyNamingStrategy(PropertyNamingStrategies.SNAKE_CASE)
