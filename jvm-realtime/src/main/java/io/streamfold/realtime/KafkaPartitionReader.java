@@ -8,6 +8,7 @@ import java.util.List;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.InterruptException;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.read.streaming.PartitionOffset;
 import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead;
@@ -106,6 +107,12 @@ public final class KafkaPartitionReader implements SupportsRealTimeRead<Internal
 
   @Override
   public void close() {
-    consumer.close();
+    try {
+      consumer.close();
+    } catch (InterruptException e) {
+      // Spark interrupts a real-time batch's tasks when the query stops; the consumer is closed by then,
+      // and the interrupt stays set for Spark to see.
+      Thread.currentThread().interrupt();
+    }
   }
 }
