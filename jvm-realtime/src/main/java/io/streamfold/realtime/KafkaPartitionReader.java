@@ -49,7 +49,7 @@ public final class KafkaPartitionReader implements SupportsRealTimeRead<Internal
   @Override
   public boolean next() throws IOException {
     if (!split.bounded()) {
-      return nextWithTimeout(MICRO_BATCH_POLL.toMillis()).hasRecord();
+      throw new IllegalStateException("a batch without an end offset is read in real-time mode only");
     }
     long stalledSince = System.nanoTime();
     while (nextOffset < split.end()) {

@@ -4,6 +4,7 @@ import java.io.Serializable;
 import java.util.HashMap;
 import java.util.Locale;
 import java.util.Map;
+import java.util.TreeMap;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
@@ -38,6 +39,18 @@ public record SourceOptions(String topic, StartingOffsets starting, Map<String, 
       throw new IllegalArgumentException("the streamfold-kafka source needs the option kafka.bootstrap.servers");
     }
     return new SourceOptions(topic, starting, Map.copyOf(kafka));
+  }
+
+  /** Spark logs the table and its options: the login's secrets show as "redacted". */
+  @Override
+  public String toString() {
+    Map<String, String> shown = new TreeMap<>(kafka);
+    shown.replaceAll((key, value) -> secret(key) ? "redacted" : value);
+    return "SourceOptions[topic=" + topic + ", starting=" + starting + ", kafka=" + shown + "]";
+  }
+
+  private static boolean secret(String key) {
+    return key.contains("jaas") || key.contains("password") || key.contains("secret") || key.endsWith(".key");
   }
 
   /**

@@ -3,6 +3,7 @@ package io.streamfold.realtime;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.Map;
 import org.junit.jupiter.api.Test;
@@ -27,6 +28,21 @@ class SourceOptionsTest {
     assertEquals(JAAS, consumer.get("sasl.jaas.config"));
     assertEquals("none", consumer.get("auto.offset.reset"));
     assertFalse(consumer.containsKey("group.id"));
+  }
+
+  @Test
+  void theLoginStaysOutOfItsText() {
+    SourceOptions options =
+        SourceOptions.parse(
+            Map.of(
+                "topic", "events",
+                "kafka.bootstrap.servers", "127.0.0.1:9092",
+                "kafka.sasl.jaas.config", "ScramLoginModule required username=\"u\" password=\"hunter2\";",
+                "kafka.ssl.key.password", "hunter3"));
+    String text = options.toString();
+    assertFalse(text.contains("hunter2") || text.contains("hunter3"), text);
+    assertTrue(text.contains("127.0.0.1:9092"), text);
+    assertFalse(new KafkaInputPartition(options, 0, 0L, 1L).toString().contains("hunter2"));
   }
 
   @Test
