@@ -10,6 +10,8 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
+import pytest
+
 from bench import cluster, cpu, job, kstreams, procmem, profile, report
 from bench.latency import Observations, percentile, summary
 from bench.naive import STAGING_COLUMNS, pg_array, user_click
@@ -240,11 +242,12 @@ def test_kafka_streams_outputs_mark_sampled_clicks_and_profile_versions():
     assert recent == {}
 
 
-def test_the_kafka_streams_app_is_built_against_the_brokers_kafka():
+@pytest.mark.parametrize("module", ["jvm-kstreams", "jvm-realtime"])
+def test_the_jvm_modules_are_built_against_the_brokers_kafka(module: str) -> None:
     root = Path(__file__).resolve().parents[2]
     version = re.compile(r"<kafka.version>([^<]+)</kafka.version>")
     broker = version.findall((root / "pom.xml").read_text())
-    assert broker and version.findall((root / "jvm-kstreams" / "pom.xml").read_text()) == broker
+    assert broker and version.findall((root / module / "pom.xml").read_text()) == broker
 
 
 def stage(batch: int, tasks: dict[int, int], start_s: float, end_s: float, **metrics: int) -> dict:
