@@ -1,5 +1,6 @@
 """`streamfold explain EVENT_ID`: an enriched event, the profile version it joined, the versions either side
-of it, and why the join chose it (docs/history.md); or why the record is a dead letter.
+of it, and why the join chose it (docs/history.md); for a file with `tables`, each further table's key and
+its version valid at the event's time; or why the record is a dead letter.
 
 Everything comes from the sink tables, read with the reader role: the enriched row (its valid_from, the CDC
 progress when the join released it, whether join.max_wait did) and the profile history. Times stay the text
@@ -8,6 +9,7 @@ Postgres prints (a snapshot version is valid from '-infinity'); comparisons are 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,12 +55,15 @@ def explain(reader_dsn: str, pipeline: pf.Pipeline, event_id: str) -> list[str]:
         if event is None:
             return dead_letter(conn, event_id)
         columns = Columns.of(pipeline)
+        profile, *tables = join_plan.histories(pipeline)
         versions = conn.execute(
             f"SELECT v.*, v.valid_from <= %s::timestamptz AS began, v.valid_from > %s::timestamptz AS unseen"
-            f" FROM ({history.versions_query(join_plan.histories(pipeline)[0])}) v",
+            f" FROM ({history.versions_query(profile)}) v",
             (event[columns.time], event[CDC_PROGRESS], event[columns.key]),
         ).fetchall()
-    return describe(pipeline, columns, event, versions)
+        joined = [table_line(conn, pipeline, columns, event, table) for table in tables]
+    lines = describe(pipeline, columns, event, versions)
+    return [*lines[:-1], *joined, lines[-1]]  # each further table before the one why
 
 
 def dead_letter(conn: psycopg.Connection[Any], event_id: str) -> list[str]:
@@ -86,18 +91,64 @@ def describe(
     center = at if joined is None else joined
     fields = ", ".join(f"{k}={v}" for k, v in event.items() if k not in {"event_id", CDC_PROGRESS})
     lines = [f"event {event['event_id']}: {fields}"]
+    carried = pipeline.profile.columns
     if center is not None and center > 0:
-        lines.append(f"  before:  {version_line(pipeline, versions[center - 1])}")
+        lines.append(f"  before:  {version_line(carried, versions[center - 1])}")
     if center is not None:
         label = "joined" if joined is not None else "at time"
-        lines.append(f"  {label}:  {version_line(pipeline, versions[center])}")
+        lines.append(f"  {label}:  {version_line(carried, versions[center])}")
     else:
         lines.append(f"  joined:  no version of {event[columns.key]} valid at {event[columns.time]}")
     following = versions[(center + 1 if center is not None else 0) :]
     if following:
-        lines.append(f"  after:   {version_line(pipeline, following[0])}")
+        lines.append(f"  after:   {version_line(carried, following[0])}")
     lines.append(f"why: {why(columns, event, versions, at)}")
     return lines
+
+
+def table_key(
+    pipeline: pf.Pipeline, columns: Columns, event: dict[str, Any], join: join_plan.TableJoin
+) -> Any:
+    """The key a further join looked up, read back from the enriched row: the event field, or the column (or
+    the key) of the join it chains from. A column with if_missing holds that value where the row had none."""
+    source, column = join.on
+    if source == join_plan.EVENT:
+        out = pipeline.outputs.enriched
+        name = columns.key if column == pipeline.events.key else out.event_columns.get(column, column)
+        return event[name]
+    earlier = next(j for j in join_plan.joins(pipeline) if j.name == source)
+    if column != earlier.table.key:
+        return event[earlier.output(column)]
+    return (
+        event[columns.key]
+        if earlier.name == join_plan.PROFILE
+        else table_key(pipeline, columns, event, earlier)
+    )
+
+
+def table_line(
+    conn: psycopg.Connection[Any],
+    pipeline: pf.Pipeline,
+    columns: Columns,
+    event: dict[str, Any],
+    table: join_plan.History,
+) -> str:
+    """A further table: the key the event looked up and the version of it valid at the event's time (the
+    greatest valid_from, then lsn, at or before it), from the table's history."""
+    join = table.join
+    key = table_key(pipeline, columns, event, join)
+    head = f"  {join.name} ({join.on[0]}.{join.on[1]} = {key}):"
+    if key is None:
+        return f"{head} no key, so no row: its columns take their if_missing"
+    versions = conn.execute(
+        f"SELECT v.*, v.valid_from <= %s::timestamptz AS began FROM ({history.versions_query(table)}) v",
+        (event[columns.time], key),
+    ).fetchall()
+    began = [v for v in versions if v["began"]]
+    if not began:
+        first = f"; its first version is valid from {versions[0]['valid_from']}" if versions else ""
+        return f"{head} no version of {join.table.table} valid at the event's time{first}"
+    return f"{head} at its time {version_line(join.table.columns, began[-1])}"
 
 
 def joined_version(columns: Columns, event: dict[str, Any], versions: list[dict[str, Any]]) -> int | None:
@@ -107,9 +158,9 @@ def joined_version(columns: Columns, event: dict[str, Any], versions: list[dict[
     return same[-1] if same else None
 
 
-def version_line(pipeline: pf.Pipeline, version: dict[str, Any]) -> str:
+def version_line(carried_columns: Iterable[str], version: dict[str, Any]) -> str:
     end = version["valid_to"] or "now"
-    carried = ", ".join(f"{c}={version[c]}" for c in pipeline.profile.columns)
+    carried = ", ".join(f"{c}={version[c]}" for c in carried_columns)
     what = "deleted" if version["op"] == "d" else carried
     unknown = f" ({version['incomplete']})" if version["incomplete"] else ""
     return (

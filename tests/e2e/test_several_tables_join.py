@@ -171,6 +171,15 @@ def test_three_tables_join_each_at_the_events_time(parcels: own.OwnPipeline, str
     assert senders == [(1, "c", "DE", "gold"), (1, "u", "FR", "gold")]
     assert depots == [("BER", "c", "Berlin"), ("BER", "d", None), ("HAM", "c", "Hamburg")]
     assert before_move == [("DE",)]
+    # `explain` names each further table's key and its version at the event's time.
+    with parcels.connect() as conn:
+        ids = dict(conn.execute(f"SELECT status, event_id FROM {p.enriched_table}").fetchall())
+    said = {status: parcels.streamfold("explain", ids[status]).stdout for status in ("at_move", "at_close")}
+    assert re.search(
+        r"sender \(profile\.sender_id = 1\): at its time valid .* op u, .*country=FR", said["at_move"]
+    )
+    assert re.search(r"depot \(event\.depot = HAM\): at its time .*city=Hamburg", said["at_move"])
+    assert re.search(r"depot \(event\.depot = BER\): at its time .* op d, .*deleted", said["at_close"])
     changelog = read_all(bootstrap, p.changelog_topic)
     assert sorted({(m.key, m.value["service"]) for m in changelog}) == [  # once per source's query
         (7, "express"), (8, "standard"), (9, "economy")]  # fmt: skip

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from streamfold.explain import Columns, describe
+from common import join_plan
+from common import pipeline_file as pf
+from streamfold.explain import Columns, describe, table_key
 from tests.support.pipelines import DEFAULT
 
 COLUMNS = Columns.of(DEFAULT)
@@ -77,3 +80,12 @@ def test_a_row_from_before_the_release_columns_says_so() -> None:
     old = event(cdc_progress=None, released_by_max_wait=None)
     versions = [version("2026-11-27 14:00:00+00", None, "c", "north")]
     assert "does not record its release" in describe(DEFAULT, COLUMNS, old, versions)[-1]
+
+
+def test_a_further_tables_key_is_read_back_from_the_enriched_row() -> None:
+    parcels = pf.load(Path(__file__).parents[2] / "examples" / "parcels" / "pipeline.yaml")
+    sender, depot = join_plan.joins(parcels)[1:]
+    scan = {"parcel_id": 7, "depot": "HAM", "parcel_sender_id": 1}
+    columns = Columns.of(parcels)
+    assert table_key(parcels, columns, scan, sender) == 1  # profile.sender_id, under the profile's prefix
+    assert table_key(parcels, columns, scan, depot) == "HAM"  # an event field
