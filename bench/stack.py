@@ -15,6 +15,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from common import config, names
+from common import pipeline_file as pf
 from connectors.setup import run_setup
 from stack import lifecycle
 
@@ -100,26 +101,33 @@ def empty_clicks_topic(bootstrap: str) -> None:
         future.result()
 
 
-def cdc_records(bootstrap: str) -> int:
-    """Change events in the CDC topic (one partition)."""
-    return sum(end - start for start, end in topic_offsets(bootstrap, names.CDC_USERS_TOPIC).values())
+def cdc_records(bootstrap: str, topic: str = names.CDC_USERS_TOPIC) -> int:
+    """Change events in a CDC topic (one partition)."""
+    return sum(end - start for start, end in topic_offsets(bootstrap, topic).values())
 
 
 def wait_for_cdc(
-    bootstrap: str, admin_dsn: str, expected: int, on_progress: Callable[[int], None], timeout_s: float
+    bootstrap: str,
+    admin_dsn: str,
+    expected: int,
+    on_progress: Callable[[int], None],
+    timeout_s: float,
+    pipeline: pf.Pipeline | None = None,
 ) -> float:
-    """Wait until Debezium has published `expected` records and every change committed so far; returns
-    the seconds it took. The count alone is not enough: table heartbeats share the topic. Debezium
-    confirms a WAL position to its replication slot only once what precedes it is in Kafka."""
+    """Wait until Debezium has published `expected` records and every change committed so far into the CDC
+    topic of `pipeline` (default: the default file's); returns the seconds it took. The count alone is not
+    enough: table heartbeats share the topic. Debezium confirms a WAL position to its replication slot
+    only once what precedes it is in Kafka."""
+    pipeline = pipeline or pf.load()
     start = time.monotonic()
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         (target,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone() or ("0/0",)
         while True:
-            seen = cdc_records(bootstrap)
+            seen = cdc_records(bootstrap, pipeline.cdc_topic)
             on_progress(seen)
             row = conn.execute(
                 "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
-                (target, names.SLOT_NAME),
+                (target, pipeline.slot),
             ).fetchone()
             if seen >= expected and row and row[0]:
                 break
