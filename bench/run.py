@@ -824,7 +824,12 @@ def main(
         "command": command_line(sys.argv[1:]),
         "machine": report.machine(),
         "params": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(p).items()},
-        "how_measured": {"throughput": job.__doc__, "latency": latency.__doc__, "kstreams": kstreams.__doc__},
+        "how_measured": {
+            "throughput": job.__doc__,
+            "latency": latency.__doc__,
+            "kstreams": kstreams.__doc__,
+            "tables": tables_path.__doc__,
+        },
         "loadavg_at_start": loadavg(),
     }
     failed = False
