@@ -26,7 +26,8 @@ On its own local stack (a fresh STREAMFOLD_HOME, stopped at the end), in one run
      a pipeline file of its own (bench/tables_path.py) with a profile of `--users` rows, a table of
      `--users`/10 chained through a foreign key of the profile and a lookup of `--users`/100 on the page_id:
      its clicks/s beside the one-table path's (`ratios.tables_over_one_table`), its join's state on disk
-     per 1,000,000 rows of all the tables, and its click latency at 5,000 clicks/s
+     per 1,000,000 rows of all the tables, and its click latency at 5,000 clicks/s; it runs last, with the
+     default file's connector stopped meanwhile (one connector decodes the WAL, as in the main run)
   11. local vs cluster: `--cluster-clicks` clicks measured under local[*], then on the same input on a
      Spark standalone cluster of `--cluster-workers` one-core workers started for it (stopped after):
      the cost of distribution as a ratio and in CPU a click, and where a batch's time goes
@@ -485,8 +486,16 @@ def three_tables_path(bench: Bench, p: Params) -> dict[str, Any]:
     """The main run's clicks (count, users, profile updates) with a page each, joined with three tables by a
     fresh job of the three-table file (bench/tables_path.py), set up beside the default one and measured as
     the main run is; the join's state on disk per 1,000,000 rows of all the tables (the checkpoint's, when
-    the clicks are done, as the main run's state_checkpoint_mib); its click latency at report.TABLES_RATE."""
+    the clicks are done, as the main run's state_checkpoint_mib); its click latency at report.TABLES_RATE.
+    The default file's connector is stopped meanwhile (bench/stack.py connector_stopped), so that one
+    connector decodes the WAL, as in the main run."""
     echo(f"[bold]three tables[/]: the same {p.clicks:,} clicks joined with a profile, a chain and a lookup")
+    with stack.connector_stopped(bench, bench.settings.pipeline.connector):
+        return three_tables_measured(bench, p)
+
+
+def three_tables_measured(bench: Bench, p: Params) -> dict[str, Any]:
+    """three_tables_path, with the default file's connector stopped."""
     path = tables_path.pipeline_file(bench.home)
     pipeline = pf.load(path)
     tables_path.set_up(bench.settings, pipeline, lambda msg: echo(f"  setup: {msg}"))
@@ -686,12 +695,12 @@ def measure(p: Params, results: dict[str, Any]) -> None:
             results["kinesis"] = kinesis_path(bench, p)
         if p.avro:  # it empties the clicks topic: after every step that reads the main run's clicks
             results["avro"] = avro_events_path(bench, inputs, p)
-        if p.tables:  # it empties the clicks topic too
-            results["tables"] = three_tables_path(bench, p)
-            results["tables"]["over_one_table"] = tables_over_one_table(results)
         if p.cluster_workers:  # before the larger user counts: the pair runs over `--users` users
             results["cluster"] = cluster_comparison(bench, inputs, p)
         results["scaling"] += [scaling_step(bench, inputs, u, p) for u in p.scaling_users if u >= p.users]
+        if p.tables:  # last: its connector stays, and its setup stops the default one while it runs
+            results["tables"] = three_tables_path(bench, p)
+            results["tables"]["over_one_table"] = tables_over_one_table(results)
         main = results["streamfold"]
         results["ratios"] = {
             "streamfold_over_naive": _ratio(main, results.get("naive")),

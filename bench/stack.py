@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+import requests
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from common import config, names
 from common import pipeline_file as pf
-from connectors.setup import run_setup
+from connectors.setup import run_setup, wait_until_running
 from stack import lifecycle
 
 SINK_TABLES = (
@@ -137,3 +138,32 @@ def wait_for_cdc(
                 )
             time.sleep(1)
     return time.monotonic() - start
+
+
+@contextmanager
+def connector_stopped(bench: Bench, name: str, timeout_s: float = 120) -> Iterator[None]:
+    """Connector `name` stopped (its tasks shut down, its slot keeping the WAL) while the block runs, then
+    resumed. Its walsender would otherwise decode every change the block's job writes, on the same two
+    cores: a cost the main run, with one connector, does not pay."""
+    url = f"{bench.settings.connect_url}/connectors/{name}"
+
+    def put(action: str) -> None:
+        requests.put(f"{url}/{action}", timeout=30, auth=config.connect_auth()).raise_for_status()
+
+    put("stop")
+    deadline = time.monotonic() + timeout_s
+    while _connector_state(url) != "STOPPED":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"connector {name} did not stop within {timeout_s:.0f}s")
+        time.sleep(0.5)
+    try:
+        yield
+    finally:
+        put("resume")
+        wait_until_running(bench.settings.connect_url, name, timeout_s)
+
+
+def _connector_state(url: str) -> str:
+    response = requests.get(f"{url}/status", timeout=30, auth=config.connect_auth())
+    response.raise_for_status()
+    return str(response.json()["connector"]["state"])
