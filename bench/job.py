@@ -33,12 +33,12 @@ from bench import measured
 from bench.procmem import Sampler, Tree, descendants
 from bench.stack import Bench
 from common import names
+from common import pipeline_file as pf
 
 ROOT = Path(__file__).resolve().parents[1]
 # The clicks source's description in a query progress, by `streamfold run --source` (kinesis: our Python
 # data source).
 CLICKS_SOURCES = {"kafka": f"Subscribe[{names.CLICKS_TOPIC}]", "kinesis": "PythonMicroBatchStream"}
-CDC_SOURCE = f"Subscribe[{names.CDC_USERS_TOPIC}"
 STOP_TIMEOUT_S = 60
 ROCKSDB_LATENCIES = ("rocksdbGetLatency", "rocksdbPutLatency")
 
@@ -58,12 +58,15 @@ class JobRun:
         also: list[Tree] | None = None,
         source: str = "kafka",
         env: dict[str, str] | None = None,
+        pipeline: pf.Pipeline | None = None,
     ) -> None:
         """`also`: process trees whose memory counts as the job's too (a cluster's workers); `env`: variables
-        of this run's own (another pipeline file)."""
+        of this run's own (another pipeline file); `pipeline`: the file the job runs, when it is not the
+        default one (its query, CDC topic and enriched table)."""
         self.bench = bench
         self.source = source
-        self.query = f"clicks-{source}"
+        self.pipeline = pipeline or pf.load()
+        self.query = f"{self.pipeline.name}-{source}"  # as pipeline/topology.py names it
         self.conf = conf or {}
         self.also = also or []
         self.env = env or {}
@@ -173,7 +176,7 @@ class JobRun:
         while True:
             self.check_alive()
             for event in self.progress():
-                if cdc_read_to(event) >= end_offset:
+                if cdc_read_to(event, self.pipeline.cdc_topic) >= end_offset:
                     return event["batchId"]
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -184,10 +187,21 @@ class JobRun:
     def unknown_region_clicks(self) -> int:
         with psycopg.connect(self.bench.admin_dsn) as conn:
             row = conn.execute(
-                f"SELECT count(*) FROM {names.ENRICHED_CLICKS_TABLE} WHERE user_regionid = %s",
+                f"SELECT count(*) FROM {self.pipeline.enriched_table} WHERE user_regionid = %s",
                 (names.UNKNOWN_REGION,),
             ).fetchone()
         return row[0] if row else 0
+
+    def landed(self) -> dict[str, int]:
+        """Rows in the enriched table, and those of them not complete (joined before CDC progress passed
+        their time: released by join.max_wait)."""
+        complete = self.pipeline.outputs.enriched.complete_column
+        with psycopg.connect(self.bench.admin_dsn) as conn:
+            row = conn.execute(
+                f"SELECT count(*), count(*) FILTER (WHERE NOT {complete}) FROM {self.pipeline.enriched_table}"
+            ).fetchone()
+        rows, incomplete = row or (0, 0)
+        return {"rows_landed": rows, "incomplete_rows": incomplete}
 
     def batch_progress(self, batch_id: int, timeout_s: float = 60) -> dict[str, Any]:
         """The progress event of one batch (the listener writes it just after the batch ends)."""
@@ -202,15 +216,15 @@ class JobRun:
 
 def clicks_read(event: dict[str, Any]) -> int:
     """Clicks the batch read, from whichever source the job had (a progress event names its query)."""
-    marker = CLICKS_SOURCES[event["name"].removeprefix("clicks-")]
+    marker = CLICKS_SOURCES[event["name"].rsplit("-", 1)[-1]]  # <pipeline>-<source>
     return sum(s["numInputRows"] for s in event["sources"] if marker in s["description"])
 
 
-def cdc_read_to(event: dict[str, Any]) -> int:
+def cdc_read_to(event: dict[str, Any], topic: str = names.CDC_USERS_TOPIC) -> int:
     """The CDC topic offset (one partition) the batch read up to; 0 if it has no CDC source."""
     for source in event["sources"]:
-        if CDC_SOURCE in source["description"]:
-            return int((source.get("endOffset") or {}).get(names.CDC_USERS_TOPIC, {}).get("0", 0))
+        if f"Subscribe[{topic}" in source["description"]:
+            return int((source.get("endOffset") or {}).get(topic, {}).get("0", 0))
     return 0
 
 
@@ -289,6 +303,15 @@ def state_metrics(event: dict[str, Any]) -> dict[str, Any]:
     op = ops[0]
     keep = ("operatorName", "numRowsTotal", "memoryUsedBytes", "allUpdatesTimeMs", "commitTimeMs")
     return {**{k: op.get(k) for k in keep}, "customMetrics": op.get("customMetrics", {})}
+
+
+def sst_bytes(event: dict[str, Any]) -> int | None:
+    """What RocksDB had flushed to SST files after a batch, over every state operator (a file with further
+    tables has one stateful stage per table); None without the metric."""
+    sizes = [
+        op.get("customMetrics", {}).get("rocksdbSstFileSize") for op in event.get("stateOperators") or []
+    ]
+    return sum(sizes) if sizes and None not in sizes else None
 
 
 def dir_bytes(path: Path) -> int:

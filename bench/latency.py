@@ -36,6 +36,7 @@ from confluent_kafka import Message, Producer
 
 from bench.load import ProfileUpdater
 from common import names, topics
+from common import pipeline_file as pf
 from streamfold import generate
 
 SAMPLES_PER_S = 100
@@ -118,10 +119,13 @@ class Poller(threading.Thread):
     """Polls Postgres every POLL_S for sampled clicks and for clicks joined with updated profiles, and
     takes when each became visible from the commit timestamp of its row's transaction."""
 
-    def __init__(self, dsn: str, clicks: Observations, profiles: Observations) -> None:
+    def __init__(
+        self, dsn: str, clicks: Observations, profiles: Observations, table: str = names.ENRICHED_CLICKS_TABLE
+    ) -> None:
+        """`table`: the enriched table (the three-table file's has the default one's columns)."""
         super().__init__(name="latency-poller", daemon=True)
         self.conn = psycopg.connect(dsn, autocommit=True)
-        self.clicks, self.profiles = clicks, profiles
+        self.clicks, self.profiles, self.table = clicks, profiles, table
         self.stop_event = threading.Event()
 
     def run(self) -> None:
@@ -132,7 +136,7 @@ class Poller(threading.Thread):
         ids = self.clicks.outstanding()
         if ids:
             rows = self.conn.execute(
-                f"SELECT event_id, {COMMITTED_S} FROM {names.ENRICHED_CLICKS_TABLE} WHERE event_id = ANY(%s)",
+                f"SELECT event_id, {COMMITTED_S} FROM {self.table} WHERE event_id = ANY(%s)",
                 (ids,),
             ).fetchall()
             self.clicks.mark(dict(rows))
@@ -143,7 +147,7 @@ class Poller(threading.Thread):
             # commit in the same millisecond as `before` carries a valid_from just below it, hence the floor.
             row = self.conn.execute(
                 f"SELECT extract(epoch FROM profile_valid_from)::float8, {COMMITTED_S} "
-                f"FROM {names.ENRICHED_CLICKS_TABLE} "
+                f"FROM {self.table} "
                 "WHERE uid = %s AND profile_valid_from >= to_timestamp(%s / 1000.0) "
                 "ORDER BY profile_valid_from, 2 LIMIT 1",
                 (userid, math.floor(float(before) * 1000)),
@@ -210,15 +214,18 @@ def run_window(
     echo: Callable[[str], None],
     seed: int = 23,
     watch: Callable[[Observations, Observations], Watcher] | None = None,
+    pipeline: pf.Pipeline | None = None,
 ) -> WindowResult:
     """Offer `rate` clicks/s for `seconds` (plus one profile update a second) and follow samples, in
-    streamfold's Postgres rows or through `watch` (made with the observations to mark)."""
+    streamfold's Postgres rows or through `watch` (made with the observations to mark). `pipeline`: the
+    file whose events, profile table and enriched table these are (default: the default file's)."""
+    pipeline = pipeline or pf.load()
     clicks, profiles = Observations(), Observations()
-    poller = watch(clicks, profiles) if watch else Poller(dsn, clicks, profiles)
+    poller = watch(clicks, profiles) if watch else Poller(dsn, clicks, profiles, pipeline.enriched_table)
     poller.start()
     committed_before = committed_rows()
     started = time.monotonic()
-    offered = _offer(bootstrap, dsn, users, rate, seconds, clicks, profiles, seed)
+    offered = _offer(bootstrap, dsn, users, rate, seconds, clicks, profiles, seed, pipeline)
     echo(
         f"  offered {offered.sent:,} clicks in {offered.seconds:.0f}s "
         f"({offered.sent / offered.seconds:,.0f}/s); waiting for the samples"
@@ -258,12 +265,13 @@ def _offer(
     clicks: Observations,
     profiles: Observations,
     seed: int,
+    pipeline: pf.Pipeline,
 ) -> Offered:
     """The paced producer: samples every k-th click through its delivery report."""
     producer = topics.producer(bootstrap, {"linger.ms": 20, "enable.idempotence": True})
-    updater = ProfileUpdater(dsn, users, seed=seed)
+    updater = ProfileUpdater(dsn, users, seed=seed, pipeline=pipeline)
     every = max(1, round(rate / SAMPLES_PER_S))
-    spec = generate.ClickSpec(count=int(rate * seconds), users=users, seed=seed)
+    spec = generate.ClickSpec(count=int(rate * seconds), users=users, seed=seed, pipeline=pipeline)
     pacer = generate.Pacer(rate)
     next_update = time.monotonic() + 1.0
     sent = 0
@@ -305,7 +313,8 @@ def _update_and_click(producer: Producer, updater: ProfileUpdater, profiles: Obs
     before = time.time()
     (userid,) = updater.update(1)
     profiles.add(f"{userid}@{before}", before)  # the origin becomes the commit time once seen
-    click = next(generate.clicks(generate.ClickSpec(count=1, users=1, seed=random.randrange(1 << 30))))
+    spec = generate.ClickSpec(count=1, users=1, seed=random.randrange(1 << 30), pipeline=updater.pipeline)
+    click = next(generate.clicks(spec))
     _produce(producer, {**click, "userid": userid}, None)
 
 

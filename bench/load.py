@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from bench.stack import Bench, Offsets, topic_offsets
 from common import names
@@ -27,24 +28,28 @@ UPDATE_BATCH = 10
 
 
 class ProfileUpdater:
-    """Moves random users to a random region, UPDATE_BATCH rows per transaction."""
+    """Moves random users to a random region, UPDATE_BATCH rows per transaction: in the profile table of
+    `pipeline` (default: the default pipeline's, public.users), whose users have the default file's keys and
+    regions."""
 
-    def __init__(self, dsn: str, users: int, seed: int = 5) -> None:
+    def __init__(self, dsn: str, users: int, seed: int = 5, pipeline: pf.Pipeline | None = None) -> None:
         self.conn = psycopg.connect(dsn, autocommit=True)
         self.users = users
         self.rng = random.Random(seed)
         self.updated = 0
-        self.pipeline = pf.load()  # the default pipeline's sample keys (User_<n>)
+        self.pipeline = pipeline or pf.load()  # the sample keys (User_<n>)
+        self.statement = sql.SQL(
+            "UPDATE {} u SET regionid = v.region "
+            "FROM unnest(%s::text[], %s::text[]) AS v(userid, region) WHERE u.{} = v.userid"
+        ).format(
+            sql.Identifier(*self.pipeline.profile.table.split(".")), sql.Identifier(self.pipeline.profile.key)
+        )
 
     def update(self, count: int = UPDATE_BATCH) -> list[str]:
         """Commit one transaction updating `count` distinct users; returns their ids."""
         ids = [str(generate.key(i, self.pipeline)) for i in self.rng.sample(range(1, self.users + 1), count)]
         regions = [self.rng.choice(REGIONS) for _ in ids]
-        cur = self.conn.execute(
-            "UPDATE public.users u SET regionid = v.region "
-            "FROM unnest(%s::text[], %s::text[]) AS v(userid, region) WHERE u.userid = v.userid",
-            (ids, regions),
-        )
+        cur = self.conn.execute(self.statement, (ids, regions))
         self.updated += cur.rowcount
         return ids
 
@@ -81,17 +86,19 @@ def preload(
     updates: int,
     on_sent: Callable[[int], None],
     encode: Callable[[dict[str, Any]], bytes] = generate.as_json,
+    pipeline: pf.Pipeline | None = None,
 ) -> Load:
     """Produce `clicks` clicks over User_1..User_users (event time = now) and `updates` profile updates;
-    each click JSON, or as `encode` writes it (Avro: bench/avro_path.py)."""
+    each click JSON, or as `encode` writes it (Avro: bench/avro_path.py). `pipeline`: the file whose events
+    and profile table these are (default: the default file's; the three-table file: bench/tables_path.py)."""
+    pipeline = pipeline or pf.load()
     before = topic_offsets(bench.bootstrap)
     every = clicks * UPDATE_BATCH // updates if updates else 0
-    updater = ProfileUpdater(bench.admin_dsn, users)
+    updater = ProfileUpdater(bench.admin_dsn, users, pipeline=pipeline)
     start = time.monotonic()
     try:
-        records = interleaved(
-            generate.encoded(generate.ClickSpec(count=clicks, users=users), encode=encode), updater, every
-        )
+        spec = generate.ClickSpec(count=clicks, users=users, pipeline=pipeline)
+        records = interleaved(generate.encoded(spec, encode=encode), updater, every)
         sent = generate.send_kafka(bench.bootstrap, records, on_sent, names.CLICKS_TOPIC)
     finally:
         updater.close()

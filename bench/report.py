@@ -16,6 +16,9 @@ from bench import cluster
 from bench.latency import GRACE_S, SEGMENTS
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# The offered load the three-table path's latency is measured at (bench/run.py three_tables_path), beside
+# the main run's window at the same load.
+TABLES_RATE = 5_000.0
 
 
 def machine() -> dict[str, Any]:
@@ -397,6 +400,64 @@ def avro_rows(results: dict[str, Any]) -> list[list[str]]:
     ]
 
 
+def window_at(windows: list[dict[str, Any]], rate: float = TABLES_RATE) -> dict[str, Any] | None:
+    """The latency window at `rate` offered clicks/s, if one was measured."""
+    return next((w for w in windows if w["target_rate"] == rate), None)
+
+
+def tables_rows(results: dict[str, Any]) -> list[list[str]]:
+    """The three-table path beside the one-table path (the main run), and the ratio row with the targets:
+    clicks/s steady and from start, the join's state on disk per 1,000,000 rows of all the tables, the
+    click p99 at 5,000 clicks/s, the rows landed (incomplete ones in brackets), the clicks enriched
+    UNKNOWN."""
+    t, sf = results.get("tables") or {}, results.get("streamfold") or {}
+    if not t:
+        return []
+    over = t.get("over_one_table") or {}
+
+    def p99(windows: list[dict[str, Any]]) -> str:
+        window = window_at(windows)
+        return "-" if window is None else seconds(window["click_latency"]["p99_s"])
+
+    def times(value: float | None, target: str = "") -> str:
+        shown = "-" if value is None else f"{value:.2f}x"
+        return f"{shown} (target {target})" if target else shown
+
+    one_state = over.get("one_table_state_per_million_rows_mb")
+    return [
+        [
+            "one table (the main run)",
+            f"{sf['users']:,}" if sf.get("users") else "-",
+            rate(sf.get("clicks_per_s")),
+            rate(sf.get("clicks_per_s_from_start")),
+            "-" if one_state is None else f"{one_state:.1f}",
+            p99(results.get("latency") or []),
+            "-",
+            rate(sf.get("unknown_region_clicks")),
+        ],
+        [
+            "three tables: profile, a chain through its foreign key, a lookup on a click field",
+            " + ".join(f"{n:,}" for n in t["rows"].values()),
+            rate(t["clicks_per_s"]),
+            rate(t["clicks_per_s_from_start"]),
+            f"{t['state_per_million_rows_mb']:.1f} (target ≤ 100)",
+            p99(t.get("latency") or []),
+            f"{t['rows_landed']:,} of {t['clicks']:,} ({t['incomplete_rows']:,})",
+            rate(t["unknown_region_clicks"]),
+        ],
+        [
+            "three tables / one table",
+            "",
+            times(over.get("clicks_per_s"), "≥ 0.6x"),
+            times(over.get("clicks_per_s_from_start")),
+            times(over.get("state_per_million_rows")),
+            times(over.get("click_p99_at_5000"), "≤ 1.25x"),
+            "",
+            "",
+        ],
+    ]
+
+
 LATENCY_HEADER = [
     "offered clicks/s",
     "sent/s",
@@ -465,6 +526,19 @@ TABLES = {
             "clicks enriched UNKNOWN",
         ],
         avro_rows,
+    ),
+    "Three tables (the same clicks, a page each; one job joins three tables) beside the one-table path": (
+        [
+            "pipeline",
+            "rows of its tables",
+            "clicks/s steady",
+            "clicks/s from launch",
+            "join state on disk, MB / 1M rows",
+            f"click p99 at {TABLES_RATE:,.0f}/s",
+            "rows landed of clicks (incomplete)",
+            "clicks enriched UNKNOWN",
+        ],
+        tables_rows,
     ),
     "Peak memory (MiB)": (
         ["process tree", "driver", "JVM", "python workers", "total RSS", "total PSS"],

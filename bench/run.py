@@ -22,11 +22,17 @@ On its own local stack (a fresh STREAMFOLD_HOME, stopped at the end), in one run
      format, their schema in the stack's registry, and a fresh job with `events.format: avro`
      (bench/avro_path.py): its clicks/s beside the JSON path's (`ratios.avro_over_json`), and the job's
      CPU a click for both
-  10. local vs cluster: `--cluster-clicks` clicks measured under local[*], then on the same input on a
+  10. three tables: the same clicks (count, users, updates) with a `page_id` each, joined by a fresh job of
+     a pipeline file of its own (bench/tables_path.py) with a profile of `--users` rows, a table of
+     `--users`/10 chained through a foreign key of the profile and a lookup of `--users`/100 on the page_id:
+     its clicks/s beside the one-table path's (`ratios.tables_over_one_table`), its join's state on disk
+     per 1,000,000 rows of all the tables, and its click latency at 5,000 clicks/s; it runs last, with the
+     default file's connector stopped meanwhile (one connector decodes the WAL, as in the main run)
+  11. local vs cluster: `--cluster-clicks` clicks measured under local[*], then on the same input on a
      Spark standalone cluster of `--cluster-workers` one-core workers started for it (stopped after):
      the cost of distribution as a ratio and in CPU a click, and where a batch's time goes
      (bench/cluster.py); it runs after the naive baseline, before the steps that add users
-`--cluster-only` runs step 10 alone (a quick comparison for development).
+`--cluster-only` runs step 11 alone (a quick comparison for development).
 Results: tables on the console, bench/results/<date>.json (+ .md, and charts: <date>-*.png, bench/plots.py).
 """
 
@@ -47,10 +53,24 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from bench import avro_path, cluster, job, kstreams, latency, load, measured, plots, profile, report, stack
+from bench import (
+    avro_path,
+    cluster,
+    job,
+    kstreams,
+    latency,
+    load,
+    measured,
+    plots,
+    profile,
+    report,
+    stack,
+    tables_path,
+)
 from bench.cpu import CpuClock
 from bench.stack import Bench
 from common import config, names
+from common import pipeline_file as pf
 from streamfold import generate
 
 console = Console(stderr=True, highlight=False)
@@ -114,6 +134,7 @@ class Params:
     kstreams_variants: tuple[str, ...]
     kinesis: bool
     avro: bool
+    tables: bool
     cluster_workers: int
     cluster_clicks: int
     cluster_only: bool
@@ -172,8 +193,8 @@ class Inputs:
         )
 
 
-def cdc_end(bench: Bench) -> int:
-    (_, end), *_ = stack.topic_offsets(bench.bootstrap, names.CDC_USERS_TOPIC).values()
+def cdc_end(bench: Bench, topic: str = names.CDC_USERS_TOPIC) -> int:
+    (_, end), *_ = stack.topic_offsets(bench.bootstrap, topic).values()
     return end
 
 
@@ -185,14 +206,17 @@ def measure_job(
     conf: dict[str, str],
     profile_s: float = 0,
     env: dict[str, str] | None = None,
+    pipeline: pf.Pipeline | None = None,
 ) -> tuple[job.JobRun, dict]:
     """Start the job on the preloaded clicks, wait until all are committed; the run is left running.
-    `env`: the run's own variables (another pipeline file)."""
+    `env`: the run's own variables (another pipeline file, which `pipeline` is)."""
     stack.truncate_sinks(bench)
-    run = job.JobRun(bench, name, conf, env=env).__enter__()
+    run = job.JobRun(bench, name, conf, env=env, pipeline=pipeline).__enter__()
     try:
         with CpuClock({"job": [run.pid]}) as clock:
-            result = measure_clicks(run, name, clicks, users, cdc_end(bench), profile_s)
+            result = measure_clicks(
+                run, name, clicks, users, cdc_end(bench, run.pipeline.cdc_topic), profile_s
+            )
         from_start = result["launch_to_first_read_s"] + result["seconds"]
         core_s = clock.between(run.launched, run.launched + from_start)["core_s"]["job"]  # type: ignore[index]
         result.update(
@@ -224,9 +248,10 @@ def measure_clicks(
         users=users,
         state_rows=result["state"].get("numRowsTotal"),
         state_sst_mib=round(sst / 2**20, 1) if sst is not None else None,
-        state_checkpoint_mib=round(job.state_dir_bytes(run) / 2**20, 1),
+        state_checkpoint_bytes=job.state_dir_bytes(run),
         memory_to_last_commit=run.sampler.peaks.as_dict() if run.sampler else {},
     )
+    result["state_checkpoint_mib"] = round(result["state_checkpoint_bytes"] / 2**20, 1)
     if sst is not None:  # one versions entry per user (plus 1,024 small bucket rows)
         result["state_per_million_users_mib"] = round(sst / users * 1e6 / 2**20, 1)
     result["loadavg_after"] = loadavg()
@@ -423,6 +448,22 @@ def kinesis_path(bench: Bench, p: Params) -> dict[str, Any]:
     }
 
 
+# What the paths beside the main run (Avro events, three tables) keep of measure_job's result.
+MEASURED_JOB = (
+    "clicks",
+    "seconds",
+    "clicks_per_s",
+    "seconds_from_start",
+    "clicks_per_s_from_start",
+    "launch_to_first_read_s",
+    "batches",
+    "cpu_core_s",
+    "cpu_us_per_click",
+    "unknown_region_clicks",
+    "loadavg_after",
+)
+
+
 def avro_events_path(bench: Bench, inputs: Inputs, p: Params) -> dict[str, Any]:
     """The main run's clicks (same count, seed and profile updates) again as Avro events on the emptied
     clicks topic, and a fresh job with `events.format: avro` (bench/avro_path.py), measured as the main
@@ -434,23 +475,109 @@ def avro_events_path(bench: Bench, inputs: Inputs, p: Params) -> dict[str, Any]:
         env = avro_path.job_env(path)
         run, result = measure_job(bench, "avro", loaded.clicks, p.users, p.job_conf, env=env)
         run.__exit__()
-    keep = (
-        "clicks",
-        "seconds",
-        "clicks_per_s",
-        "seconds_from_start",
-        "clicks_per_s_from_start",
-        "launch_to_first_read_s",
-        "batches",
-        "cpu_core_s",
-        "cpu_us_per_click",
-        "unknown_region_clicks",
-        "loadavg_after",
-    )
     return {
-        **{k: result.get(k) for k in keep},
+        **{k: result.get(k) for k in MEASURED_JOB},
         "load": {"clicks_per_s": round(loaded.rate), "updates": loaded.updates},
         "memory": run.sampler.peaks.as_dict() if run.sampler else {},
+    }
+
+
+def three_tables_path(bench: Bench, p: Params) -> dict[str, Any]:
+    """The main run's clicks (count, users, profile updates) with a page each, joined with three tables by a
+    fresh job of the three-table file (bench/tables_path.py), set up beside the default one and measured as
+    the main run is; the join's state on disk per 1,000,000 rows of all the tables (the checkpoint's, when
+    the clicks are done, as the main run's state_checkpoint_mib); its click latency at report.TABLES_RATE.
+    The default file's connector is stopped meanwhile (bench/stack.py connector_stopped), so that one
+    connector decodes the WAL, as in the main run."""
+    echo(f"[bold]three tables[/]: the same {p.clicks:,} clicks joined with a profile, a chain and a lookup")
+    with stack.connector_stopped(bench, bench.settings.pipeline.connector):
+        return three_tables_measured(bench, p)
+
+
+def three_tables_measured(bench: Bench, p: Params) -> dict[str, Any]:
+    """three_tables_path, with the default file's connector stopped."""
+    path = tables_path.pipeline_file(bench.home)
+    pipeline = pf.load(path)
+    tables_path.set_up(bench.settings, pipeline, lambda msg: echo(f"  setup: {msg}"))
+    expected = sum(generate.table_rows(p.users, n) for n in range(len(tables_path.TABLES) + 1))
+    ticker = Ticker("rows -> the three tables", expected)
+    rows = generate.load_tables(
+        bench.admin_dsn, p.users, pipeline, on_progress=lambda _, n: ticker.advance(n)
+    )
+    stack.empty_clicks_topic(bench.bootstrap)
+    ticker = Ticker("clicks -> Kafka", p.clicks)
+    loaded = load.preload(bench, p.clicks, p.users, p.updates, ticker.advance, pipeline=pipeline)
+    echo(f"  {loaded.clicks:,} clicks at {loaded.rate:,.0f}/s, {loaded.updates:,} profile updates")
+    changes = sum(rows.values()) + loaded.updates
+    cdc_ticker = Ticker(f"change events in Kafka (Debezium, {pipeline.cdc_topic})", changes)
+    stack.wait_for_cdc(bench.bootstrap, bench.admin_dsn, changes, cdc_ticker.update, 1800, pipeline)
+    env = tables_path.job_env(path)
+    run, result = measure_job(bench, "tables", loaded.clicks, p.users, p.job_conf, env=env, pipeline=pipeline)
+    try:
+        landed = run.landed()
+        windows = tables_latency(bench, run, p) if p.latency_seconds else []
+    finally:
+        run.__exit__()
+    last = run.batch_progress(max(result["clicks_committed_batch"], result["cdc_read_batch"]))
+    sst = job.sst_bytes(last)
+    table_rows = sum(rows.values())
+    return {
+        **{k: result.get(k) for k in MEASURED_JOB},
+        "state_checkpoint_mib": result["state_checkpoint_mib"],
+        "rows": rows,
+        "table_rows": table_rows,
+        **landed,
+        "state_sst_mib": round(sst / 2**20, 1) if sst is not None else None,
+        "state_per_million_rows_mb": tables_path.per_million_rows_mb(
+            result["state_checkpoint_bytes"], table_rows
+        ),
+        "load": {"clicks_per_s": round(loaded.rate), "updates": loaded.updates},
+        "latency": windows,
+        "memory": run.sampler.peaks.as_dict() if run.sampler else {},
+    }
+
+
+def tables_latency(bench: Bench, run: job.JobRun, p: Params) -> list[dict[str, Any]]:
+    """One window at report.TABLES_RATE clicks/s offered to the three-table job (its clicks and profile
+    updates)."""
+    offered = f"{report.TABLES_RATE:,.0f} clicks/s offered for {p.latency_seconds:.0f} s"
+    echo(f"[bold]three tables latency[/]: {offered}")
+    window = latency.run_window(
+        bench.bootstrap,
+        bench.admin_dsn,
+        p.users,
+        report.TABLES_RATE,
+        p.latency_seconds,
+        run.committed_rows,
+        echo,
+        pipeline=run.pipeline,
+    )
+    window.breakdown = latency.breakdown(window.observed, run.progress(), run.commits())
+    c = window.clicks
+    echo(f"  click latency p50 {c['p50_s']} s, p99 {c['p99_s']} s; kept up: {window.kept_up}")
+    return [window.as_dict()]
+
+
+def tables_over_one_table(results: dict[str, Any]) -> dict[str, float | None]:
+    """The three-table path against the one-table path (the main run) figure by figure, each the target's
+    way round: clicks/s (steady and from start), join state on disk per 1,000,000 rows, click p99 at
+    report.TABLES_RATE (None where either was not measured)."""
+    tables, main = results["tables"], results["streamfold"]
+
+    def over(a: float | None, b: float | None) -> float | None:
+        return round(a / b, 3) if a and b else None
+
+    def p99(windows: list[dict[str, Any]]) -> float | None:
+        window = report.window_at(windows)
+        return None if window is None else window["click_latency"]["p99_s"]
+
+    one_state = tables_path.per_million_rows_mb(main["state_checkpoint_bytes"], main["users"])
+    return {
+        "clicks_per_s": over(tables["clicks_per_s"], main["clicks_per_s"]),
+        "clicks_per_s_from_start": over(tables["clicks_per_s_from_start"], main["clicks_per_s_from_start"]),
+        "one_table_state_per_million_rows_mb": one_state,
+        "state_per_million_rows": over(tables["state_per_million_rows_mb"], one_state),
+        "click_p99_at_5000": over(p99(tables["latency"]), p99(results.get("latency") or [])),
     }
 
 
@@ -571,6 +698,9 @@ def measure(p: Params, results: dict[str, Any]) -> None:
         if p.cluster_workers:  # before the larger user counts: the pair runs over `--users` users
             results["cluster"] = cluster_comparison(bench, inputs, p)
         results["scaling"] += [scaling_step(bench, inputs, u, p) for u in p.scaling_users if u >= p.users]
+        if p.tables:  # last: its connector stays, and its setup stops the default one while it runs
+            results["tables"] = three_tables_path(bench, p)
+            results["tables"]["over_one_table"] = tables_over_one_table(results)
         main = results["streamfold"]
         results["ratios"] = {
             "streamfold_over_naive": _ratio(main, results.get("naive")),
@@ -579,6 +709,7 @@ def measure(p: Params, results: dict[str, Any]) -> None:
             "streamfold_over_kstreams": _ratio(main, results.get("kstreams")),
             "kinesis_over_kafka": _ratio(results.get("kinesis"), main),
             "avro_over_json": _ratio(results.get("avro"), main),
+            "tables_over_one_table": _ratio(results.get("tables"), main),
         }
 
 
@@ -635,6 +766,9 @@ def main(
     skip_avro: Annotated[
         bool, typer.Option(help="no run of the same clicks as Avro events (events.format: avro)")
     ] = False,
+    skip_tables: Annotated[
+        bool, typer.Option(help="no run of the same clicks joined with three tables (bench/tables_path.py)")
+    ] = False,
     cluster_workers: Annotated[
         int, typer.Option(help="one-core Spark workers of the local-vs-cluster comparison")
     ] = 2,
@@ -684,6 +818,7 @@ def main(
         kstreams_variants=variants,
         kinesis=not skip_kinesis,
         avro=not skip_avro,
+        tables=not skip_tables,
         cluster_workers=0 if skip_cluster else cluster_workers,
         cluster_clicks=clicks if cluster_clicks is None else cluster_clicks,
         cluster_only=cluster_only,
@@ -698,7 +833,12 @@ def main(
         "command": command_line(sys.argv[1:]),
         "machine": report.machine(),
         "params": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(p).items()},
-        "how_measured": {"throughput": job.__doc__, "latency": latency.__doc__, "kstreams": kstreams.__doc__},
+        "how_measured": {
+            "throughput": job.__doc__,
+            "latency": latency.__doc__,
+            "kstreams": kstreams.__doc__,
+            "tables": tables_path.__doc__,
+        },
         "loadavg_at_start": loadavg(),
     }
     failed = False

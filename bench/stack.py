@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+import requests
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from common import config, names
-from connectors.setup import run_setup
+from common import pipeline_file as pf
+from connectors.setup import run_setup, wait_until_running
 from stack import lifecycle
 
 SINK_TABLES = (
@@ -100,26 +102,33 @@ def empty_clicks_topic(bootstrap: str) -> None:
         future.result()
 
 
-def cdc_records(bootstrap: str) -> int:
-    """Change events in the CDC topic (one partition)."""
-    return sum(end - start for start, end in topic_offsets(bootstrap, names.CDC_USERS_TOPIC).values())
+def cdc_records(bootstrap: str, topic: str = names.CDC_USERS_TOPIC) -> int:
+    """Change events in a CDC topic (one partition)."""
+    return sum(end - start for start, end in topic_offsets(bootstrap, topic).values())
 
 
 def wait_for_cdc(
-    bootstrap: str, admin_dsn: str, expected: int, on_progress: Callable[[int], None], timeout_s: float
+    bootstrap: str,
+    admin_dsn: str,
+    expected: int,
+    on_progress: Callable[[int], None],
+    timeout_s: float,
+    pipeline: pf.Pipeline | None = None,
 ) -> float:
-    """Wait until Debezium has published `expected` records and every change committed so far; returns
-    the seconds it took. The count alone is not enough: table heartbeats share the topic. Debezium
-    confirms a WAL position to its replication slot only once what precedes it is in Kafka."""
+    """Wait until Debezium has published `expected` records and every change committed so far into the CDC
+    topic of `pipeline` (default: the default file's); returns the seconds it took. The count alone is not
+    enough: table heartbeats share the topic. Debezium confirms a WAL position to its replication slot
+    only once what precedes it is in Kafka."""
+    pipeline = pipeline or pf.load()
     start = time.monotonic()
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         (target,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone() or ("0/0",)
         while True:
-            seen = cdc_records(bootstrap)
+            seen = cdc_records(bootstrap, pipeline.cdc_topic)
             on_progress(seen)
             row = conn.execute(
                 "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
-                (target, names.SLOT_NAME),
+                (target, pipeline.slot),
             ).fetchone()
             if seen >= expected and row and row[0]:
                 break
@@ -129,3 +138,32 @@ def wait_for_cdc(
                 )
             time.sleep(1)
     return time.monotonic() - start
+
+
+@contextmanager
+def connector_stopped(bench: Bench, name: str, timeout_s: float = 120) -> Iterator[None]:
+    """Connector `name` stopped (its tasks shut down, its slot keeping the WAL) while the block runs, then
+    resumed. Its walsender would otherwise decode every change the block's job writes, on the same two
+    cores: a cost the main run, with one connector, does not pay."""
+    url = f"{bench.settings.connect_url}/connectors/{name}"
+
+    def put(action: str) -> None:
+        requests.put(f"{url}/{action}", timeout=30, auth=config.connect_auth()).raise_for_status()
+
+    put("stop")
+    deadline = time.monotonic() + timeout_s
+    while _connector_state(url) != "STOPPED":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"connector {name} did not stop within {timeout_s:.0f}s")
+        time.sleep(0.5)
+    try:
+        yield
+    finally:
+        put("resume")
+        wait_until_running(bench.settings.connect_url, name, timeout_s)
+
+
+def _connector_state(url: str) -> str:
+    response = requests.get(f"{url}/status", timeout=30, auth=config.connect_auth())
+    response.raise_for_status()
+    return str(response.json()["connector"]["state"])

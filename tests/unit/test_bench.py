@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from bench import cluster, cpu, job, kstreams, procmem, profile, report
+from bench import cluster, cpu, job, kstreams, procmem, profile, report, tables_path
 from bench.latency import Observations, percentile, summary
 from bench.naive import STAGING_COLUMNS, pg_array, user_click
+from common import join_plan
+from common import pipeline_file as pf
+from streamfold import generate
 from tests.support.records import RELEASE_FIELDS, USER_CLICKS_FIELDS
 
 
@@ -391,3 +394,86 @@ def test_markdown_has_the_local_vs_cluster_pair_and_names_the_bottleneck():
     )
     assert "bottleneck on this machine: its 2 cores (95% busy" in text
     assert "the largest term left is the driver's serial part, 2.6 s of 4.9 s" in text
+
+
+def test_the_three_table_file_chains_a_table_and_looks_one_up_each_ten_times_smaller(tmp_path: Path):
+    p = pf.load(tables_path.pipeline_file(tmp_path))
+    joins = join_plan.joins(p)
+    assert [(j.table.table, j.on, generate.table_rows(100_000, n)) for n, j in enumerate(joins)] == [
+        (tables_path.PROFILE_TABLE, ("event", "userid"), 100_000),
+        (tables_path.PLANS_TABLE, ("profile", tables_path.FOREIGN_KEY), 10_000),
+        (tables_path.PAGES_TABLE, ("event", tables_path.LOOKUP_FIELD), 1_000),
+    ]
+    # The same events as the default file's, and a page each, whose key is a row of the lookup.
+    default = pf.load(pf.DEFAULT_PATH)
+    assert p.events.kafka_topic == default.events.kafka_topic
+    assert set(p.events.fields) == {*default.events.fields, tables_path.LOOKUP_FIELD}
+    clicks = list(generate.clicks(generate.ClickSpec(count=200, users=100_000, pipeline=p)))
+    assert {c[tables_path.LOOKUP_FIELD] for c in clicks} <= set(range(1, 1_001))
+    # Its outputs are its own: it is set up and runs beside the default file on the same stack.
+    names = ("name", "cdc_topic", "connector", "slot", "publication", "enriched_table", "enriched_topic")
+    assert all(getattr(p, n) != getattr(default, n) for n in names)
+    assert not {p.aggregate_table(a) for a in p.aggregates} & {
+        default.aggregate_table(a) for a in default.aggregates
+    }
+
+
+def test_a_query_of_another_pipeline_file_reads_its_clicks_and_its_own_cdc_topic():
+    event = progress_event(0, 7, 5)
+    event["name"] = f"{tables_path.NAME}-kafka"
+    event["sources"][1] = {
+        "description": "KafkaV2[Subscribe[cdc_tables.public.bench_users,__debezium-heartbeat.cdc_tables]]",
+        "numInputRows": 5,
+        "endOffset": {"cdc_tables.public.bench_users": {"0": 42}},
+    }
+    assert job.clicks_read(event) == 7
+    assert job.cdc_read_to(event, "cdc_tables.public.bench_users") == 42
+    assert job.cdc_read_to(event) == 0  # the default file's CDC topic is not among its sources
+
+
+def test_the_state_of_every_stage_is_summed():
+    ops = [{"customMetrics": {"rocksdbSstFileSize": size}} for size in (100, 20, 3)]
+    assert job.sst_bytes({"stateOperators": ops}) == 123
+    assert job.sst_bytes({"stateOperators": [*ops, {"customMetrics": {}}]}) is None
+
+
+def test_markdown_has_the_three_table_path_beside_the_one_table_path_with_the_targets():
+    at_5000 = [window(1000, 0.5, 0.9), window(5000, 0.6, 1.0)]
+    results = {
+        "streamfold": {
+            "users": 100_000,
+            "clicks": 100,
+            "seconds": 10.0,
+            "clicks_per_s": 10,
+            "clicks_per_s_from_start": 8,
+            "unknown_region_clicks": 0,
+        },
+        "latency": at_5000,
+        "tables": {
+            "clicks": 100,
+            "clicks_per_s": 7,
+            "clicks_per_s_from_start": 6,
+            "rows": {
+                "public.bench_users": 100_000,
+                "public.bench_plans": 10_000,
+                "public.bench_pages": 1_000,
+            },
+            "state_per_million_rows_mb": 80.04,
+            "rows_landed": 100,
+            "incomplete_rows": 0,
+            "unknown_region_clicks": 0,
+            "latency": [window(5000, 0.7, 1.2)],
+            "over_one_table": {
+                "clicks_per_s": 0.7,
+                "clicks_per_s_from_start": 0.75,
+                "one_table_state_per_million_rows_mb": 100.0,
+                "state_per_million_rows": 0.8,
+                "click_p99_at_5000": 1.2,
+            },
+        },
+    }
+    text = report.markdown(results)
+    assert "| one table (the main run) | 100,000 | 10 | 8 | 100.0 | 1.00 s | - | 0 |" in text
+    assert "| 100,000 + 10,000 + 1,000 | 7 | 6 | 80.0 (target ≤ 100) | 1.20 s | 100 of 100 (0) | 0 |" in text
+    ratios = "| 0.70x (target ≥ 0.6x) | 0.75x | 0.80x | 1.20x (target ≤ 1.25x) |  |  |"
+    assert f"| three tables / one table |  {ratios}" in text
