@@ -28,6 +28,7 @@ SHORT_RUN = [
     "--skip-naive",
     "--skip-limits",
     "--skip-cluster",  # no chart of its own, and minutes more (bench/cluster.py)
+    "--skip-tables",  # no chart of its own; a second pipeline's setup and run (bench/tables_path.py)
     "--low-rates", "200",
     "--rate", "500",
     "--latency-seconds", "5",
