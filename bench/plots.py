@@ -16,6 +16,7 @@ from its .md.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sys
@@ -202,7 +203,7 @@ def throughput_figure(results: dict[str, Any]) -> Figure | None:
                 fontsize=7,
                 color=COLORS[0],
             )
-    markers = iter(BASELINE_MARKERS)
+    markers = itertools.cycle(BASELINE_MARKERS)  # more contenders than markers: they repeat
     for label, point in contenders:
         is_sf = label == report.CONTENDERS[0][0]
         ax.plot(
