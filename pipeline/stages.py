@@ -109,8 +109,6 @@ def stages_spec(pipeline: Pipeline) -> dict[str, Any]:
                 "columns": columns,
                 "next": _next_hops(joins, j),
                 "carried": carried,
-                # The versions as stored: the history of each table, the profile's changelog (outputs).
-                "versions": True,
             }
         )
     return {"stages": stages}

@@ -47,8 +47,6 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
   private final String table;
   private final int width;
   private final int kind, bucket, tableAt, key, ts, lsn, eventId, count, op, unavailable, drifted, error, progress;
-  /** Whether each version this stage stores comes out as a "version" row (the profile's: its history). */
-  private final boolean versions;
   private final String[] names;
   private final int stageKey, keyKnown, validFrom, known, cdcProgress, releasedByWait;
   /** Per column of this stage: where a change holds it, its fold index, where an event row gets it. */
@@ -109,7 +107,6 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
       ifMissing[i] = ColumnType.of(schema.fields()[to[i]].dataType(), name).fromJson(column.get("if_missing"), name);
       emptyIsMissing[i] = ifMissing[i] != null && "text".equals(column.get("type"));
     }
-    versions = Boolean.TRUE.equals(spec.get("versions"));
     List<?> next = JoinSpec.list(spec, "next");
     nextKey = new int[next.size()];
     nextKnown = new int[next.size()];
@@ -234,14 +231,13 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
   }
 
   /**
-   * A version as this stage stored it, when its spec says "versions": kind "version", its table, key, op,
+   * A version as this stage stored it (its table's history): kind "version", its table, key, op,
    * lsn, ts_ms and this join's valid_from, its values in this join's columns (an unknown one null, no
    * if_missing) and error naming the unknown ones (OutputRows.stored). The change itself passes on as it
-   * came (passed) either way.
+   * came (passed) too.
    */
   @Override
   public Row change(String k, Version v) {
-    if (!versions) return null;
     Object[] values = new Object[width];
     values[kind] = TaggedRow.VERSION;
     values[tableAt] = table;

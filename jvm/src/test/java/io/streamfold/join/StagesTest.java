@@ -69,15 +69,8 @@ class StagesTest {
     final List<BucketJoinProcessor> stages = new ArrayList<>();
 
     Chain() {
-      this(false);
-    }
-
-    /** versions: the first stage (the profile's) emits the versions it stores. */
-    Chain(boolean versions) {
       String hop = "{\"key\": \"j1_key\", \"key_known\": \"j1_key_known\", \"column\": 0}";
-      String first = stage(0, PARCELS, "sender_id", "bigint", null, hop);
-      if (versions) first = first.replace("\"next\":", "\"versions\": true, \"next\":");
-      for (String json : List.of(first,
+      for (String json : List.of(stage(0, PARCELS, "sender_id", "bigint", null, hop),
           stage(1, SENDERS, "country", "text", "\"XX\"", ""), stage(2, DEPOTS, "city", "text", null, ""))) {
         BucketJoinProcessor p = new BucketJoinProcessor(false, 1_000_000L, StageRows.of(SCHEMA, json));
         p.setHandle(new InMemoryHandle());
@@ -220,27 +213,23 @@ class StagesTest {
   }
 
   @Test
-  void theProfilesStageEmitsEachVersionItStoresOnceThroughTheChain() {
+  void eachStageEmitsEachVersionItStoresOnceThroughTheChain() {
     Row toasted = row("kind", "change", "table", PARCELS, "key", "8", "ts_ms", 120L, "lsn", 2L, "op", "u",
         "unavailable", CollectionConverters.asScala(List.of(0)).toSeq(), "progress_ms", 120L);
-    List<Row> out = new Chain(true).stream(change(PARCELS, 0, "sender_id", "7", 100, 1, 1L), toasted,
+    List<Row> out = new Chain().stream(change(PARCELS, 0, "sender_id", "7", 100, 1, 1L), toasted,
         change(SENDERS, 1, "country", "1", 110, 3, "DE"), progress(120));
     List<List<Object>> versions = new ArrayList<>();
     for (Row r : out) {
       if (!"version".equals(r.getString(0))) continue;
       versions.add(Arrays.asList(get(r, "table"), get(r, "key"), get(r, "op"), get(r, "lsn"),
-          get(r, "j0_valid_from_ms"), get(r, "j0_sender_id"), get(r, "error")));
+          get(r, "j0_valid_from_ms"), get(r, "j0_sender_id"), get(r, "j1_valid_from_ms"), get(r, "j1_country"),
+          get(r, "error")));
     }
-    assertEquals(List.of(Arrays.asList(PARCELS, "7", "c", 1L, 100L, 1L, null),
-        Arrays.asList(PARCELS, "8", "u", 2L, 120L, null, OutputRows.UNKNOWN_VALUES + "sender_id")), versions,
-        "the parcels' versions, once each; the senders' stage emits none");
+    assertEquals(List.of(Arrays.asList(PARCELS, "7", "c", 1L, 100L, 1L, null, null, null),
+        Arrays.asList(PARCELS, "8", "u", 2L, 120L, null, null, null, OutputRows.UNKNOWN_VALUES + "sender_id"),
+        Arrays.asList(SENDERS, "1", "c", 3L, null, null, 110L, "DE", null)), versions,
+        "each stage's versions, once each, in its own join's columns");
     long changes = out.stream().filter(r -> "change".equals(r.getString(0))).count();
     assertEquals(3, changes, "every change still passes on as it came");
-  }
-
-  @Test
-  void withoutVersionsAStageEmitsNone() {
-    List<Row> out = new Chain().stream(change(PARCELS, 0, "sender_id", "7", 100, 1, 1L), progress(120));
-    assertFalse(out.stream().anyMatch(r -> "version".equals(r.getString(0))));
   }
 }
