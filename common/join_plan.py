@@ -50,6 +50,11 @@ def joins(pipeline: pf.Pipeline) -> tuple[TableJoin, ...]:
     return (first, *more)
 
 
+def join_named(pipeline: pf.Pipeline, name: str) -> TableJoin:
+    """The join of that name: the profile's (PROFILE) or a table's of `tables`."""
+    return next(join for join in joins(pipeline) if join.name == name)
+
+
 @dataclass(frozen=True)
 class History:
     """A join's history in Postgres (db/history.py): the table of every version the join stored, the view

@@ -65,7 +65,7 @@ def enriched_layout(pipeline: Pipeline) -> list[EnrichedColumn]:
         EVENT_ID: (EVENT_ID, "text"),
         key: (key, pipeline.key_type),
         time: (f"{time}_ms", "epoch_ms"),
-        **{event_column(pipeline, n): (event_column(pipeline, n), f.type) for n, f in events.fields.items()},
+        **{pipeline.event_column(n): (pipeline.event_column(n), f.type) for n, f in events.fields.items()},
         given.valid_from_column: (f"{given.valid_from_column}_ms", "valid_from_ms"),
         given.complete_column: (given.complete_column, "boolean"),
         CDC_PROGRESS: (records.CDC_PROGRESS_MS, "epoch_ms"),
@@ -81,13 +81,6 @@ def enriched_layout(pipeline: Pipeline) -> list[EnrichedColumn]:
     return [EnrichedColumn(c.name, *sources[c.name]) for c in enriched_columns(pipeline)]
 
 
-def event_column(pipeline: Pipeline, field: str) -> str:
-    """An event field's column in the enriched table and the join's output."""
-    if field == pipeline.events.key:
-        return pipeline.outputs.enriched.key_column or field
-    return pipeline.outputs.enriched.event_columns.get(field, field)
-
-
 def profile_column(pipeline: Pipeline, column: str) -> str:
     """A profile column's column in the enriched table and the join's output."""
     return f"{pipeline.outputs.enriched.profile_prefix}{column}"
@@ -97,8 +90,8 @@ def joined_column(pipeline: Pipeline, source: str, name: str) -> str:
     """A resolved reference's column in the enriched table and the join's output: an event field's, or a
     column of the profile or of a table, under its prefix."""
     if source == "event":
-        return event_column(pipeline, name)
-    return next(join for join in join_plan.joins(pipeline) if join.name == source).output(name)
+        return pipeline.event_column(name)
+    return join_plan.join_named(pipeline, source).output(name)
 
 
 def aggregate_specs(pipeline: Pipeline, output: StructType) -> list[dict[str, Any]]:
@@ -214,7 +207,7 @@ def _aggregate(
     for column, ref in aggregate.sums.items():
         _, name = pipeline.resolve(ref, f"aggregates.{i}.sums.{column}")
         field = pipeline.events.fields[name]
-        sums.append({"column": column, "ordinal": ordinal(event_column(pipeline, name)), "type": field.type})
+        sums.append({"column": column, "ordinal": ordinal(pipeline.event_column(name)), "type": field.type})
     events = pipeline.events
     # Without a count field every event counts 1.
     count = ordinal(pipeline.outputs.enriched.count_column or events.count) if events.count else None

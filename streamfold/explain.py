@@ -113,10 +113,8 @@ def table_key(
     the key) of the join it chains from. A column with if_missing holds that value where the row had none."""
     source, column = join.on
     if source == join_plan.EVENT:
-        out = pipeline.outputs.enriched
-        name = columns.key if column == pipeline.events.key else out.event_columns.get(column, column)
-        return event[name]
-    earlier = next(j for j in join_plan.joins(pipeline) if j.name == source)
+        return event[pipeline.event_column(column)]
+    earlier = join_plan.join_named(pipeline, source)
     if column != earlier.table.key:
         return event[earlier.output(column)]
     return (
