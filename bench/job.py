@@ -32,7 +32,7 @@ import psycopg
 from bench import measured
 from bench.procmem import Sampler, Tree, descendants
 from bench.stack import Bench
-from common import names
+from common import names, plan
 from common import pipeline_file as pf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,7 +195,7 @@ class JobRun:
     def landed(self) -> dict[str, int]:
         """Rows in the enriched table, and those of them not complete (joined before CDC progress passed
         their time: released by join.max_wait)."""
-        complete = self.pipeline.outputs.enriched.complete_column
+        complete = plan.of(self.pipeline).names.complete
         with psycopg.connect(self.bench.admin_dsn) as conn:
             row = conn.execute(
                 f"SELECT count(*), count(*) FILTER (WHERE NOT {complete}) FROM {self.pipeline.enriched_table}"

@@ -39,7 +39,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from bench.latency import percentile
-from common import config
+from common import config, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 CONNECTOR = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
@@ -86,18 +86,21 @@ def operators(spark: SparkSession, mode: str) -> DataFrame:
 def joined(spark: SparkSession) -> DataFrame:
     """userid, in_ms (the click's time), region through the job's own steps 2 and 3, on the CDC topic
     alone (its heartbeat-table rows are in commit order with the changes)."""
-    from pipeline import records, sources, topology
+    from pipeline import sources, topology
     from pipeline.join_config import LATEST, JoinConfig
 
     pipeline = config.load().pipeline
     clicks = sources.from_kafka_clicks(kafka_reader(spark, IN, "latest"), IN)
     cdc = sources.from_kafka_cdc(kafka_reader(spark, pipeline.cdc_topic, "earliest"))
     out = topology.enrich(clicks, cdc, JoinConfig(mode=LATEST), pipeline)
-    named = records.enriched_names(pipeline)
+    resolved = plan.of(pipeline)
+    named, profile = resolved.names, resolved.joins[0]
     return out.where(F.col("kind") == "event").select(
         F.col(named.key).alias("userid"),
         F.col(named.time_ms).alias("in_ms"),
-        F.col(named.profile[0]).alias("region"),  # the default pipeline's first column: regionid
+        F.col(profile.output(next(iter(profile.table.columns)))).alias(
+            "region"
+        ),  # the default pipeline's first column: regionid
     )
 
 

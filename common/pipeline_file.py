@@ -664,17 +664,6 @@ class Pipeline(_Strict):
     def aggregate_topic(self, aggregate: Aggregate) -> str:
         return aggregate.topic or aggregate.name
 
-    def aggregate_keys(self, source: str = "profile") -> set[str]:
-        """The columns of the profile or of a table (`source`) some aggregate groups by: Postgres indexes
-        their values."""
-        return {
-            name
-            for aggregate in self.aggregates
-            for ref in aggregate.group_by.values()
-            for given, name in [self.resolve(ref, "")]
-            if given == source
-        }
-
     # --- the JVM's specs (pipeline/events.py, pipeline/cdc_fold.py) ------------------------------------
 
     def event_spec(self) -> dict[str, Any]:
@@ -689,24 +678,6 @@ class Pipeline(_Strict):
             "min_time_ms": limits.earliest,
             "max_future_ms": limits.max_future,
             "max_key_bytes": MAX_KEY_BYTES,
-        }
-
-    def profile_spec(self) -> dict[str, Any]:
-        """What the CDC fold needs: the key, the carried columns in order (an aggregate key's values are
-        limited to MAX_KEY_BYTES), the heartbeat table, the size limit of a change event."""
-        keys = self.aggregate_keys()
-        return {
-            "key": {"column": self.profile.key, "type": self.key_type},
-            "columns": [
-                {
-                    "name": n,
-                    "type": c.type,
-                    **({"max_bytes": MAX_KEY_BYTES} if n in keys and c.type == "text" else {}),
-                }
-                for n, c in self.profile.columns.items()
-            ],
-            "heartbeat": {"schema": HEARTBEAT_SCHEMA, "table": HEARTBEAT_TABLE},
-            "max_change_bytes": MAX_CHANGE_BYTES,
         }
 
     @property

@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
 )
 from psycopg.conninfo import conninfo_to_dict
 
-from common import config, join_plan, names, registry
+from common import config, names, plan, registry
 from common import pipeline_file as pf
 from db import capture, schema
 
@@ -79,7 +79,7 @@ class SetupError(RuntimeError):
     """A set-up step failed; the message says which and why (no stack trace for users)."""
 
 
-def connector_config(settings: config.Settings, captured: join_plan.Captured | None = None) -> dict[str, str]:
+def connector_config(settings: config.Settings, captured: plan.Captured | None = None) -> dict[str, str]:
     """connectors/debezium-postgres.json with endpoints and the pipeline file's names filled in. The
     password stays a reference (`${env:STREAMFOLD_DEBEZIUM_PASSWORD}`) that the Connect worker resolves
     from its own environment, so neither the REST API nor the config topic ever holds it. `captured`: the
@@ -89,7 +89,7 @@ def connector_config(settings: config.Settings, captured: join_plan.Captured | N
     template = resources.files("connectors").joinpath("debezium-postgres.json").read_text()
     dsn = conninfo_to_dict(settings.pg_dsn)
     pipeline = settings.pipeline
-    captured = captured or join_plan.captured(pipeline)
+    captured = captured or plan.captured(pipeline)
     heartbeat = f"{pf.HEARTBEAT_SCHEMA}.{pf.HEARTBEAT_TABLE}"
     prefix = pipeline.outputs.cdc_topic_prefix
     routed = [heartbeat, *(t for t in captured if t != pipeline.profile.table)]
@@ -189,7 +189,7 @@ def pipeline_topics(pipeline: pf.Pipeline, events_topic: str | None = None) -> l
         *((topic, False) for topic in events),
         (pipeline.changelog_topic, True),
         (pipeline.enriched_topic, False),
-        *((pipeline.aggregate_topic(a), True) for a in pipeline.aggregates),
+        *((a.topic, True) for a in plan.of(pipeline).aggregates),
         (pipeline.dead_letters_topic, False),
     ]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import psycopg
 import psycopg.sql
 
-from common import drift, join_plan
+from common import drift, plan
 from common import pipeline_file as pf
 
 # Debezium's signal table (db/tables.py): setup asks the connector here for an incremental snapshot.
@@ -63,9 +63,9 @@ def publication_exists(conn: psycopg.Connection, pipeline: pf.Pipeline) -> bool:
 
 
 def lost_tables(
-    conn: psycopg.Connection, pipeline: pf.Pipeline, captured: join_plan.Captured
+    conn: psycopg.Connection, pipeline: pf.Pipeline, captured: plan.Captured
 ) -> tuple[CaptureLost, ...]:
-    """Each captured table (join_plan.captured) a publication `streamfold setup` made lacks, or lacks one
+    """Each captured table (plan.captured) a publication `streamfold setup` made lacks, or lacks one
     of its columns; () while it captures them all, or before setup made it."""
     if not publication_exists(conn, pipeline):
         return ()
@@ -78,12 +78,12 @@ def lost_tables(
     return tuple(found)
 
 
-def lost(conn: psycopg.Connection, pipeline: pf.Pipeline, captured: join_plan.Captured) -> CaptureLost | None:
+def lost(conn: psycopg.Connection, pipeline: pf.Pipeline, captured: plan.Captured) -> CaptureLost | None:
     """The first of lost_tables, if any."""
     return next(iter(lost_tables(conn, pipeline, captured)), None)
 
 
-def lost_message(dsn: str, pipeline: pf.Pipeline, captured: join_plan.Captured) -> str | None:
+def lost_message(dsn: str, pipeline: pf.Pipeline, captured: plan.Captured) -> str | None:
     """What `lost` says, for the job's stall line; None when captured or when the database cannot say."""
     try:
         with psycopg.connect(dsn, connect_timeout=5) as conn:

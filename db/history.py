@@ -1,6 +1,6 @@
 """Time travel over a pipeline's profile history, and each further table's (docs/history.md).
 
-The sink inserts one row per version the join stores into the join's history table (common/join_plan.py
+The sink inserts one row per version the join stores into the join's history table (common/plan.py
 History, db/pipeline_tables.py history_columns), in the partition's transaction, and never updates a row: a
 version's end, valid_to, is the next version's valid_from, derived here by the view (History.view; the
 profile's is Pipeline.versions_view) with lead() over the key's versions in the join's order (valid_from,
@@ -19,8 +19,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from common import join_plan
 from common import pipeline_file as pf
+from common import plan
 from db.pipeline_tables import COLUMN_TYPES
 
 # The view's columns before the carried ones (which the file may extend at the end).
@@ -31,16 +31,16 @@ def _quoted(name: str) -> str:
     return postgresql.dialect().identifier_preparer.quote(name)
 
 
-def key_type(history: join_plan.History) -> str:
+def key_type(history: plan.History) -> str:
     return str(COLUMN_TYPES[history.join.table.key_type].compile(dialect=postgresql.dialect()))
 
 
-def view_columns(history: join_plan.History) -> list[str]:
+def view_columns(history: plan.History) -> list[str]:
     """The view's columns, in view_sql's order."""
     return [history.join.table.key, *FIXED, *history.join.table.columns]
 
 
-def view_sql(history: join_plan.History, named: join_plan.History | None = None) -> str:
+def view_sql(history: plan.History, named: plan.History | None = None) -> str:
     """The view over `history`'s table, under `named`'s view name (default: its own)."""
     key = _quoted(history.join.table.key)
     carried = "".join(f", h.{_quoted(c)}" for c in history.join.table.columns)
@@ -53,7 +53,7 @@ def view_sql(history: join_plan.History, named: join_plan.History | None = None)
     )
 
 
-def function_sql(history: join_plan.History, named: join_plan.History | None = None) -> str:
+def function_sql(history: plan.History, named: plan.History | None = None) -> str:
     """valid_to > at also skips a version another one replaces at the same instant (a higher lsn).
     `named`: whose function and view names (default: the history's own)."""
     names = named or history
@@ -67,7 +67,7 @@ def function_sql(history: join_plan.History, named: join_plan.History | None = N
     )
 
 
-def replace_sql(history: join_plan.History, named: join_plan.History) -> list[str]:
+def replace_sql(history: plan.History, named: plan.History) -> list[str]:
     """`named`'s view and function dropped and created over `history`'s table: versions differ in their
     columns, which CREATE OR REPLACE VIEW cannot drop. The function first: its result type is the view's."""
     return [
@@ -82,7 +82,7 @@ def create(conn: sa.Connection, pipeline: pf.Pipeline) -> list[str]:
     """Each history's view and function, created or replaced (a file may add columns); reports their
     creation."""
     done = []
-    for history in join_plan.histories(pipeline):
+    for history in plan.histories(pipeline):
         existed = conn.execute(sa.select(sa.func.to_regclass(history.view))).scalar() is not None
         conn.execute(sa.text(view_sql(history)))
         conn.execute(sa.text(function_sql(history)))
@@ -91,12 +91,12 @@ def create(conn: sa.Connection, pipeline: pf.Pipeline) -> list[str]:
     return done
 
 
-def versions_query(history: join_plan.History) -> str:
+def versions_query(history: plan.History) -> str:
     """Every version of the key given as the parameter, oldest first."""
     key = _quoted(history.join.table.key)
     return f"SELECT * FROM {history.view} WHERE {key} = %s ORDER BY valid_from, lsn"
 
 
-def profile_at_query(history: join_plan.History) -> str:
+def profile_at_query(history: plan.History) -> str:
     """The version of the key (first parameter) valid at the time (second parameter)."""
     return f"SELECT * FROM {history.function}(%s, %s)"

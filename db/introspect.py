@@ -8,7 +8,7 @@ import difflib
 
 import psycopg
 
-from common import join_plan
+from common import plan
 from common.pipeline_file import Pipeline, Profile
 
 # The Postgres types (format_type, without modifiers) each declared type carries.
@@ -40,8 +40,8 @@ SELECT a.attname FROM pg_index i
 def check(conn: psycopg.Connection, pipeline: Pipeline) -> None:
     """Raises PipelineFileError at the first mismatch between the file and the database, table by table
     (the profile, then the file's tables)."""
-    for join in join_plan.joins(pipeline):
-        where = "profile" if join.name == join_plan.PROFILE else f"tables.{join.name}"
+    for join in plan.joins(pipeline):
+        where = "profile" if join.name == plan.PROFILE else f"tables.{join.name}"
         _check_table(conn, pipeline, join.table, where)
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION, JSONB
 
-from common import join_plan
-from common.pipeline_file import Aggregate, Pipeline
+from common import plan
+from common.pipeline_file import Pipeline
 
 COLUMN_TYPES: dict[str, sa.types.TypeEngine] = {
     "text": sa.Text(),
@@ -29,60 +29,40 @@ COLUMN_TYPES: dict[str, sa.types.TypeEngine] = {
     "text[]": ARRAY(sa.Text),
     "jsonb": JSONB(),
 }
-# What a sum of an event field of each numeric type is stored as.
 # The enriched table's columns that explain a join (not named by the pipeline file).
-CDC_PROGRESS = "cdc_progress"
-RELEASED_BY_MAX_WAIT = "released_by_max_wait"
+CDC_PROGRESS = plan.CDC_PROGRESS
+RELEASED_BY_MAX_WAIT = plan.RELEASED_BY_MAX_WAIT
+# What a sum of an event field of each numeric type is stored as.
 SUM_TYPES: dict[str, sa.types.TypeEngine] = {
     "integer": sa.BigInteger(),
     "bigint": sa.BigInteger(),
     "double": DOUBLE_PRECISION(),
     "numeric": sa.Numeric(),
 }
+# The sink's time types (sink_spec): both land as timestamptz.
+_TIMES = {plan.EPOCH_MS: sa.DateTime(timezone=True), plan.VALID_FROM_MS: sa.DateTime(timezone=True)}
 
 
 def enriched_columns(pipeline: Pipeline) -> list[sa.Column]:
-    names, events = pipeline.outputs.enriched, pipeline.events
-    columns = [
-        sa.Column("event_id", sa.Text, primary_key=True),
-        sa.Column(names.key_column or events.key, COLUMN_TYPES[pipeline.key_type], nullable=False),
-        sa.Column(names.time_column or events.time.field, sa.DateTime(timezone=True), nullable=False),
-        *(
-            sa.Column(names.event_columns.get(name, name), COLUMN_TYPES[field.type])
-            for name, field in events.fields.items()
-        ),
-    ]
-    if events.count:
-        columns.append(sa.Column(names.count_column or events.count, sa.Integer, nullable=False))
-    columns += [
-        sa.Column(
-            f"{names.profile_prefix}{name}", COLUMN_TYPES[column.type], nullable=column.if_missing is None
-        )
-        for name, column in pipeline.profile.columns.items()
-    ]
-    columns += [  # each further table's columns under its prefix (none in a one-table file)
-        sa.Column(join.output(name), COLUMN_TYPES[column.type], nullable=column.if_missing is None)
-        for join in join_plan.joins(pipeline)[1:]
-        for name, column in join.table.columns.items()
-    ]
-    # A nullable=... keyword per column: '-infinity' for a version read by the initial snapshot, NULL
-    # when the key had no valid profile; false when join.max_wait released the event before CDC progress
-    # covered it (the profile may be stale).
-    columns += [
-        sa.Column(names.valid_from_column, sa.DateTime(timezone=True)),
-        sa.Column(names.complete_column, sa.Boolean, nullable=False, server_default=sa.text("true")),
-    ]
-    # Why the event joined its version (`streamfold explain`): the CDC progress when the join released it
-    # (NULL in join.mode=latest, or before any progress), and whether join.max_wait released it before CDC
-    # progress reached its time. NULL in rows landed before these columns existed.
-    columns += [
-        sa.Column(CDC_PROGRESS, sa.DateTime(timezone=True)),
-        sa.Column(RELEASED_BY_MAX_WAIT, sa.Boolean),
-    ]
-    return columns
+    """The plan's enriched columns (plan.EnrichedColumn). The key, time, count and complete columns, and a
+    carried column with if_missing, are never null. valid_from is '-infinity' for a version read by the
+    initial snapshot, NULL when the key had no valid profile; complete is false when join.max_wait released
+    the event before CDC progress covered it (the profile may be stale); cdc_progress and
+    released_by_max_wait say why the join released it (`streamfold explain`), NULL in join.mode=latest (or
+    before any progress) and in rows landed before these columns existed."""
+    resolved = plan.of(pipeline)
+    return [_enriched_column(c, c.name == resolved.names.complete) for c in resolved.enriched]
 
 
-def history_columns(join: join_plan.TableJoin) -> list[sa.Column]:
+def _enriched_column(column: plan.EnrichedColumn, complete: bool) -> sa.Column:
+    kind = _TIMES.get(column.type) or COLUMN_TYPES[column.type]
+    if column.name == plan.EVENT_ID:
+        return sa.Column(column.name, kind, primary_key=True)
+    default = sa.text("true") if complete else None
+    return sa.Column(column.name, kind, nullable=column.nullable, server_default=default)
+
+
+def history_columns(join: plan.TableJoin) -> list[sa.Column]:
     """A history table: one row per version of the join's table the join stored, keyed like the join orders
     versions (key, valid_from, lsn). A delete (or a truncate's end of a row) is a version with op 'd' and no
     values; `incomplete` says which values are unknown (unchanged TOASTed values with nothing to fill
@@ -98,34 +78,25 @@ def history_columns(join: join_plan.TableJoin) -> list[sa.Column]:
     ]
 
 
-def aggregate_columns(pipeline: Pipeline, aggregate: Aggregate) -> tuple[list[sa.Column], list[str]]:
+def aggregate_columns(aggregate: plan.AggregatePlan) -> tuple[list[sa.Column], list[str]]:
     """The aggregate table's columns and its primary key's column names."""
-    columns: list[sa.Column] = []
-    digests: list[sa.Column] = []
-    key: list[str] = []
-    for column, ref in aggregate.group_by.items():
-        source, name = pipeline.resolve(ref, f"aggregates.{aggregate.name}.group_by.{column}")
-        kind = pipeline.reference_type(source, name)
-        columns.append(sa.Column(column, COLUMN_TYPES[kind], nullable=False))
-        if source == "event" and kind == "text":
-            digest = f"{column}_md5"
-            digests.append(sa.Column(digest, sa.Uuid, sa.Computed(f"md5({column})::uuid", persisted=True)))
-            key.append(digest)
-        else:
-            key.append(column)
+    columns = [sa.Column(k.column, COLUMN_TYPES[k.type], nullable=False) for k in aggregate.keys]
     columns.append(sa.Column(aggregate.count_column, sa.BigInteger, nullable=False))
-    for column, ref in aggregate.sums.items():
-        _, name = pipeline.resolve(ref, f"aggregates.{aggregate.name}.sums.{column}")
-        columns.append(sa.Column(column, SUM_TYPES[pipeline.events.fields[name].type], nullable=False))
-    return [*columns, *digests], key
+    columns += [sa.Column(s.column, SUM_TYPES[s.type], nullable=False) for s in aggregate.sums]
+    digests = [
+        sa.Column(k.conflict_column, sa.Uuid, sa.Computed(f"md5({k.column})::uuid", persisted=True))
+        for k in aggregate.keys
+        if k.md5
+    ]
+    return [*columns, *digests], aggregate.primary_key
 
 
 def metadata(pipeline: Pipeline, into: sa.MetaData | None = None) -> sa.MetaData:
     """The pipeline's sink tables (added to `into` when given)."""
     meta = into if into is not None else sa.MetaData()
+    resolved = plan.of(pipeline)
     schema, name = pipeline.enriched_table.split(".")
-    key = pipeline.outputs.enriched.key_column or pipeline.events.key
-    time = pipeline.outputs.enriched.time_column or pipeline.events.time.field
+    key, time = resolved.names.key, resolved.names.time
     sa.Table(
         name,
         meta,
@@ -133,11 +104,11 @@ def metadata(pipeline: Pipeline, into: sa.MetaData | None = None) -> sa.MetaData
         sa.Index(f"{name}_{key}_time", key, time),
         schema=schema,
     )
-    for history in join_plan.histories(pipeline):  # the profile's, then each further table's
+    for history in resolved.histories:  # the profile's, then each further table's
         schema, name = history.table.split(".")
         sa.Table(name, meta, *history_columns(history.join), schema=schema)
-    for aggregate in pipeline.aggregates:
-        schema, name = pipeline.aggregate_table(aggregate).split(".")
-        columns, primary_key = aggregate_columns(pipeline, aggregate)
+    for aggregate in resolved.aggregates:
+        schema, name = aggregate.table.split(".")
+        columns, primary_key = aggregate_columns(aggregate)
         sa.Table(name, meta, *columns, sa.PrimaryKeyConstraint(*primary_key), schema=schema)
     return meta

@@ -12,18 +12,17 @@ import psycopg
 from psycopg import sql
 from psycopg.types.string import TextLoader
 
-from common import join_plan, names
+from common import names, plan
 from common import pipeline_file as pf
 from db import history
 
 
 def named(pipeline: pf.Pipeline) -> dict[str, str]:
     """Short names for `streamfold query`, from the pipeline file."""
-    enriched = pipeline.enriched_table
-    out = pipeline.outputs.enriched
-    key, time = out.key_column or pipeline.events.key, out.time_column or pipeline.events.time.field
-    count = f"sum({out.count_column or pipeline.events.count})" if pipeline.events.count else "count(*)"
-    queries = {a.name: _aggregate(pipeline, a) for a in pipeline.aggregates}
+    enriched, resolved = pipeline.enriched_table, plan.of(pipeline)
+    key, time, counted = resolved.names.key, resolved.names.time, resolved.names.count_column
+    count = f"sum({counted})" if counted else "count(*)"
+    queries = {a.name: _aggregate(a) for a in resolved.aggregates}
     queries[enriched.split(".")[1]] = f"SELECT * FROM {enriched} ORDER BY {time} DESC, event_id LIMIT 20"
     queries["dead_letters"] = (
         f"SELECT dead_letter_id, source, reason, left(encode(payload, 'escape'), 60) AS payload, recorded_at "
@@ -40,7 +39,7 @@ def named(pipeline: pf.Pipeline) -> dict[str, str]:
 
 def with_arguments(pipeline: pf.Pipeline) -> dict[str, tuple[str, tuple[str, ...]]]:
     """Short names whose SQL takes arguments: name -> (SQL with %s placeholders, the arguments' names)."""
-    profile, *tables = join_plan.histories(pipeline)
+    profile, *tables = plan.of(pipeline).histories
     queries = {
         "versions": (history.versions_query(profile), ("KEY",)),
         "profile_at": (history.profile_at_query(profile), ("KEY", "TIME")),
@@ -51,12 +50,12 @@ def with_arguments(pipeline: pf.Pipeline) -> dict[str, tuple[str, tuple[str, ...
     return queries
 
 
-def _aggregate(pipeline: pf.Pipeline, aggregate: pf.Aggregate) -> str:
+def _aggregate(aggregate: plan.AggregatePlan) -> str:
     """The aggregate's largest totals first (its own columns, without the md5 key columns)."""
-    groups = list(aggregate.group_by)
-    columns = ", ".join([*groups, aggregate.count_column, *aggregate.sums])
+    groups = [k.column for k in aggregate.keys]
+    columns = ", ".join([*groups, aggregate.count_column, *(s.column for s in aggregate.sums)])
     order = ", ".join([f"{aggregate.count_column} DESC", *groups])
-    return f"SELECT {columns} FROM {pipeline.aggregate_table(aggregate)} ORDER BY {order} LIMIT 100"
+    return f"SELECT {columns} FROM {aggregate.table} ORDER BY {order} LIMIT 100"
 
 
 def resolve(pipeline: pf.Pipeline, sql_or_name: str) -> str:

@@ -16,7 +16,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from psycopg import sql
 
-from common import config, join_plan
+from common import config, plan
 from common import pipeline_file as pf
 from db import capture, introspect, locks, pipeline_schema, tables, versions
 
@@ -141,7 +141,7 @@ def _apply_once(
         if moved:  # after the roles: the views are granted to the reader
             for change in versions.ensure_views(conn, pipeline, config.READER_ROLE):
                 echo(change)
-        captured = join_plan.captured(*versions.sharing_inputs(conn, pipeline))
+        captured = plan.captured(*versions.sharing_inputs(conn, pipeline))
         _grant(conn, pipeline, captured)
         _ensure_publication(conn, pipeline, captured)
     return revisions
@@ -186,15 +186,15 @@ def _set_reader_timeout(conn: psycopg.Connection) -> None:
     )
 
 
-def shared_capture(dsn: str, pipeline: pf.Pipeline) -> join_plan.Captured:
+def shared_capture(dsn: str, pipeline: pf.Pipeline) -> plan.Captured:
     """The tables and columns the connector and the publication carry for `pipeline`: those of every file
     that reads its inputs (db/versions.py sharing_inputs), so that setup of one version (the live file's at
     every compose up) never stops a column another version's job carries."""
     with psycopg.connect(dsn) as conn:
-        return join_plan.captured(*versions.sharing_inputs(conn, pipeline))
+        return plan.captured(*versions.sharing_inputs(conn, pipeline))
 
 
-def set_up_capture(dsn: str, pipeline: pf.Pipeline) -> join_plan.Captured | None:
+def set_up_capture(dsn: str, pipeline: pf.Pipeline) -> plan.Captured | None:
     """What the files set up on the same inputs as `pipeline` captured; None before any was set up."""
     with psycopg.connect(dsn) as conn:
         sharing = versions.sharing_inputs(conn, pipeline)
@@ -202,14 +202,14 @@ def set_up_capture(dsn: str, pipeline: pf.Pipeline) -> join_plan.Captured | None
         installed = sa.inspect(conn).has_table(tables.pipelines.name, schema=tables.pipelines.schema)
         set_up = [pipeline_schema.applied(conn, p.name) for p in sharing] if installed else []
     files = [p for p in set_up if p is not None]
-    return join_plan.captured(*files) if files else None
+    return plan.captured(*files) if files else None
 
 
 def added_tables(dsn: str, pipeline: pf.Pipeline) -> tuple[str, ...]:
     """The tables `pipeline` joins that no file set up on its inputs captured: a table added to the file.
     None on a first setup, whose connector snapshots every table anyway."""
     before = set_up_capture(dsn, pipeline)
-    return () if before is None else tuple(t for t in join_plan.captured(pipeline) if t not in before)
+    return () if before is None else tuple(t for t in plan.captured(pipeline) if t not in before)
 
 
 def capture_lost(dsn: str, pipeline: pf.Pipeline) -> tuple[capture.CaptureLost, ...]:
@@ -219,7 +219,7 @@ def capture_lost(dsn: str, pipeline: pf.Pipeline) -> tuple[capture.CaptureLost, 
     before = set_up_capture(dsn, pipeline) or {}
     was_captured = {
         table: tuple(c for c in columns if c in before[table])
-        for table, columns in join_plan.captured(pipeline).items()
+        for table, columns in plan.captured(pipeline).items()
         if table in before
     }
     with psycopg.connect(dsn) as conn:
@@ -230,7 +230,7 @@ def _quoted(table: str) -> sql.Composable:
     return sql.Identifier(*table.split("."))
 
 
-def _grant(conn: psycopg.Connection, pipeline: pf.Pipeline, captured: join_plan.Captured) -> None:
+def _grant(conn: psycopg.Connection, pipeline: pf.Pipeline, captured: plan.Captured) -> None:
     db = conn.info.dbname
     debezium, writer, reader = (
         sql.Identifier(r) for r in (config.DEBEZIUM_ROLE, config.WRITER_ROLE, config.READER_ROLE)
@@ -271,9 +271,7 @@ def _grant(conn: psycopg.Connection, pipeline: pf.Pipeline, captured: join_plan.
         conn.execute(statement)
 
 
-def _ensure_publication(
-    conn: psycopg.Connection, pipeline: pf.Pipeline, captured: join_plan.Captured
-) -> None:
+def _ensure_publication(conn: psycopg.Connection, pipeline: pf.Pipeline, captured: plan.Captured) -> None:
     """A publication with a column list per table (PostgreSQL 15+): pgoutput never decodes the PII columns.
 
     It also carries streamfold.cdc_heartbeat (CDC progress, see pipeline/cdc_fold.py) and Debezium's signal

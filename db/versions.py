@@ -24,8 +24,8 @@ import psycopg
 import sqlalchemy as sa
 from psycopg import sql
 
-from common import join_plan
 from common import pipeline_file as pf
+from common import plan
 from common import versions as v
 from db import history, pipeline_tables
 
@@ -133,8 +133,9 @@ def drop_outputs(conn: psycopg.Connection, version: Version) -> list[str]:
     """In one transaction: the version's tables (its history with its view and function), its batch ledger
     rows, its recorded file and its registry row. Returns the tables dropped."""
     p = version.pipeline
-    histories = join_plan.histories(p)
-    tables = [p.enriched_table, *(p.aggregate_table(a) for a in p.aggregates), *(h.table for h in histories)]
+    resolved = plan.of(p)
+    histories = resolved.histories
+    tables = [p.enriched_table, *(a.table for a in resolved.aggregates), *(h.table for h in histories)]
     with conn.transaction():
         for h in histories:
             conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.SQL(h.function)))
@@ -283,9 +284,7 @@ def swap(conn: psycopg.Connection, base: str, before: Current, switch: Switch, r
             conn.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(_qualified(name)))
         for name, table in sorted(switch.views.items()):
             _create_view(conn, name, table, reader)
-        for live, target in zip(
-            join_plan.histories(switch.live), join_plan.histories(switch.target), strict=True
-        ):
+        for live, target in zip(plan.histories(switch.live), plan.histories(switch.target), strict=True):
             _point_history(conn, live, target, reader)
         conn.execute(
             f"INSERT INTO {SWAPS} (pipeline_name, from_version, to_version, offsets, consumers_from)"
@@ -303,9 +302,7 @@ def _grant_reader(conn: psycopg.Connection, name: str, reader: str) -> None:
     conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(_qualified(name), sql.Identifier(reader)))
 
 
-def _point_history(
-    conn: psycopg.Connection, live: join_plan.History, target: join_plan.History, reader: str
-) -> None:
+def _point_history(conn: psycopg.Connection, live: plan.History, target: plan.History, reader: str) -> None:
     """The live file's history view and function (the users' names) over the target's history table."""
     for statement in history.replace_sql(target, live):
         conn.execute(statement)
@@ -327,7 +324,7 @@ def ensure_views(conn: psycopg.Connection, live: pf.Pipeline, reader: str) -> li
             conn.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(_qualified(name)))
             _create_view(conn, name, table, reader)
             changed.append(f"view {name} now reads {table} ({now.version}, current)")
-    for users, read in zip(join_plan.histories(live), join_plan.histories(target), strict=True):
+    for users, read in zip(plan.histories(live), plan.histories(target), strict=True):
         wanted = history.view_columns(read)
         if not (_reads(conn, users.view, read.table, wanted) and _returns(conn, users.function, users.view)):
             _point_history(conn, users, read, reader)

@@ -19,10 +19,9 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
 
-from common import config
+from common import config, plan
 from common.pipeline_file import Pipeline
 from common.registry import RegistryUnavailable, header, register
-from db.pipeline_tables import enriched_columns
 from pipeline.retry import retrying
 
 TIMESTAMP_MILLIS = {"type": "long", "logicalType": "timestamp-millis"}
@@ -63,7 +62,7 @@ def record(pipeline: Pipeline, name: str, fields: list[dict[str, Any]]) -> dict[
 
 def enriched_schema(pipeline: Pipeline, spec: dict[str, Any]) -> dict[str, Any]:
     """The enriched topic's record: the enriched table's columns, null where the table allows it."""
-    nullable = {c.name: bool(c.nullable) for c in enriched_columns(pipeline)}
+    nullable = {c.name: c.nullable for c in plan.of(pipeline).enriched}
     columns = spec["enriched"]["columns"]
     return record(
         pipeline, "enriched", [field(c["name"], AVRO_TYPES[c["type"]], nullable[c["name"]]) for c in columns]

@@ -2,7 +2,7 @@
 
 The fold itself (which record is a change, progress, a tombstone or a dead letter, and each column's
 typing) is specified by spec/envelopes.py (parse_envelope) for the profile table a profile spec describes
-(the pipeline file's profile section as a plain dict: common.pipeline_file.Pipeline.profile_spec()).
+(the profile section as a plain dict: common.plan.profile_spec).
 Here it runs in the JVM with no Python per record: jvm/.../cdc/EnvelopeFold.java, made with the spec's
 JSON, with a streaming fast path for plain change events (PlainEnvelope.java), held to parse_envelope by
 the differential tests in tests/unit/test_parsers_spark.py.
@@ -26,7 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from common import config, join_plan, names
+from common import config, names, plan
 from common import pipeline_file as pf
 from common.limits import MAX_FUTURE_MS, MAX_KEY_BYTES
 from pipeline import events, field_types, records
@@ -89,15 +89,15 @@ def tables_spec(pipeline: pf.Pipeline) -> dict[str, Any]:
     """What TablesFold needs: each Postgres table the file joins, in join order, with its fold spec (as
     profile_spec's): its key and the columns any join of it carries. A table joined twice is folded once,
     so its joins must agree on its key and its columns' types."""
-    specs: dict[str, dict[str, Any]] = {pipeline.profile.table: pipeline.profile_spec()}
-    for join in join_plan.joins(pipeline)[1:]:
+    specs: dict[str, dict[str, Any]] = {pipeline.profile.table: plan.profile_spec(pipeline)}
+    for join in plan.joins(pipeline)[1:]:
         table = join.table
         key = {"column": table.key, "type": table.key_type}
-        spec = specs.setdefault(table.table, {**pipeline.profile_spec(), "key": key, "columns": []})
+        spec = specs.setdefault(table.table, {**plan.profile_spec(pipeline), "key": key, "columns": []})
         if spec["key"] != key:
             raise ValueError(f"{table.table} is joined on two keys: {spec['key']} and {key}")
         have = {c["name"]: c for c in spec["columns"]}
-        keys = pipeline.aggregate_keys(join.name)
+        keys = plan.of(pipeline).grouped(join.name)
         for name, column in table.columns.items():
             folded = have.get(name)
             if folded is None:

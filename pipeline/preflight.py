@@ -8,6 +8,7 @@ the sink's spec), with the same functions the job uses; each of their refusals i
 from __future__ import annotations
 
 from common import pipeline_file as pf
+from common import plan
 from pipeline import cdc_fold, events, records, sink_spec, stages, temporal_join
 
 # The stages join at event time only (pipeline/stages.py join_tables).
@@ -17,7 +18,7 @@ LATEST_TABLES = "join.mode latest joins the profile table only: a file with `tab
 def check_plan(pipeline: pf.Pipeline) -> None:
     try:
         events.parse_type(pipeline.event_spec())
-        cdc_fold.fold_type(pipeline.profile_spec())
+        cdc_fold.fold_type(plan.profile_spec(pipeline))
         sink_spec.sink_spec(pipeline, records.join_output(pipeline))
         temporal_join.join_spec(pipeline)
         if pipeline.tables:

@@ -14,9 +14,10 @@ and the naive baseline's staging table are derived from these.
                   change_op and change_lsn (set on a profile change passed through for the changelog and
                   the history), cdc_progress_ms and released_by_max_wait (an event's release)
 
-Names come from the file's outputs.enriched: the key, the event time (`<time>_ms` along the path, the
-sink writes `<time>`), each event field, the count, each profile column (prefixed), each further table's
-columns (under its prefix), `<valid_from>_ms` and the complete flag. A record's id, its source position, is
+Names come from the plan (common/plan.py EnrichedNames, from the file's outputs.enriched): the key, the
+event time (`<time>_ms` along the path, the sink writes `<time>`), each event field, the count, each
+profile column (prefixed), each further table's columns (under its prefix), `<valid_from>_ms` and the
+complete flag. A record's id, its source position, is
 `event_id` for events and CDC records alike (`dead_letter_id` in streamfold.dead_letters). Inside the
 join, `ts_ms` is the one time column events and changes share.
 
@@ -25,8 +26,6 @@ specs (tests/support/records.py writes the default pipeline's out).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from pyspark.sql.types import (
     ArrayType,
@@ -40,8 +39,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from common import join_plan
-from common.pipeline_file import Pipeline, ProfileColumn
+from common import plan
+from common.pipeline_file import Pipeline
 from pipeline.field_types import spark_type
 
 _STR, _LONG, _INT, _STRS = StringType(), LongType(), IntegerType(), ArrayType(StringType())
@@ -58,35 +57,9 @@ REJECT = _struct(
 )
 
 
-@dataclass(frozen=True)
-class EnrichedNames:
-    """The enriched columns' names (outputs.enriched), each defaulting to the field's own name."""
-
-    key: str
-    time_ms: str
-    fields: tuple[str, ...]
-    count: str  # always there: 1 per event when the file has no count field
-    profile: tuple[str, ...]
-    valid_from_ms: str
-    complete: str
-
-
-def enriched_names(pipeline: Pipeline) -> EnrichedNames:
-    out, events = pipeline.outputs.enriched, pipeline.events
-    return EnrichedNames(
-        key=out.key_column or events.key,
-        time_ms=f"{out.time_column or events.time.field}_ms",
-        fields=tuple(out.event_columns.get(name, name) for name in events.fields),
-        count=out.count_column or events.count or "count",
-        profile=tuple(f"{out.profile_prefix}{name}" for name in pipeline.profile.columns),
-        valid_from_ms=f"{out.valid_from_column}_ms",
-        complete=out.complete_column,
-    )
-
-
 def click(pipeline: Pipeline) -> StructType:
     """An event as parsed: event_id, the key (named as its field), each field, the time in ms, the count."""
-    events, named = pipeline.events, enriched_names(pipeline)
+    events, named = pipeline.events, plan.of(pipeline).names
     return _unique(
         _struct(
             ("event_id", _STR),
@@ -127,44 +100,32 @@ def enriched(pipeline: Pipeline) -> StructType:
     """An enriched event; the profile columns hold if_missing when it had no profile version, and
     complete is false when join.max_wait released it before CDC progress reached it (CDC stalled), or when
     the version's value of a column is unknown (an unchanged TOASTed value, or drift:
-    spec/temporal_state.py)."""
-    events, profile, named = pipeline.events, pipeline.profile, enriched_names(pipeline)
+    spec/temporal_state.py). Each join's columns under its prefix, the profile's first."""
+    resolved = plan.of(pipeline)
+    named = resolved.names
     return _unique(
         _struct(
             ("event_id", _STR),
             (named.key, _STR),
             (named.time_ms, _LONG),
-            *(
-                (name, spark_type(f.type))
-                for name, f in zip(named.fields, events.fields.values(), strict=True)
-            ),
+            *((named.fields[name], spark_type(f.type)) for name, f in pipeline.events.fields.items()),
             (named.count, _INT),
             *(
-                (name, spark_type(c.type))
-                for name, c in zip(named.profile, profile.columns.values(), strict=True)
+                (join.output(name), spark_type(c.type))
+                for join in resolved.joins
+                for name, c in join.table.columns.items()
             ),
-            *((name, spark_type(c.type)) for name, c in table_columns(pipeline)),
             (named.valid_from_ms, _LONG),
             (named.complete, BooleanType()),
         )
     )
 
 
-def table_columns(pipeline: Pipeline) -> list[tuple[str, ProfileColumn]]:
-    """Each further table's columns (none in a one-table file), in the plan's order: the enriched name
-    (under the table's prefix) and the column."""
-    return [
-        (join.output(name), column)
-        for join in join_plan.joins(pipeline)[1:]
-        for name, column in join.table.columns.items()
-    ]
-
-
 # The join's output columns after change_op: a change row's lsn; an event row's CDC progress when the join
 # released it (null in join.mode=latest and before any progress) and whether join.max_wait released it.
 CHANGE_LSN = "change_lsn"
-CDC_PROGRESS_MS = "cdc_progress_ms"
-RELEASED_BY_MAX_WAIT = "released_by_max_wait"
+CDC_PROGRESS_MS = plan.CDC_PROGRESS_MS
+RELEASED_BY_MAX_WAIT = plan.RELEASED_BY_MAX_WAIT
 
 
 def join_output(pipeline: Pipeline) -> StructType:

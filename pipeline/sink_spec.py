@@ -8,29 +8,23 @@ as it likes) and its type:
 a pipeline column type, or `epoch_ms` (the event time) or `valid_from_ms` (a profile version's start,
 negative for a snapshot version). The JVM checks each type against the output's Spark type.
 
-The enriched columns are db.pipeline_tables.enriched_columns, in that order; each comes from the output
-column of the same name, except the event time and valid-from, which the join carries in ms as `<name>_ms`,
-and the CDC progress at release (`cdc_progress_ms`). The history columns are history_layout's.
+Every name, type and output column comes from the resolved plan (common/plan.py): the enriched columns are
+the plan's, in their order, each from the output column the plan says (the event time and valid-from, which
+the join carries in ms as `<name>_ms`, and the CDC progress at release, `cdc_progress_ms`); the aggregates'
+keys and sums are the plan's. The history columns are history_layout's.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.types import StructType
 
-from common import join_plan, names
-from common.pipeline_file import Aggregate, Pipeline
-from db.pipeline_tables import (
-    CDC_PROGRESS,
-    RELEASED_BY_MAX_WAIT,
-    aggregate_columns,
-    enriched_columns,
-    history_columns,
-)
+from common import names, plan
+from common.pipeline_file import Pipeline
+from db.pipeline_tables import history_columns
 from pipeline import records
 
 # The join's output columns the sink reads besides the pipeline's own (docs/contracts.md, the join's output).
@@ -46,59 +40,16 @@ VALID_FROM = "valid_from"
 INCOMPLETE = "incomplete"
 
 
-@dataclass(frozen=True)
-class EnrichedColumn:
-    """An enriched table column: its name (also in the enriched topic's records), the join output column it
-    comes from, and its type."""
-
-    name: str
-    output: str
-    type: str
-
-
-def enriched_layout(pipeline: Pipeline) -> list[EnrichedColumn]:
-    """The enriched table's columns in its order, each with the join output column it comes from."""
-    given, events = pipeline.outputs.enriched, pipeline.events
-    key = given.key_column or events.key
-    time = given.time_column or events.time.field
-    sources: dict[str, tuple[str, str]] = {
-        EVENT_ID: (EVENT_ID, "text"),
-        key: (key, pipeline.key_type),
-        time: (f"{time}_ms", "epoch_ms"),
-        **{pipeline.event_column(n): (pipeline.event_column(n), f.type) for n, f in events.fields.items()},
-        given.valid_from_column: (f"{given.valid_from_column}_ms", "valid_from_ms"),
-        given.complete_column: (given.complete_column, "boolean"),
-        CDC_PROGRESS: (records.CDC_PROGRESS_MS, "epoch_ms"),
-        RELEASED_BY_MAX_WAIT: (records.RELEASED_BY_MAX_WAIT, "boolean"),
-    }
-    if events.count:
-        count = given.count_column or events.count
-        sources[count] = (count, "integer")
-    for name, column in pipeline.profile.columns.items():
-        sources[profile_column(pipeline, name)] = (profile_column(pipeline, name), column.type)
-    for name, column in records.table_columns(pipeline):
-        sources[name] = (name, column.type)
-    return [EnrichedColumn(c.name, *sources[c.name]) for c in enriched_columns(pipeline)]
-
-
 def profile_column(pipeline: Pipeline, column: str) -> str:
     """A profile column's column in the enriched table and the join's output."""
-    return f"{pipeline.outputs.enriched.profile_prefix}{column}"
-
-
-def joined_column(pipeline: Pipeline, source: str, name: str) -> str:
-    """A resolved reference's column in the enriched table and the join's output: an event field's, or a
-    column of the profile or of a table, under its prefix."""
-    if source == "event":
-        return pipeline.event_column(name)
-    return join_plan.join_named(pipeline, source).output(name)
+    return plan.of(pipeline).joins[0].output(column)
 
 
 def aggregate_specs(pipeline: Pipeline, output: StructType) -> list[dict[str, Any]]:
     """Each aggregate of the file: its keys and sums as columns of the join output `output`, and the table
     and topic its totals go to (the landing sums them per partition: GroupTotals.java)."""
     ordinal = _ordinals(output)
-    return [_aggregate(pipeline, i, a, ordinal) for i, a in enumerate(pipeline.aggregates)]
+    return [_aggregate(pipeline, a, ordinal) for a in plan.of(pipeline).aggregates]
 
 
 def sink_spec(
@@ -107,19 +58,19 @@ def sink_spec(
     """The spec Landing.land takes (as JSON), for the join output `output`: with the given aggregates, else
     the file's."""
     ordinal = _ordinals(output)
-    given = pipeline.outputs.enriched
-    key = ordinal(given.key_column or pipeline.events.key)
-    valid_from = ordinal(f"{given.valid_from_column}_ms")
+    resolved = plan.of(pipeline)
+    profile, named = resolved.joins[0], resolved.names
+    key = ordinal(named.key)
+    valid_from = ordinal(named.valid_from_ms)
     return {
         "kind_ordinal": ordinal(KIND),
         "enriched": {
             "table": pipeline.enriched_table,
             "topic": pipeline.enriched_topic,
             "key_ordinal": key,
-            "complete_ordinal": ordinal(given.complete_column),
+            "complete_ordinal": ordinal(named.complete),
             "columns": [
-                {"name": c.name, "ordinal": ordinal(c.output), "type": c.type}
-                for c in enriched_layout(pipeline)
+                {"name": c.name, "ordinal": ordinal(c.output), "type": c.type} for c in resolved.enriched
             ],
         },
         "changelog": {
@@ -127,10 +78,10 @@ def sink_spec(
             "key_ordinal": key,
             "op_ordinal": ordinal(CHANGE_OP),
             "fields": [
-                {"name": pipeline.profile.key, "ordinal": key, "type": pipeline.key_type},
+                {"name": profile.table.key, "ordinal": key, "type": profile.table.key_type},
                 *(
-                    {"name": name, "ordinal": ordinal(profile_column(pipeline, name)), "type": column.type}
-                    for name, column in pipeline.profile.columns.items()
+                    {"name": name, "ordinal": ordinal(profile.output(name)), "type": column.type}
+                    for name, column in profile.table.columns.items()
                 ),
                 {"name": VALID_FROM, "ordinal": valid_from, "type": "valid_from_ms"},
                 {"name": INCOMPLETE, "ordinal": ordinal(ERROR), "type": "text"},
@@ -146,7 +97,7 @@ def sink_spec(
                     for name, output_name, kind in history_layout(pipeline, history.join)
                 ],
             }
-            for history in join_plan.histories(pipeline)
+            for history in resolved.histories
         ],
         "dead_letters": {
             "table": names.DEAD_LETTERS_TABLE,
@@ -167,17 +118,14 @@ def sink_spec(
 HISTORY_KEY_COLUMNS = 3
 
 
-def history_layout(pipeline: Pipeline, join: join_plan.TableJoin) -> list[tuple[str, str, str]]:
+def history_layout(pipeline: Pipeline, join: plan.TableJoin) -> list[tuple[str, str, str]]:
     """A join's history table's columns in its order: (column, the join output column of its version rows,
     type). A version row has the key, valid_from, op and lsn where a change row has them, and the values in
     the join's output columns (under its prefix)."""
-    valid_from = f"{pipeline.outputs.enriched.valid_from_column}_ms"
+    names = plan.of(pipeline).names
     sources = {
-        join.table.key: (
-            pipeline.outputs.enriched.key_column or pipeline.events.key,
-            join.table.key_type,
-        ),
-        "valid_from": (valid_from, "valid_from_ms"),
+        join.table.key: (names.key, join.table.key_type),
+        "valid_from": (names.valid_from_ms, plan.VALID_FROM_MS),
         "lsn": (records.CHANGE_LSN, "bigint"),
         "op": (CHANGE_OP, "text"),
         "incomplete": (ERROR, "text"),
@@ -191,35 +139,22 @@ def sink_spec_json(pipeline: Pipeline, output: StructType) -> str:
 
 
 def _aggregate(
-    pipeline: Pipeline, i: int, aggregate: Aggregate, ordinal: Callable[[str], int]
+    pipeline: Pipeline, aggregate: plan.AggregatePlan, ordinal: Callable[[str], int]
 ) -> dict[str, Any]:
-    _, primary_key = aggregate_columns(pipeline, aggregate)
-    keys = []
-    for column, ref in aggregate.group_by.items():
-        where = f"aggregates.{i}.group_by.{column}"
-        source, name = pipeline.resolve(ref, where)
-        kind = pipeline.reference_type(source, name)
-        # A key Postgres indexes by its md5 has the digest column in the primary key instead.
-        md5 = column not in primary_key
-        at = ordinal(joined_column(pipeline, source, name))
-        keys.append({"column": column, "ordinal": at, "type": kind, "md5": md5})
-    sums = []
-    for column, ref in aggregate.sums.items():
-        _, name = pipeline.resolve(ref, f"aggregates.{i}.sums.{column}")
-        field = pipeline.events.fields[name]
-        sums.append({"column": column, "ordinal": ordinal(pipeline.event_column(name)), "type": field.type})
-    events = pipeline.events
-    # Without a count field every event counts 1.
-    count = ordinal(pipeline.outputs.enriched.count_column or events.count) if events.count else None
+    count_column = plan.of(pipeline).names.count_column
     return {
         "name": aggregate.name,
-        "table": pipeline.aggregate_table(aggregate),
-        "topic": pipeline.aggregate_topic(aggregate),
-        "keys": keys,
-        "conflict_columns": primary_key,
+        "table": aggregate.table,
+        "topic": aggregate.topic,
+        "keys": [
+            {"column": k.column, "ordinal": ordinal(k.output), "type": k.type, "md5": k.md5}
+            for k in aggregate.keys
+        ],
+        "conflict_columns": aggregate.primary_key,
         "count_column": aggregate.count_column,
-        "count_ordinal": count,
-        "sums": sums,
+        # Without a count field every event counts 1.
+        "count_ordinal": None if count_column is None else ordinal(count_column),
+        "sums": [{"column": s.column, "ordinal": ordinal(s.output), "type": s.type} for s in aggregate.sums],
     }
 
 

@@ -1,5 +1,5 @@
 """The join of several tables as the job runs it: one stateful stage per join of the plan
-(common/join_plan.py), chained in one streaming query over one row shape (docs/decisions/join-cascade.md;
+(common/plan.py), chained in one streaming query over one row shape (docs/decisions/join-cascade.md;
 spec/cascade.py is the model, tests/unit/test_stages_spark.py holds the Spark stages to it).
 
 The events and the fold of every table's changes (pipeline/cdc_fold.py fold_tables) are tagged into one
@@ -19,7 +19,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
-from common import join_plan
+from common import plan
 from common.pipeline_file import Pipeline
 from pipeline import cdc_fold, records
 from pipeline.field_types import spark_type
@@ -71,7 +71,7 @@ def stage_schema(pipeline: Pipeline) -> StructType:
 
 def _join_fields(pipeline: Pipeline) -> list[StructField]:
     fields = []
-    for j, join in enumerate(join_plan.joins(pipeline)):
+    for j, join in enumerate(plan.of(pipeline).joins):
         named = join_columns(j)
         fields += [StructField(named["key"], _STR), StructField(named["key_known"], _BOOL)]
         fields += [StructField(f"j{j}_{name}", spark_type(c.type)) for name, c in join.table.columns.items()]
@@ -81,7 +81,7 @@ def _join_fields(pipeline: Pipeline) -> list[StructField]:
 
 def stages_spec(pipeline: Pipeline) -> dict[str, Any]:
     """Each stage's StageRows spec, in the plan's order."""
-    joins = join_plan.joins(pipeline)
+    joins = plan.of(pipeline).joins
     tables = [t["table"] for t in cdc_fold.tables_spec(pipeline)["tables"]]
     folded = {t["table"]: t["spec"]["columns"] for t in cdc_fold.tables_spec(pipeline)["tables"]}
     carried = [
@@ -114,7 +114,7 @@ def stages_spec(pipeline: Pipeline) -> dict[str, Any]:
     return {"stages": stages}
 
 
-def _next_hops(joins: tuple[join_plan.TableJoin, ...], j: int) -> list[dict[str, Any]]:
+def _next_hops(joins: tuple[plan.TableJoin, ...], j: int) -> list[dict[str, Any]]:
     """The later joins whose key is a column of the j-th join's version (or its key: column -1)."""
     join = joins[j]
     columns = list(join.table.columns)
@@ -160,17 +160,17 @@ def outputs(joined: DataFrame, pipeline: Pipeline) -> DataFrame:
     the profile's columns and each further table's under its prefix, the profile's valid_from, and complete
     when every join's key and version were known and CDC progress (not join.max_wait) released it; each
     reject; each version a stage stored, the profile's as the one-table join's change row (its history and
-    the changelog), a further table's as a row of its history's kind (join_plan.History), its values under
+    the changelog), a further table's as a row of its history's kind (plan.History), its values under
     the table's prefix. The raw changes the stages passed on end here."""
-    named = records.enriched_names(pipeline)
-    joins = join_plan.joins(pipeline)
+    resolved = plan.of(pipeline)
+    named, joins = resolved.names, resolved.joins
     known = [F.col(join_columns(j)["known"]) for j in range(len(joins))]
     complete = F.col(RELEASED_BY_MAX_WAIT) == F.lit(False)
     for flag in known:
         complete = complete & flag
     is_version = F.col("kind") == "version"
     kind = F.col("kind")
-    for j, history in reversed(list(enumerate(join_plan.histories(pipeline)))):
+    for j, history in reversed(list(enumerate(resolved.histories))):
         # A stage's version row has its own join's valid_from set, every other join's null.
         stored_by = is_version & F.col(join_columns(j)["valid_from"]).isNotNull()
         kind = F.when(stored_by, F.lit(history.kind)).otherwise(kind)
@@ -179,10 +179,7 @@ def outputs(joined: DataFrame, pipeline: Pipeline) -> DataFrame:
         "event_id": F.col("event_id"),
         named.key: F.when(is_version, F.col("key")).otherwise(F.col(join_columns(0)["key"])),
         named.time_ms: F.when(~is_version, F.col("ts_ms")),
-        **{
-            out: F.col(f"`{EVENT_PREFIX}{name}`")
-            for out, name in zip(named.fields, pipeline.events.fields, strict=True)
-        },
+        **{out: F.col(f"`{EVENT_PREFIX}{name}`") for name, out in named.fields.items()},
         named.count: F.col("count"),
         **{
             join.output(name): F.col(f"`j{j}_{name}`")
@@ -228,9 +225,9 @@ def _tag_events(events: DataFrame, pipeline: Pipeline, wide: StructType, buckets
         kind = F.when(is_reject, F.lit("reject")).otherwise(kind)
         values = {f.name: F.col(f.name) for f in records.REJECT.fields}
         values["bucket"] = reject_bucket(is_reject, "event_id", buckets)
-    for j, join in enumerate(join_plan.joins(pipeline)):
+    for j, join in enumerate(plan.of(pipeline).joins):
         source, field = join.on
-        if source == join_plan.EVENT:
+        if source == plan.EVENT:
             values[join_columns(j)["key"]] = F.col(f"`{field}`").cast(_STR)
             values[join_columns(j)["key_known"]] = F.lit(True)
     return project(

@@ -66,6 +66,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from common import plan
 from common.pipeline_file import Pipeline, ProfileColumn
 from pipeline import records
 from pipeline.field_types import spark_type
@@ -137,6 +138,7 @@ def join_spec(pipeline: Pipeline) -> dict[str, Any]:
     """What the JVM operator needs besides the tagged rows (io.streamfold.join.JoinSpec): the event fields
     and profile columns in order, each column's if_missing as a value of its Spark type, and the output
     schema (records.join_output, as Spark's JSON text)."""
+    profile = plan.of(pipeline).joins[0].table
     return {
         "event_fields": list(pipeline.events.fields),
         "profile_columns": [
@@ -145,7 +147,7 @@ def join_spec(pipeline: Pipeline) -> dict[str, Any]:
                 "type": column.type,
                 **({} if column.if_missing is None else {"if_missing": if_missing_value(name, column)}),
             }
-            for name, column in pipeline.profile.columns.items()
+            for name, column in profile.columns.items()
         ],
         "output": records.join_output(pipeline).json(),
     }

@@ -32,8 +32,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from common import join_plan
 from common import pipeline_file as pf
+from common import plan
 from common.config import Settings
 from db import capture
 from pipeline import cdc_fold, events, sources, stages
@@ -78,7 +78,7 @@ def enrich(
     if pipeline.tables:  # one stage per join (pipeline/stages.py); a one-table file keeps its one operator
         folded = cdc_fold.fold_tables(cdc_raw, cdc_fold.tables_spec(pipeline), cdc_registry)
         return stages.outputs(stages.join_tables(parsed, folded, join, pipeline), pipeline)
-    changes = cdc_fold.fold(cdc_raw, pipeline.profile_spec(), cdc_registry)  # changes, progress, rejects
+    changes = cdc_fold.fold(cdc_raw, plan.profile_spec(pipeline), cdc_registry)  # changes, progress, rejects
     # Rejects and changes ride through the join operator, so each source is read and parsed once per batch.
     return temporal_join(parsed, changes, join, pipeline)  # enriched clicks, dead letters, changelog rows
 
@@ -103,7 +103,7 @@ def flow(
     name = f"{settings.pipeline.name}-{source}"  # the query: its checkpoint folder and batch ledger
     # Postgres (enriched events, the totals, dead letters) exactly once, then Kafka.
     pipeline = settings.pipeline
-    cause = partial(capture.lost_message, settings.writer_dsn, pipeline, join_plan.captured(pipeline))
+    cause = partial(capture.lost_message, settings.writer_dsn, pipeline, plan.captured(pipeline))
     watch = CdcStall(pipeline.cdc_topic, join.max_wait_ms, now_ms(), cause=cause)
     stall = None if join.mode == LATEST else StallWatch(watch, spark.streams)
     sink = Sink(

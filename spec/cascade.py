@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from common.join_plan import EVENT, TableJoin
+from common.plan import EVENT, TableJoin
 from spec.several_tables import Joined, key_text
 from spec.temporal_state import (
     DELETE,

@@ -1,7 +1,7 @@
 """Which version of each table an event joins, when it joins several (docs/join-semantics.md, "Several
 tables"): the reference the job's joins are held to, free of Spark.
 
-The joins run in the plan's order (common/join_plan.py). Each one looks up its key's version valid at the
+The joins run in the plan's order (common/plan.py). Each one looks up its key's version valid at the
 event's time, exactly as a single table does (spec/temporal_state.py version_at). The key is an event field,
 or a column of the version an earlier join found valid at that same time: along a chain every hop is read
 at the event's time, never at the time the row was changed or the event arrived.
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from common.join_plan import EVENT, TableJoin
+from common.plan import EVENT, TableJoin
 from spec.temporal_state import DELETE, IfMissing, Version, unknown, version_at
 
 

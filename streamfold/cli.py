@@ -436,11 +436,11 @@ def topics(as_json: Annotated[bool, typer.Option("--json", help="print them as J
 
 
 def _generate_profiles(count: int) -> None:
-    from common import join_plan
+    from common import plan
     from streamfold.generate import load_tables, table_rows
 
     settings = config.load()
-    joins = join_plan.joins(settings.pipeline)
+    joins = plan.joins(settings.pipeline)
     with progress() as bar:
         tasks: dict[str, Any] = {}
         for position, join in enumerate(joins):

@@ -10,37 +10,16 @@ Postgres prints (a snapshot version is valid from '-infinity'); comparisons are 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.string import TextLoader
 
-from common import join_plan, names
+from common import names, plan
 from common import pipeline_file as pf
 from db import history
 from db.pipeline_tables import CDC_PROGRESS, RELEASED_BY_MAX_WAIT
-
-
-@dataclass(frozen=True)
-class Columns:
-    """The enriched table's columns explain reads, by the pipeline file's names."""
-
-    key: str
-    time: str
-    valid_from: str
-    complete: str
-
-    @staticmethod
-    def of(pipeline: pf.Pipeline) -> Columns:
-        out = pipeline.outputs.enriched
-        return Columns(
-            key=out.key_column or pipeline.events.key,
-            time=out.time_column or pipeline.events.time.field,
-            valid_from=out.valid_from_column,
-            complete=out.complete_column,
-        )
 
 
 def explain(reader_dsn: str, pipeline: pf.Pipeline, event_id: str) -> list[str]:
@@ -54,8 +33,9 @@ def explain(reader_dsn: str, pipeline: pf.Pipeline, event_id: str) -> list[str]:
         ).fetchone()
         if event is None:
             return dead_letter(conn, event_id)
-        columns = Columns.of(pipeline)
-        profile, *tables = join_plan.histories(pipeline)
+        resolved = plan.of(pipeline)
+        columns = resolved.names
+        profile, *tables = resolved.histories
         versions = conn.execute(
             f"SELECT v.*, v.valid_from <= %s::timestamptz AS began, v.valid_from > %s::timestamptz AS unseen"
             f" FROM ({history.versions_query(profile)}) v",
@@ -83,7 +63,7 @@ def dead_letter(conn: psycopg.Connection[Any], event_id: str) -> list[str]:
 
 
 def describe(
-    pipeline: pf.Pipeline, columns: Columns, event: dict[str, Any], versions: list[dict[str, Any]]
+    pipeline: pf.Pipeline, columns: plan.EnrichedNames, event: dict[str, Any], versions: list[dict[str, Any]]
 ) -> list[str]:
     """The event, the joined version and its neighbours, and one sentence saying why."""
     at = max((i for i, v in enumerate(versions) if v["began"]), default=None)  # the history's, at its time
@@ -107,29 +87,27 @@ def describe(
 
 
 def table_key(
-    pipeline: pf.Pipeline, columns: Columns, event: dict[str, Any], join: join_plan.TableJoin
+    pipeline: pf.Pipeline, columns: plan.EnrichedNames, event: dict[str, Any], join: plan.TableJoin
 ) -> Any:
     """The key a further join looked up, read back from the enriched row: the event field, or the column (or
     the key) of the join it chains from. A column with if_missing holds that value where the row had none."""
     source, column = join.on
-    if source == join_plan.EVENT:
-        return event[pipeline.event_column(column)]
-    earlier = join_plan.join_named(pipeline, source)
+    if source == plan.EVENT:
+        return event[columns.column(column)]
+    earlier = plan.of(pipeline).join(source)
     if column != earlier.table.key:
         return event[earlier.output(column)]
     return (
-        event[columns.key]
-        if earlier.name == join_plan.PROFILE
-        else table_key(pipeline, columns, event, earlier)
+        event[columns.key] if earlier.name == plan.PROFILE else table_key(pipeline, columns, event, earlier)
     )
 
 
 def table_line(
     conn: psycopg.Connection[Any],
     pipeline: pf.Pipeline,
-    columns: Columns,
+    columns: plan.EnrichedNames,
     event: dict[str, Any],
-    table: join_plan.History,
+    table: plan.History,
 ) -> str:
     """A further table: the key the event looked up and the version of it valid at the event's time (the
     greatest valid_from, then lsn, at or before it), from the table's history."""
@@ -149,7 +127,9 @@ def table_line(
     return f"{head} at its time {version_line(join.table.columns, began[-1])}"
 
 
-def joined_version(columns: Columns, event: dict[str, Any], versions: list[dict[str, Any]]) -> int | None:
+def joined_version(
+    columns: plan.EnrichedNames, event: dict[str, Any], versions: list[dict[str, Any]]
+) -> int | None:
     """The version the event joined: the last one valid from its profile_valid_from (a higher lsn wins)."""
     valid_from = event[columns.valid_from]
     same = [i for i, v in enumerate(versions) if valid_from is not None and v["valid_from"] == valid_from]
@@ -166,7 +146,9 @@ def version_line(carried_columns: Iterable[str], version: dict[str, Any]) -> str
     )
 
 
-def why(columns: Columns, event: dict[str, Any], versions: list[dict[str, Any]], at: int | None) -> str:
+def why(
+    columns: plan.EnrichedNames, event: dict[str, Any], versions: list[dict[str, Any]], at: int | None
+) -> str:
     time, progress = event[columns.time], event[CDC_PROGRESS]
     released_by_wait = event[RELEASED_BY_MAX_WAIT]
     if released_by_wait is None:

@@ -18,8 +18,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from common import join_plan, topics
 from common import pipeline_file as pf
+from common import plan, topics
 
 BATCH = 10_000
 
@@ -75,10 +75,10 @@ def table_rows(rows: int, position: int) -> int:
     return max(1, rows // TABLE_SHRINK**position)
 
 
-def table_key(i: int, join: join_plan.TableJoin, pipeline: pf.Pipeline) -> Any:
+def table_key(i: int, join: plan.TableJoin, pipeline: pf.Pipeline) -> Any:
     """The i-th sample key of a join's table: the profile's as key() says; a further table's text key is
     `<name>_<i>`."""
-    if join.name == join_plan.PROFILE:
+    if join.name == plan.PROFILE:
         return key(i, pipeline)
     return f"{join.name}_{i}" if join.table.key_type == "text" else i
 
@@ -88,16 +88,16 @@ class KeyDraw:
     """Which values must be keys of a table: a column (or event field) some join joins on, with the table
     joined on it and its position in the plan."""
 
-    target: join_plan.TableJoin
+    target: plan.TableJoin
     position: int
 
 
 def key_draws(pipeline: pf.Pipeline, source: str) -> dict[str, KeyDraw]:
-    """The columns of `source` (a join's name, or join_plan.EVENT for the events' fields) that a join reads
+    """The columns of `source` (a join's name, or plan.EVENT for the events' fields) that a join reads
     its key from."""
     return {
         join.on[1]: KeyDraw(join, position)
-        for position, join in enumerate(join_plan.joins(pipeline))
+        for position, join in enumerate(plan.joins(pipeline))
         if position > 0 and join.on[0] == source
     }
 
@@ -107,7 +107,7 @@ def _drawn(draw: KeyDraw, spread: int, rng: random.Random, pipeline: pf.Pipeline
 
 
 def _row(
-    i: int, rng: random.Random, pipeline: pf.Pipeline, join: join_plan.TableJoin, rows: int, extra: list[str]
+    i: int, rng: random.Random, pipeline: pf.Pipeline, join: plan.TableJoin, rows: int, extra: list[str]
 ) -> list[Any]:
     """Row i of a join's table: its key, each carried column (a foreign key drawn among the keys of the
     table it points at, as if the profile had `rows` keys), then the sample's other columns."""
@@ -132,7 +132,7 @@ def _row(
 def _uncarried(pipeline: pf.Pipeline) -> list[str]:
     """The sample's values that name no event field and no column any join carries: the profile table's
     other columns (PII the demo fills, say)."""
-    carried = {name for join in join_plan.joins(pipeline) for name in join.carried()}
+    carried = {name for join in plan.joins(pipeline) for name in join.carried()}
     return [n for n in pipeline.sample.values if n not in carried and n not in pipeline.events.fields]
 
 
@@ -146,7 +146,7 @@ def load_profiles(
     """Insert profiles 1..count into the pipeline's table (existing keys are left alone). Returns rows
     inserted. The sample's values for columns the file does not carry are inserted too."""
     pipeline = pipeline or pf.load()
-    return _load(admin_dsn, join_plan.joins(pipeline)[0], count, count, pipeline, seed, on_progress)
+    return _load(admin_dsn, plan.joins(pipeline)[0], count, count, pipeline, seed, on_progress)
 
 
 def load_tables(
@@ -160,7 +160,7 @@ def load_tables(
     foreign key pointing at a row. Returns rows inserted per Postgres table (a table joined twice is
     filled once, by its first join)."""
     inserted: dict[str, int] = {}
-    for position, join in enumerate(join_plan.joins(pipeline)):
+    for position, join in enumerate(plan.joins(pipeline)):
         if join.table.table in inserted:
             continue
         advance = (lambda n, table=join.table.table: on_progress(table, n)) if on_progress else None
@@ -171,7 +171,7 @@ def load_tables(
 
 def _load(
     admin_dsn: str,
-    join: join_plan.TableJoin,
+    join: plan.TableJoin,
     rows: int,
     spread: int,
     pipeline: pf.Pipeline,
@@ -182,7 +182,7 @@ def _load(
     alone. The profile also gets the sample's values for columns the file does not carry."""
     rng = random.Random(seed)
     table = join.table
-    extra = _uncarried(pipeline) if join.name == join_plan.PROFILE else []
+    extra = _uncarried(pipeline) if join.name == plan.PROFILE else []
     columns = sql.SQL(", ").join(map(sql.Identifier, [table.key, *table.columns, *extra]))
     target = sql.Identifier(table.schema_name, table.table_name)
     staging = sql.SQL("CREATE TEMP TABLE IF NOT EXISTS new_rows ON COMMIT DROP AS SELECT {} FROM {} LIMIT 0")
@@ -239,7 +239,7 @@ def clicks(spec: ClickSpec) -> Iterator[dict[str, Any]]:
     """Events with a skewed key popularity (a few keys send a lot), like real traffic, stamped now."""
     rng = random.Random(spec.seed)
     events = spec.pipeline.events
-    draws = key_draws(spec.pipeline, join_plan.EVENT)  # fields a table joins on: its keys
+    draws = key_draws(spec.pipeline, plan.EVENT)  # fields a table joins on: its keys
     for _ in range(spec.count):
         # P(rank) ~ 1/rank (Zipf-like), then a bijective scramble so popular keys are spread out.
         rank = int((spec.users + 1) ** rng.random())

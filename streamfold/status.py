@@ -35,7 +35,7 @@ import requests
 from botocore.config import Config
 from confluent_kafka import Consumer, TopicPartition
 
-from common import config, join_plan, kinesis, names
+from common import config, kinesis, names, plan
 from common import pipeline_file as pf
 from db import capture as db_capture
 from pipeline.status_files import JOB_FILE, WAITING_FILE, now_ms, read_json, request_count, status_dir
@@ -84,7 +84,7 @@ def collect(settings: config.Settings, versions: Callable[[], list[dict[str, Any
 def capture(reader_dsn: str, pipeline: pf.Pipeline) -> dict[str, Any]:
     """Whether the publication captures the tables and their carried columns (db/capture.py)."""
     with psycopg.connect(reader_dsn, connect_timeout=int(TIMEOUT_S)) as conn:
-        found = db_capture.lost(conn, pipeline, join_plan.captured(pipeline))
+        found = db_capture.lost(conn, pipeline, plan.captured(pipeline))
     lost = None if found is None else {"columns": list(found.columns), "message": found.message()}
     return {"table": pipeline.profile.table, "publication": pipeline.publication, "lost": lost}
 

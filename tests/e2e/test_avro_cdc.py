@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from common import config, join_plan
+from common import config, plan
 from common import pipeline_file as pf
 from connectors.setup import run_setup
 from pipeline import cdc_fold
@@ -72,7 +72,7 @@ def twins(streamfold_setup: config.Settings) -> Iterator[dict[str, config.Settin
     finally:
         for settings in twins.values():
             p = settings.pipeline
-            drop_installation(settings.pg_dsn, settings.connect_url, p, join_plan.captured(p))
+            drop_installation(settings.pg_dsn, settings.connect_url, p, plan.captured(p))
 
 
 def wait_for_slots(dsn: str, slots: list[str]) -> None:
@@ -161,7 +161,7 @@ def folded(twins: dict[str, config.Settings], marker: str) -> dict[str, Any]:
         records = [(m.topic, _b64(m.raw_key), _b64(m.raw_value), f"r{m.offset}") for m in messages]
         registry = cdc_fold.avro_registry(p)
         asked.append(
-            {"records": records, "spec": p.profile_spec(), "registry": registry and asdict(registry)}
+            {"records": records, "spec": plan.profile_spec(p), "registry": registry and asdict(registry)}
         )
     avro = cdc_fold.avro_registry(twins["avro"].pipeline)
     assert avro is not None

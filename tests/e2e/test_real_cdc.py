@@ -21,7 +21,7 @@ import pytest
 from psycopg import sql
 
 from common import pipeline_file as pf
-from common import topics
+from common import plan, topics
 from spec.envelopes import UNAVAILABLE, Change, Truncate, parse_envelope
 from tests.support import own_pipeline as own
 from tests.support.kafka import Message, read_all, wait_for
@@ -166,7 +166,7 @@ def changelog_oracle(bootstrap: str, p: pf.Pipeline) -> dict[str, list[str | Non
     """Each key's changelog as the CDC topic implies it, folded by the reference (spec/envelopes.py): its
     versions' regions in version order (None for a delete), and a tombstone at every truncate that ends a
     profile the key had."""
-    spec, versions, truncates = p.profile_spec(), {}, []
+    spec, versions, truncates = plan.profile_spec(p), {}, []
     for m in read_all(bootstrap, p.cdc_topic):
         folded = parse_envelope(m.topic, m.raw_key, m.raw_value, spec)
         if isinstance(folded, Change):

@@ -18,7 +18,7 @@ import pytest
 import requests
 from psycopg import sql
 
-from common import join_plan, names, topics
+from common import names, plan, topics
 from common import pipeline_file as pf
 from connectors.setup import run_setup
 from tests.support import pipeline as sp
@@ -45,7 +45,7 @@ def retype_regionid(pg: psycopg.Connection, statement: str) -> None:
     """PostgreSQL refuses to retype a column in a publication's column list: take it out, retype, put it
     back (what an operator has to do; changes committed in between carry no regionid)."""
     pipeline = pf.load()
-    columns = join_plan.captured(pipeline)[pipeline.profile.table]
+    columns = plan.captured(pipeline)[pipeline.profile.table]
     publish(pg, tuple(c for c in columns if c != "regionid"))
     pg.execute(statement)
     publish(pg, columns)

@@ -22,9 +22,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from common import config, join_plan
+from common import config, plan
 from common import pipeline_file as pf
-from pipeline import records
 from tests.e2e.test_own_pipeline_story import produce
 from tests.support import own_pipeline as own
 from tests.support.kafka import read_all
@@ -56,7 +55,7 @@ def parcels(streamfold_setup: config.Settings, tmp_path: Path) -> Iterator[own.O
         yield made
     finally:
         p = made.pipeline
-        tables = (*join_plan.captured(p), *(p.aggregate_table(a) for a in p.aggregates))
+        tables = (*plan.captured(p), *(p.aggregate_table(a) for a in p.aggregates))
         own.drop_installation(made.dsn, streamfold_setup.connect_url, p, tables)
 
 
@@ -130,7 +129,7 @@ def test_three_tables_join_each_at_the_events_time(parcels: own.OwnPipeline, str
     parcels.streamfold("run", "--source", "kafka", "--once")
     parcels.streamfold("run", "--source", "kinesis", "--once")
 
-    complete = records.enriched_names(p).complete
+    complete = plan.of(p).names.complete
     with parcels.connect() as conn:
         rows = conn.execute(
             f"SELECT status, parcel_service, sender_country, sender_tier, depot_city, depot_region, "
@@ -158,8 +157,8 @@ def test_three_tables_join_each_at_the_events_time(parcels: own.OwnPipeline, str
     assert history == [(7, "c", 1, "express", None), (8, "c", 999, "standard", None),
                        (9, "c", None, "economy", None)]  # fmt: skip
     assert at_move == [("express",)]
-    # Each further table's own history, its view and its function (common/join_plan.py History).
-    sender, depot = join_plan.histories(p)[1:]
+    # Each further table's own history, its view and its function (common/plan.py History).
+    sender, depot = plan.histories(p)[1:]
     with parcels.connect() as conn:
         senders = conn.execute(
             f"SELECT id, op, country, tier FROM {sender.view} ORDER BY valid_from"

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from common import config, join_plan
+from common import config, plan
 from common import versions as v
 from tests.e2e.test_own_pipeline_story import produce
 from tests.e2e.test_several_tables_join import commit_ms, parcels, scan
@@ -82,7 +82,7 @@ def test_a_version_of_a_three_table_file_joins_as_the_live_one(
 
     assert "now read v2" in " ".join(made.streamfold("swap", "v2").stderr.split())
     assert joined(made, p.enriched_table) == live, "the users' name reads v2"
-    sender, v2_sender = join_plan.histories(p)[1], join_plan.histories(v2)[1]
+    sender, v2_sender = plan.histories(p)[1], plan.histories(v2)[1]
     with made.connect() as conn:  # a further table's history view and function read v2's table too
         definition = conn.execute("SELECT pg_get_viewdef(%s::regclass)", (sender.view,)).fetchone()
         now = conn.execute(f"SELECT country FROM {sender.function}(1, now())").fetchall()

@@ -22,7 +22,7 @@ import psycopg
 import requests
 from psycopg import sql
 
-from common import config, join_plan, kinesis
+from common import config, kinesis, plan
 from common import pipeline_file as pf
 from spec.envelopes import BadEnvelope, Change, parse_envelope
 from spec.events import Rejected, parse_event
@@ -157,7 +157,7 @@ def create(admin_dsn: str, home: Path, kinesis_only: bool = False) -> OwnPipelin
 def drop(own: OwnPipeline, connect_url: str) -> None:
     """The connector, its slot, publication and tables: nothing keeps WAL or rows after the test."""
     p = own.pipeline
-    tables = (*join_plan.captured(p), *(p.aggregate_table(a) for a in p.aggregates))
+    tables = (*plan.captured(p), *(p.aggregate_table(a) for a in p.aggregates))
     drop_installation(own.dsn, connect_url, p, tables)
 
 
@@ -176,7 +176,7 @@ def drop_installation(dsn: str, connect_url: str, p: pf.Pipeline, tables: tuple[
         if slot is not None:
             conn.execute("SELECT pg_drop_replication_slot(%s)", (p.slot,))
         conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(p.publication)))
-        histories = join_plan.histories(p)  # the profile's, and a file's further tables'
+        histories = plan.histories(p)  # the profile's, and a file's further tables'
         for history in histories:
             conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.SQL(history.function)))
         for table in (*tables, p.enriched_table, *(h.table for h in histories)):  # each history's view too
@@ -229,7 +229,7 @@ Versions = dict[str, list[tuple[int, int, dict[str, Any] | None]]]
 def history(bootstrap: str, pipeline: pf.Pipeline) -> tuple[Versions, set[str]]:
     """Every key's versions (valid_from, lsn, columns or None for a delete) from the CDC topic, and the
     CDC records the reference fold rejects, by dead-letter id."""
-    spec, versions, dead = pipeline.profile_spec(), {}, set()
+    spec, versions, dead = plan.profile_spec(pipeline), {}, set()
     for topic in (pipeline.cdc_topic, pipeline.heartbeat_topic):
         for m in read_all(bootstrap, topic):
             try:

@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from common import config, kinesis, names
+from common import config, kinesis, names, plan
 from common import pipeline_file as pf
 from connectors import setup
 from db import schema
@@ -37,7 +37,7 @@ from tests.support.kafka import Message, read_all
 
 # The default pipeline file's specs (the demo's clicks and public.users).
 DEFAULT_EVENT_SPEC = pf.load().event_spec()
-DEFAULT_PROFILE_SPEC = pf.load().profile_spec()
+DEFAULT_PROFILE_SPEC = plan.profile_spec(pf.load())
 
 ROOT = Path(__file__).resolve().parents[2]
 NEVER = -(2**63)

@@ -15,8 +15,8 @@ import pytest
 from bench import cluster, cpu, job, kstreams, procmem, profile, report, tables_path
 from bench.latency import Observations, percentile, summary
 from bench.naive import STAGING_COLUMNS, pg_array, user_click
-from common import join_plan
 from common import pipeline_file as pf
+from common import plan
 from streamfold import generate
 from tests.support.records import RELEASE_FIELDS, USER_CLICKS_FIELDS
 
@@ -398,7 +398,7 @@ def test_markdown_has_the_local_vs_cluster_pair_and_names_the_bottleneck():
 
 def test_the_three_table_file_chains_a_table_and_looks_one_up_each_ten_times_smaller(tmp_path: Path):
     p = pf.load(tables_path.pipeline_file(tmp_path))
-    joins = join_plan.joins(p)
+    joins = plan.joins(p)
     assert [(j.table.table, j.on, generate.table_rows(100_000, n)) for n, j in enumerate(joins)] == [
         (tables_path.PROFILE_TABLE, ("event", "userid"), 100_000),
         (tables_path.PLANS_TABLE, ("profile", tables_path.FOREIGN_KEY), 10_000),

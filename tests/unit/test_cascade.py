@@ -10,13 +10,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common import join_plan
+from common import plan
 from spec.cascade import Change, Event, Progress, Row, run
 from spec.several_tables import join_event
 from spec.temporal_state import Version
 from tests.unit.test_several_tables import scans
 
-JOINS = join_plan.joins(scans())
+JOINS = plan.joins(scans())
 TABLES = {
     # Postgres table -> its keys and the values a version may hold (the columns of its join, in order).
     "public.parcels": (["1", "2"], st.tuples(st.sampled_from([1, 2, 3, None]), st.just("1.5"))),

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from common import join_plan
 from common import pipeline_file as pf
-from streamfold.explain import Columns, describe, table_key
+from common import plan
+from streamfold.explain import describe, table_key
 from tests.support.pipelines import DEFAULT
 
-COLUMNS = Columns.of(DEFAULT)
+COLUMNS = plan.of(DEFAULT).names
 
 
 def event(**given: Any) -> dict[str, Any]:
@@ -84,8 +84,8 @@ def test_a_row_from_before_the_release_columns_says_so() -> None:
 
 def test_a_further_tables_key_is_read_back_from_the_enriched_row() -> None:
     parcels = pf.load(Path(__file__).parents[2] / "examples" / "parcels" / "pipeline.yaml")
-    sender, depot = join_plan.joins(parcels)[1:]
+    sender, depot = plan.joins(parcels)[1:]
     scan = {"parcel_id": 7, "depot": "HAM", "parcel_sender_id": 1}
-    columns = Columns.of(parcels)
+    columns = plan.of(parcels).names
     assert table_key(parcels, columns, scan, sender) == 1  # profile.sender_id, under the profile's prefix
     assert table_key(parcels, columns, scan, depot) == "HAM"  # an event field

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from common import names
+from common import names, plan
 from common import pipeline_file as pf
 from pipeline import cdc_fold, events, field_types
 from pipeline.events import MAX_RECORD_BYTES
@@ -519,7 +519,7 @@ def test_plain_envelope_fast_path_folds_only_what_parse_envelope_folds(spark: Sp
     assert taken > len(real) + (valid - len(real)) // 10, (taken, valid)
 
 
-DEFAULT_SPEC = pf.load().profile_spec()
+DEFAULT_SPEC = plan.profile_spec(pf.load())
 
 
 @dataclass

@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common import names
+from common import names, plan
 from common import pipeline_file as pf
 from db import pipeline_tables, tables
 
@@ -103,7 +103,7 @@ def test_the_default_specs_are_todays_contract():
         "max_future_ms": 60_000,
         "max_key_bytes": 1024,
     }
-    profile = DEFAULT.profile_spec()
+    profile = plan.profile_spec(DEFAULT)
     assert profile["key"] == {"column": "userid", "type": "text"}
     assert [c["name"] for c in profile["columns"]] == ["regionid", "gender", "interests", "registertime"]
     assert [c.get("max_bytes") for c in profile["columns"]] == [1024, None, None, None]

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common import join_plan
 from common import pipeline_file as pf
+from common import plan
 from spec.several_tables import Joined, join_event
 from spec.temporal_state import UNAVAILABLE, Version
 
@@ -55,7 +55,7 @@ def scans() -> pf.Pipeline:
 
 
 def test_the_plan_joins_the_profile_first_then_the_tables_in_the_files_order() -> None:
-    joins = join_plan.joins(scans())
+    joins = plan.joins(scans())
     assert [(j.name, j.on, j.prefix) for j in joins] == [
         ("profile", ("event", "parcel_id"), "profile_"),
         ("sender", ("profile", "sender_id"), "sender_"),
@@ -70,7 +70,7 @@ def test_captured_names_each_table_once_with_the_columns_of_every_join_of_it() -
         "  parent:\n    table: public.senders\n    key: id\n    key_type: bigint\n"
         "    columns: {vat: text}\n    join_on: sender.parent\n  depot:\n",
     )
-    captured = join_plan.captured(pf.parse(text))
+    captured = plan.captured(pf.parse(text))
     assert captured == {
         "public.parcels": ("id", "sender_id", "weight"),
         "public.senders": ("id", "country", "account", "parent", "vat"),
@@ -81,7 +81,7 @@ def test_captured_names_each_table_once_with_the_columns_of_every_join_of_it() -
 
 def test_each_join_has_its_own_history_the_profiles_under_its_former_names() -> None:
     pipeline = scans()
-    histories = join_plan.histories(pipeline)
+    histories = plan.histories(pipeline)
     assert [(h.table, h.view, h.function, h.kind) for h in histories[:2]] == [
         (pipeline.history_table, pipeline.versions_view, pipeline.profile_at_function, "change"),
         (
@@ -97,8 +97,8 @@ def test_each_join_has_its_own_history_the_profiles_under_its_former_names() -> 
 def test_a_one_table_file_compiles_to_the_profile_alone() -> None:
     pipeline = pf.load(pf.DEFAULT_PATH)
     assert pipeline.tables == {}
-    assert [j.name for j in join_plan.joins(pipeline)] == ["profile"]
-    assert join_plan.captured(pipeline) == {
+    assert [j.name for j in plan.joins(pipeline)] == ["profile"]
+    assert plan.captured(pipeline) == {
         "public.users": ("userid", "regionid", "gender", "interests", "registertime")
     }
 
@@ -164,7 +164,7 @@ HISTORIES = {
 
 
 def test_each_hop_of_a_chain_is_read_at_the_events_time() -> None:
-    joins = join_plan.joins(scans())
+    joins = plan.joins(scans())
     before = join_event(joins, HISTORIES, {"parcel_id": 7, "depot": "HAM"}, T0)
     assert before == {
         "profile": Joined("7", (1, "2.50"), 0, True),
@@ -182,14 +182,14 @@ def test_each_hop_of_a_chain_is_read_at_the_events_time() -> None:
 
 def test_a_deleted_row_in_the_middle_of_a_chain_ends_the_chain() -> None:
     histories = {**HISTORIES, "sender": {"1": [v(0, "DE", "acme"), v(T0 + 1, None, None, op="d")]}}
-    joined = join_event(join_plan.joins(scans()), histories, {"parcel_id": 7}, T0 + 1)
+    joined = join_event(plan.joins(scans()), histories, {"parcel_id": 7}, T0 + 1)
     assert joined["sender"] == Joined("1", ("XX", None), None, True)
     assert joined["account"] == Joined(None, ("none",), None, True)
 
 
 def test_an_unknown_foreign_key_makes_the_rest_of_the_chain_incomplete() -> None:
     histories = {**HISTORIES, "sender": {"1": [v(0, "DE", UNAVAILABLE)]}}
-    joined = join_event(join_plan.joins(scans()), histories, {"parcel_id": 7}, T0)
+    joined = join_event(plan.joins(scans()), histories, {"parcel_id": 7}, T0)
     assert joined["sender"].known is False
     assert joined["account"] == Joined(None, ("none",), None, False)
 
@@ -206,7 +206,7 @@ def test_a_change_after_the_event_never_changes_what_it_joined(
     time_ms: int, later: list[tuple[str, int, int]]
 ) -> None:
     """Stream-table semantics: whatever is committed after t, in any table, leaves the event at t alone."""
-    joins = join_plan.joins(scans())
+    joins = plan.joins(scans())
     base = {
         "profile": {"7": [v(0, 1, "1"), v(5, 2, "1")]},
         "sender": {"1": [v(0, "DE", "acme")], "2": [v(3, "NL", "zeta")]},

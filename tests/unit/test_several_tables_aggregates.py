@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
 from common import pipeline_file as pf
+from common import plan
 from common.limits import MAX_KEY_BYTES
 from db import pipeline_tables
 from pipeline import cdc_fold, records, sink_spec
@@ -46,7 +47,7 @@ def test_a_reference_resolves_to_its_table_beside_events_and_the_profile() -> No
 
 def test_the_aggregate_table_types_a_tables_column_and_keys_it_as_the_profiles() -> None:
     pipeline = per_place()
-    columns, key = pipeline_tables.aggregate_columns(pipeline, pipeline.aggregates[0])
+    columns, key = pipeline_tables.aggregate_columns(plan.of(pipeline).aggregates[0])
     types = {c.name: type(c.type) for c in columns}
     assert types == {
         "country": sa.Text,
@@ -103,7 +104,7 @@ def test_a_too_long_value_of_a_tables_text_key_is_a_dead_letter(spark: SparkSess
 def test_a_one_table_files_fold_spec_is_the_profiles_alone() -> None:
     pipeline = pf.load(pf.DEFAULT_PATH)
     assert cdc_fold.tables_spec(pipeline) == {
-        "tables": [{"table": pipeline.profile.table, "spec": pipeline.profile_spec()}]
+        "tables": [{"table": pipeline.profile.table, "spec": plan.profile_spec(pipeline)}]
     }
 
 

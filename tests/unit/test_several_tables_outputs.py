@@ -5,7 +5,7 @@ file's outputs have none of them (its tests hold them as they were)."""
 
 from __future__ import annotations
 
-from common import join_plan
+from common import plan
 from db import pipeline_tables
 from pipeline import records, sink_spec
 from tests.unit.test_several_tables import scans
@@ -39,7 +39,7 @@ def test_the_sink_lands_each_tables_column_from_its_output_column() -> None:
     landed = {c["name"]: (output.fieldNames()[c["ordinal"]], c["type"]) for c in spec["enriched"]["columns"]}
     types = {
         join.output(name): column.type
-        for join in join_plan.joins(pipeline)[1:]
+        for join in plan.joins(pipeline)[1:]
         for name, column in join.table.columns.items()
     }
     assert {name: landed[name] for name in PREFIXED} == {name: (name, types[name]) for name in PREFIXED}

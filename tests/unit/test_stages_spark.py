@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from common import join_plan
+from common import plan
 from pipeline import cdc_fold, records, stages
 from pipeline.join_config import JoinConfig
 from pipeline.temporal_join import DRIFT_METRIC, pending_clicks
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.spark
 
 SEED = int(os.environ.get("STAGES_DIFF_SEED", "20261206"))
 PIPELINE = scans()
-JOINS = join_plan.joins(PIPELINE)
+JOINS = plan.joins(PIPELINE)
 SPEC = cdc_fold.tables_spec(PIPELINE)
 TABLES = [t["table"] for t in SPEC["tables"]]
 COLUMNS = {t["table"]: [c["name"] for c in t["spec"]["columns"]] for t in SPEC["tables"]}
@@ -228,7 +228,7 @@ def _assert_outputs(outputs: dict[str, Row], seen: dict[str, dict[str, Joined]])
     """The job's output rows (records.join_output): each table's columns under its prefix, the profile's
     valid_from, and complete the AND over the joins."""
     assert list(outputs[next(iter(seen))].asDict()) == records.join_output(PIPELINE).fieldNames()
-    named = records.enriched_names(PIPELINE)
+    named = plan.of(PIPELINE).names
     for event_id, joined in seen.items():
         row = outputs[event_id].asDict()
         for join in JOINS:
@@ -273,4 +273,4 @@ def test_join_max_wait_releases_an_event_through_every_stage(spark: SparkSession
     assert row.released_by_max_wait is True
     assert (row.j1_key, row.j1_country, row.j2_key) == ("1", "DE", "a")
     [out] = [r for e, r in harness.outputs.items() if e == "e"]
-    assert out[records.enriched_names(PIPELINE).complete] is False
+    assert out[plan.of(PIPELINE).names.complete] is False
