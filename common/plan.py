@@ -17,7 +17,9 @@ of the file is an order the joins can run in.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from common import pipeline_file as pf
@@ -78,7 +80,7 @@ class EnrichedNames:
     key: str
     time: str
     time_ms: str
-    fields: dict[str, str]  # event field -> its column
+    fields: Mapping[str, str]  # event field -> its column
     count: str  # in the join's output always: 1 per event when the file has no count field
     count_column: str | None  # in the enriched table: only when the file has a count field
     valid_from: str
@@ -228,7 +230,7 @@ def _names(pipeline: pf.Pipeline) -> EnrichedNames:
         key=out.key_column or events.key,
         time=time,
         time_ms=f"{time}_ms",
-        fields={name: out.event_columns.get(name, name) for name in events.fields},
+        fields=MappingProxyType({name: out.event_columns.get(name, name) for name in events.fields}),
         count=count_column or "count",
         count_column=count_column,
         valid_from=out.valid_from_column,
