@@ -22,8 +22,10 @@ import org.apache.spark.sql.types.StructType;
  *
  * Stage k takes its table's changes and truncates (their `table` is its Postgres table) into its versions
  * by key, and every event by the key its join looks up (j(k)_key, written by an earlier stage or from an
- * event field). Every change, truncate, reject and the bucket's CDC progress pass on to the next stage as
- * they came; an event with no key joins nothing at once. A released event comes out with this join's
+ * event field). Every change, truncate and reject passes on to the next stage as it came; CDC progress rows
+ * reach the first stage only, which holds every event (one with no key too) until progress passes it, while
+ * a later stage takes the progress that released each event (progressWith) and joins an event with no key
+ * with nothing at once. A released event comes out with this join's
  * columns (if_missing applied), its valid_from, whether all of it is known, and the keys the later joins
  * of a chain read from the raw version it found (ForeignKey: before if_missing, in the fold's key text).
  * Every other value of the event (its fields, what earlier stages wrote) waits with it in the bucket's state.
