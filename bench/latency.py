@@ -26,6 +26,7 @@ import math
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -332,6 +333,8 @@ def breakdown(
     read_to = sorted((e["batchId"], _click_end_offsets(e)) for e in progress)
     committed = sorted((at.timestamp(), batch_id) for batch_id, _, at in commits)
     segments: dict[str, list[float]] = {name: [] for name in SEGMENTS}
+    later: Counter[int] = Counter()  # batches between the one that read a click and the one that emitted it
+    reads: set[int] = set()
     with observed.lock:
         samples = [(k, sent, observed.seen[k]) for k, sent in observed.sent.items() if k in observed.seen]
     for key, sent, seen in samples:
@@ -344,10 +347,21 @@ def breakdown(
         points = (sent, starts[read], starts[emit_batch], commit_at, seen)
         for name, a, b in zip(SEGMENTS, points, points[1:], strict=False):
             segments[name].append(b - a)
+        later[emit_batch - read] += 1
+        reads.add(read)
     return {
         "samples": len(segments[SEGMENTS[0]]),
         **{name: {f"p{q}_s": percentile(v, q) for q in (50, 99)} for name, v in segments.items()},
+        "emitted_batches_later": {str(n): later[n] for n in sorted(later)},
+        "batch_s": batch_seconds(progress, reads),
     }
+
+
+def batch_seconds(progress: list[dict[str, Any]], batches: set[int]) -> dict[str, float | None]:
+    """p50/p99 of the triggerExecution of these batches (those that read the window's sampled clicks):
+    how long a batch takes at the window's load."""
+    took = [e["durationMs"]["triggerExecution"] / 1000 for e in progress if e["batchId"] in batches]
+    return {f"p{q}_s": percentile(took, q) for q in (50, 99)}
 
 
 def _epoch_s(iso: str) -> float:

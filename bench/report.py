@@ -440,7 +440,9 @@ def tables_rows(results: dict[str, Any]) -> list[list[str]]:
             " + ".join(f"{n:,}" for n in t["rows"].values()),
             rate(t["clicks_per_s"]),
             rate(t["clicks_per_s_from_start"]),
-            f"{t['state_per_million_rows_mb']:.1f} (target ≤ 100)",
+            "-"
+            if t.get("state_per_million_rows_mb") is None
+            else f"{t['state_per_million_rows_mb']:.1f} (target ≤ 100)",
             p99(t.get("latency") or []),
             f"{t['rows_landed']:,} of {t['clicks']:,} ({t['incomplete_rows']:,})",
             rate(t["unknown_region_clicks"]),
@@ -533,7 +535,7 @@ TABLES = {
             "rows of its tables",
             "clicks/s steady",
             "clicks/s from launch",
-            "join state on disk, MB / 1M rows",
+            "join state (RocksDB files), MB / 1M rows",
             f"click p99 at {TABLES_RATE:,.0f}/s",
             "rows landed of clicks (incomplete)",
             "clicks enriched UNKNOWN",

@@ -247,6 +247,7 @@ def measure_clicks(
     result.update(
         users=users,
         state_rows=result["state"].get("numRowsTotal"),
+        state_sst_bytes=sst,
         state_sst_mib=round(sst / 2**20, 1) if sst is not None else None,
         state_checkpoint_bytes=job.state_dir_bytes(run),
         memory_to_last_commit=run.sampler.peaks.as_dict() if run.sampler else {},
@@ -317,10 +318,7 @@ def latency_windows(bench: Bench, inputs: Inputs, run: job.JobRun, p: Params, of
         windows.append(window.as_dict())
         c = window.clicks
         echo(f"  click latency p50 {c['p50_s']} s, p99 {c['p99_s']} s; kept up: {window.kept_up}")
-        parts = ", ".join(
-            f"{k} {v['p50_s']}/{v['p99_s']}" for k, v in window.breakdown.items() if k != "samples"
-        )
-        echo(f"  where it goes (p50/p99 s): {parts}")
+        echo_breakdown(window.breakdown)
         if rate != p.rate and not window.kept_up:
             ticker = Ticker("backlog committed before the next window", offered, every_s=30)
             try:
@@ -528,7 +526,11 @@ def three_tables_measured(bench: Bench, p: Params) -> dict[str, Any]:
         "table_rows": table_rows,
         **landed,
         "state_sst_mib": round(sst / 2**20, 1) if sst is not None else None,
-        "state_per_million_rows_mb": tables_path.per_million_rows_mb(
+        # The join's state: RocksDB's files of every stage (what the target means); the checkpoint's
+        # directory besides holds the changelog of each of the last 100 batches (kept for recovery), so it
+        # grows with the batches and their changes, not with the tables (docs/benchmark.md, 10.).
+        "state_per_million_rows_mb": tables_path.per_million_rows_mb(sst, table_rows) if sst else None,
+        "checkpoint_per_million_rows_mb": tables_path.per_million_rows_mb(
             result["state_checkpoint_bytes"], table_rows
         ),
         "load": {"clicks_per_s": round(loaded.rate), "updates": loaded.updates},
@@ -555,7 +557,19 @@ def tables_latency(bench: Bench, run: job.JobRun, p: Params) -> list[dict[str, A
     window.breakdown = latency.breakdown(window.observed, run.progress(), run.commits())
     c = window.clicks
     echo(f"  click latency p50 {c['p50_s']} s, p99 {c['p99_s']} s; kept up: {window.kept_up}")
+    echo_breakdown(window.breakdown)
     return [window.as_dict()]
+
+
+def echo_breakdown(breakdown: dict[str, Any]) -> None:
+    """Where a window's click latency goes, its batches' length, and how many batches after the one that
+    read it a click was emitted (latency.breakdown)."""
+    parts = ", ".join(
+        f"{k} {v['p50_s']}/{v['p99_s']}" for k, v in breakdown.items() if isinstance(v, dict) and "p50_s" in v
+    )
+    echo(f"  where it goes (p50/p99 s): {parts}")
+    later = breakdown["emitted_batches_later"]
+    echo(f"  clicks emitted n batches after the one that read them (n: clicks): {later}")
 
 
 def tables_over_one_table(results: dict[str, Any]) -> dict[str, float | None]:
@@ -571,12 +585,13 @@ def tables_over_one_table(results: dict[str, Any]) -> dict[str, float | None]:
         window = report.window_at(windows)
         return None if window is None else window["click_latency"]["p99_s"]
 
-    one_state = tables_path.per_million_rows_mb(main["state_checkpoint_bytes"], main["users"])
+    sst = main.get("state_sst_bytes")
+    one_state = tables_path.per_million_rows_mb(sst, main["users"]) if sst else None
     return {
         "clicks_per_s": over(tables["clicks_per_s"], main["clicks_per_s"]),
         "clicks_per_s_from_start": over(tables["clicks_per_s_from_start"], main["clicks_per_s_from_start"]),
         "one_table_state_per_million_rows_mb": one_state,
-        "state_per_million_rows": over(tables["state_per_million_rows_mb"], one_state),
+        "state_per_million_rows": over(tables.get("state_per_million_rows_mb"), one_state),
         "click_p99_at_5000": over(p99(tables["latency"]), p99(results.get("latency") or [])),
     }
 

@@ -132,7 +132,7 @@ def _next_hops(joins: tuple[plan.TableJoin, ...], j: int) -> list[dict[str, Any]
 def join_tables(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: Pipeline) -> DataFrame:
     """Events as pipeline/temporal_join.py temporal_join takes them (rejects may ride along) and the fold
     of every table (cdc_fold.fold_tables) -> the last stage's rows (stage_schema): each event once with every
-    join's columns, each reject once, and every change, truncate and progress row the stages passed on.
+    join's columns, each reject once, and every change and truncate the stages passed on.
     Event time only."""
     if cfg.mode == LATEST:
         raise ValueError(

@@ -10,7 +10,10 @@ version stage k-1 found (before if_missing), and waits there until CDC progress 
 single table's event does (spec/temporal_state.py). Since stage k-1 released it only once progress had
 passed its time, and progress and changes pass every stage in the same batch, it is released by stage k in
 that same batch: every hop at the event's time, the whole chain in one batch. An event with no key (a null
-field or column, no version, a tombstone, an unknown column) joins nothing at once: stage k never holds it.
+field or column, no version, a tombstone, an unknown column) joins nothing, at once in a later stage; the
+first stage holds it until progress passes it as any other, so that every event leaving the first stage
+was released by progress, and the job's later stages need no progress of their own (they take the one
+that released each event: docs/decisions/join-cascade.md, "Latency").
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ class _Stage:
     joins: Mapping[str, TableJoin]  # every join by name: the one a chain reads its key from among them
     if_missing: IfMissing
     versions: dict[str, list[Version]] = field(default_factory=dict)
-    pending: dict[str, list[_Waiting]] = field(default_factory=dict)
+    pending: dict[str | None, list[_Waiting]] = field(default_factory=dict)  # None: events with no key
 
 
 def run(
@@ -99,8 +102,8 @@ def run(
                 progress_ms = ms if progress_ms is None else max(progress_ms, ms)
         changes = [row for row in batch if isinstance(row, Change)]
         moving = [_Found(row) for row in batch if isinstance(row, Event)]
-        for stage in stages:
-            moving = _step(stage, changes, moving, progress_ms, retention_ms)
+        for n, stage in enumerate(stages):
+            moving = _step(stage, changes, moving, progress_ms, retention_ms, first=n == 0)
         out.extend((found.event.event_id, found.joined) for found in moving)
     return out
 
@@ -111,10 +114,17 @@ def _stage(join: TableJoin, joins: Mapping[str, TableJoin]) -> _Stage:
 
 
 def _step(
-    stage: _Stage, changes: list[Change], arriving: list[_Found], progress_ms: int | None, retention_ms: int
+    stage: _Stage,
+    changes: list[Change],
+    arriving: list[_Found],
+    progress_ms: int | None,
+    retention_ms: int,
+    first: bool,
 ) -> list[_Found]:
     """One stage in one batch: its table's changes merged, the arriving events keyed (no key: joined at
-    once), every waiting event progress has passed released in time order, old versions expired."""
+    once, except by the first stage, which holds every event until progress passes it, so that every event
+    leaving it was released by progress), every waiting event progress has passed released in time order,
+    old versions expired."""
     for change in changes:
         if change.table == stage.join.table.table:
             versions = stage.versions.get(change.key, [])
@@ -123,7 +133,7 @@ def _step(
     released: list[_Found] = []
     for found in arriving:
         key, key_known = _key(stage, found)
-        if key is None:
+        if key is None and not first:
             _join(stage, found, None, None, key_known)
             released.append(found)
         else:
@@ -134,7 +144,7 @@ def _step(
         ready = sorted((w for w in waiting if w.found.event.time_ms <= progress_ms), key=_time)
         stage.pending[key] = [w for w in waiting if w.found.event.time_ms > progress_ms]
         for w in ready:
-            version = version_at(stage.versions.get(key, []), w.found.event.time_ms)
+            version = None if key is None else version_at(stage.versions.get(key, []), w.found.event.time_ms)
             _join(stage, w.found, key, version, w.key_known)
             released.append(w.found)
     for key, versions in stage.versions.items():

@@ -8,11 +8,12 @@ import subprocess
 import sys
 import time
 from collections import OrderedDict
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from bench import cluster, cpu, job, kstreams, procmem, profile, report, tables_path
+from bench import cluster, cpu, job, kstreams, latency, procmem, profile, report, tables_path
 from bench.latency import Observations, percentile, summary
 from bench.naive import STAGING_COLUMNS, pg_array, user_click
 from common import pipeline_file as pf
@@ -477,3 +478,28 @@ def test_markdown_has_the_three_table_path_beside_the_one_table_path_with_the_ta
     assert "| 100,000 + 10,000 + 1,000 | 7 | 6 | 80.0 (target ≤ 100) | 1.20 s | 100 of 100 (0) | 0 |" in text
     ratios = "| 0.70x (target ≥ 0.6x) | 0.75x | 0.80x | 1.20x (target ≤ 1.25x) |  |  |"
     assert f"| three tables / one table |  {ratios}" in text
+
+
+def test_breakdown_counts_the_batches_between_a_clicks_read_and_its_emit() -> None:
+    """Two clicks read by batch 1: one emitted by batch 1, one by batch 2 (it waited for CDC progress)."""
+
+    def batch(n: int, at_s: float, end: int, took_ms: int) -> dict:
+        stamp = datetime.fromtimestamp(at_s, UTC).isoformat().replace("+00:00", "Z")
+        offsets = {"endOffset": {"clicks": {"0": end}}}
+        return {
+            "batchId": n,
+            "timestamp": stamp,
+            "durationMs": {"triggerExecution": took_ms},
+            "sources": [offsets],
+        }
+
+    progress = [batch(0, 100.0, 10, 400), batch(1, 100.5, 20, 600), batch(2, 101.1, 20, 500)]
+    observed = Observations()
+    for offset in (12, 15):
+        observed.add(f"kafka:clicks:0:{offset}", 100.2)
+    observed.mark({"kafka:clicks:0:12": 101.2, "kafka:clicks:0:15": 101.8})
+    commits = [(1, 1, datetime.fromtimestamp(101.1, UTC)), (2, 1, datetime.fromtimestamp(101.7, UTC))]
+    b = latency.breakdown(observed, progress, commits)
+    assert b["samples"] == 2
+    assert b["emitted_batches_later"] == {"0": 1, "1": 1}
+    assert b["batch_s"] == {"p50_s": 0.6, "p99_s": 0.6}, "the batches that read the sampled clicks"

@@ -90,6 +90,8 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
         case INPUT -> {
           Input in = byKey.computeIfAbsent(rows.key(row), u -> newInput());
           rows.decode(row, in.changes(), in.clicks());
+          Long brought = rows.progressWith(row);
+          if (brought != null) progressMs = progressMs == null ? brought : Math.max(progressMs, brought);
         }
       }
     }
@@ -132,10 +134,10 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       Map<String, Input> input, List<Version> truncates, Long batchProgressMs, long sparkWatermarkMs) {
     Row stored = bucket.get();
     StateCodec.Bucket b = codec.decodeBucket(stored);
-    if (batchProgressMs != null && (b.progressMs == null || batchProgressMs > b.progressMs)) {
-      b.progressMs = batchProgressMs;
-    }
-    long cdcMs = b.progressMs == null ? Long.MIN_VALUE : b.progressMs;
+    Long progress = b.progressMs;
+    if (batchProgressMs != null && (progress == null || batchProgressMs > progress)) progress = batchProgressMs;
+    if (rows.keepsProgress()) b.progressMs = progress;
+    long cdcMs = progress == null ? Long.MIN_VALUE : progress;
     long watermarkMs = Math.max(sparkWatermarkMs, cdcMs);
     Set<String> due = new LinkedHashSet<>(input.keySet());
     b.pending.forEach((user, clicks) -> {
@@ -166,7 +168,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       Long next = history.nextExpiryMs(retentionMs);
       if (next == null) b.expiries.remove(user);
       else b.expiries.put(user, next);
-      for (Enriched e : joined) out.add(rows.event(user, e, e.click().eventTimeMs() <= cdcMs, b.progressMs));
+      for (Enriched e : joined) out.add(rows.event(user, e, e.click().eventTimeMs() <= cdcMs, progress));
     }
     Long wakeup = b.nextWakeup();
     reschedule(b.timerMs, wakeup);

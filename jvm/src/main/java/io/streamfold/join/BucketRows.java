@@ -52,6 +52,20 @@ interface BucketRows extends Serializable {
   /** The row passing this bucket's CDC progress on to the next operator; null: none does. */
   Row progressOut(int bucket, long progressMs);
 
+  /**
+   * The CDC progress an INPUT row brings with it; null: none. A later stage of the join of several tables
+   * learns CDC progress only from the events the first stage released (each with the progress that
+   * released it): no progress rows reach it (docs/decisions/join-cascade.md, "Latency").
+   */
+  default Long progressWith(Row r) {
+    return null;
+  }
+
+  /** Whether the bucket's state keeps the largest CDC progress read so far (events may wait for it). */
+  default boolean keepsProgress() {
+    return true;
+  }
+
   ColumnType[] fieldTypes();
 
   ColumnType[] profileTypes();

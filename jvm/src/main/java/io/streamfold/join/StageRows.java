@@ -22,8 +22,10 @@ import org.apache.spark.sql.types.StructType;
  *
  * Stage k takes its table's changes and truncates (their `table` is its Postgres table) into its versions
  * by key, and every event by the key its join looks up (j(k)_key, written by an earlier stage or from an
- * event field). Every change, truncate, reject and the bucket's CDC progress pass on to the next stage as
- * they came; an event with no key joins nothing at once. A released event comes out with this join's
+ * event field). Every change, truncate and reject passes on to the next stage as it came; CDC progress rows
+ * reach the first stage only, which holds every event (one with no key too) until progress passes it, while
+ * a later stage takes the progress that released each event (progressWith) and joins an event with no key
+ * with nothing at once. A released event comes out with this join's
  * columns (if_missing applied), its valid_from, whether all of it is known, and the keys the later joins
  * of a chain read from the raw version it found (ForeignKey: before if_missing, in the fold's key text).
  * Every other value of the event (its fields, what earlier stages wrote) waits with it in the bucket's state.
@@ -58,14 +60,23 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
   private final int[] nextKey, nextKnown, nextColumn;
   /** What a waiting event keeps: every value of its row but the stage's own. */
   private final int[] carried;
+  /**
+   * The first stage holds every event until CDC progress (or the watermark) passes its time, one with no key
+   * too (under NO_KEY), and releases it with that progress; a later stage takes each event at once, the
+   * progress that released it its own.
+   */
+  private final boolean first;
+  /** The key of the events the first stage holds that look up nothing (a key text is never null). */
+  static final String NO_KEY = "\u0000none";
 
   /** The stage a spec's JSON text describes (see the class comment), over rows of `schema`. */
-  static StageRows of(StructType schema, String json) {
-    return new StageRows(schema, object(JoinSpec.parseJson(json), "a stage"));
+  static StageRows of(StructType schema, String json, boolean first) {
+    return new StageRows(schema, object(JoinSpec.parseJson(json), "a stage"), first);
   }
 
-  private StageRows(StructType schema, Map<?, ?> spec) {
+  private StageRows(StructType schema, Map<?, ?> spec, boolean first) {
     this.schema = schema;
+    this.first = first;
     table = text(spec.get("table"), "table");
     width = schema.size();
     kind = schema.fieldIndex("kind");
@@ -130,19 +141,19 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
   public Role role(Row r) {
     String k = r.getString(kind);
     if (TaggedRow.PROGRESS.equals(k)) return Role.PROGRESS;
-    if (TaggedRow.EVENT.equals(k)) return r.isNullAt(stageKey) ? Role.PASS : Role.INPUT;
+    if (TaggedRow.EVENT.equals(k)) return first || !r.isNullAt(stageKey) ? Role.INPUT : Role.PASS;
     if (!table.equals(r.getString(tableAt))) return Role.PASS;
     if (TaggedRow.TRUNCATE.equals(k)) return Role.TRUNCATE;
     return TaggedRow.CHANGE.equals(k) ? Role.INPUT : Role.PASS;
   }
 
-  /** Every change, truncate and reject as it came; an event with no key joined with nothing. */
+  /** Every change, truncate and reject as it came; after the first stage, an event with no key joined with nothing. */
   @Override
   public Row passed(Row r) {
     String k = r.getString(kind);
     if (TaggedRow.PROGRESS.equals(k)) return null;
     if (!TaggedRow.EVENT.equals(k)) return r;
-    if (!r.isNullAt(stageKey)) return null;
+    if (first || !r.isNullAt(stageKey)) return null;
     Object[] values = new Object[width];
     for (int i = 0; i < width; i++) values[i] = r.get(i);
     values[bucket] = null;
@@ -152,7 +163,19 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
 
   @Override
   public String key(Row r) {
-    return TaggedRow.EVENT.equals(r.getString(kind)) ? r.getString(stageKey) : r.getString(key);
+    if (!TaggedRow.EVENT.equals(r.getString(kind))) return r.getString(key);
+    return r.isNullAt(stageKey) ? NO_KEY : r.getString(stageKey);
+  }
+
+  @Override
+  public Long progressWith(Row r) {
+    if (first || !TaggedRow.EVENT.equals(r.getString(kind)) || r.isNullAt(cdcProgress)) return null;
+    return r.getLong(cdcProgress);
+  }
+
+  @Override
+  public boolean keepsProgress() {
+    return first;
   }
 
   @Override
@@ -196,8 +219,9 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
     values[ts] = c.eventTimeMs();
     values[count] = c.count();
     for (int i = 0; i < carried.length; i++) values[carried[i]] = c.fields()[i];
-    write(values, k, e.version());
-    values[cdcProgress] = progressMs;
+    boolean keyed = !NO_KEY.equals(k);
+    write(values, keyed ? k : null, keyed ? e.version() : null);
+    if (first) values[cdcProgress] = progressMs;  // later stages keep the progress that released it
     values[releasedByWait] = Boolean.TRUE.equals(values[releasedByWait]) || !cdcReached;
     return RowFactory.create(values);
   }
@@ -252,9 +276,10 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
     return RowFactory.create(values);
   }
 
+  /** None: a later stage learns CDC progress from the events the first released (progressWith). */
   @Override
   public Row progressOut(int forBucket, long progressMs) {
-    return progress(forBucket, progressMs);
+    return null;
   }
 
   @Override
@@ -316,7 +341,7 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
   static List<StageRows> all(StructType schema, String json) {
     List<StageRows> stages = new ArrayList<>();
     for (Object stage : JoinSpec.list(object(JoinSpec.parseJson(json), "the stages"), "stages")) {
-      stages.add(new StageRows(schema, object(stage, "a stage")));
+      stages.add(new StageRows(schema, object(stage, "a stage"), stages.isEmpty()));
     }
     return stages;
   }

@@ -137,8 +137,9 @@ public final class TemporalJoin {
    * shape (pipeline/stages.py), cdc watermarked as for apply; stagesJson: {"stages": [each StageRows spec,
    * in the plan's order]}. The CDC rows are fanned out once (cdcRows); then one transformWithState operator
    * per stage, each keyed by a bucket of its own key (an event's j(k)_key, a change's key) and fed the one
-   * stream the stage before emitted: every change, truncate, reject and each bucket's CDC progress pass
-   * through every stage, so the source is read once. Event time only.
+   * stream the stage before emitted: every change, truncate and reject passes through every stage, so the
+   * source is read once; the CDC progress rows reach the first stage only, and each event it releases
+   * carries its progress to the later ones (StageRows). Event time only.
    */
   public static Dataset<Row> stages(Dataset<Row> events, Dataset<Row> cdc, long retentionMs, String stagesJson) {
     List<StageRows> stages = StageRows.all(events.schema(), stagesJson);

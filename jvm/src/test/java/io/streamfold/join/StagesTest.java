@@ -72,7 +72,8 @@ class StagesTest {
       String hop = "{\"key\": \"j1_key\", \"key_known\": \"j1_key_known\", \"column\": 0}";
       for (String json : List.of(stage(0, PARCELS, "sender_id", "bigint", null, hop),
           stage(1, SENDERS, "country", "text", "\"XX\"", ""), stage(2, DEPOTS, "city", "text", null, ""))) {
-        BucketJoinProcessor p = new BucketJoinProcessor(false, 1_000_000L, StageRows.of(SCHEMA, json));
+        BucketJoinProcessor p =
+            new BucketJoinProcessor(false, 1_000_000L, StageRows.of(SCHEMA, json, stages.isEmpty()));
         p.setHandle(new InMemoryHandle());
         p.init(OutputMode.Append(), TimeMode.EventTime());
         stages.add(p);
@@ -210,6 +211,30 @@ class StagesTest {
     assertEquals(List.of("7", 1L, "1", "DE", 200L, true), hops(out.get("e")), "the change at 200 is joined");
     assertEquals(200L, get(out.get("e"), "cdc_progress_ms"));
     assertFalse(chain.batch(progress(500)).containsKey("e"), "once");
+  }
+
+  @Test
+  void theFirstStageHoldsAnEventWithNoKeyUntilProgressPassesIt() {
+    Chain chain = new Chain();
+    assertTrue(chain.batch(change(DEPOTS, 2, "city", "x", 100, 1, "Hamburg"), scan("e", 200, null, "x"),
+        progress(199)).isEmpty(), "no parcel to look up, but the depot's changes up to 200 are not all read");
+    Row e = chain.batch(change(DEPOTS, 2, "city", "x", 200, 2, "Köln"), progress(200)).get("e");
+    assertNull(get(e, "j0_valid_from_ms"));
+    assertEquals(true, get(e, "j0_known"), "no key is the data, not a gap");
+    assertEquals("Köln", get(e, "j2_city"), "the change at 200 is joined");
+    assertEquals(200L, get(e, "cdc_progress_ms"));
+  }
+
+  @Test
+  void laterStagesTakeTheProgressThatReleasedEachEventAndNoProgressRows() {
+    List<Row> out = new Chain().stream(change(PARCELS, 0, "sender_id", "7", 100, 1, 1L),
+        change(SENDERS, 1, "country", "1", 110, 2, "DE"), scan("e", 200, "7", "x"), progress(250));
+    assertEquals(List.of(), out.stream().filter(r -> "progress".equals(r.getString(0))).toList(),
+        "the first stage passes no progress on");
+    Row e = out.stream().filter(r -> "event".equals(r.getString(0))).findFirst().orElseThrow();
+    assertEquals(List.of("7", 1L, "1", "DE", 110L, true), hops(e), "released by every stage in this batch");
+    assertEquals(250L, get(e, "cdc_progress_ms"));
+    assertEquals(false, get(e, "released_by_max_wait"));
   }
 
   @Test
