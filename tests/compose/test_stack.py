@@ -80,7 +80,7 @@ AVRO_PROFILE_CHANGE = (
 )
 AVRO_CHANGELOG = "docker compose run --rm --no-deps setup streamfold topic users_avro_changelog"
 AVRO_STORY = (AVRO_FILE, AVRO_UP, AVRO_EVENTS, AVRO_QUERY, AVRO_PROFILE_CHANGE, AVRO_CHANGELOG)
-AVRO_PIPELINE = pf.load(REPO / "examples" / "avro" / "pipeline.yaml")
+AVRO_PIPELINE = pf.load(REPO / "examples/avro/pipeline.yaml")
 # Events of User_2 sent after its profile change.
 AVRO_AFTER_CHANGE = (
     "docker compose run --rm --no-deps setup streamfold generate events --count 50 --users 1 --user-offset 1"
@@ -370,7 +370,7 @@ def test_avro_pipeline_runs_with_the_avro_converter(avro_stack: Compose, host_en
     assert setup["State"]["ExitCode"] == 0
     (job,) = avro_stack.containers("pipeline")
     mounted = {m["Destination"]: m["Source"] for m in job["Mounts"]}
-    assert mounted["/app/streamfold.yaml"] == str(REPO / "examples" / "avro" / "pipeline.yaml"), mounted
+    assert mounted["/etc/streamfold/pipeline.yaml"] == str(REPO / "examples/avro/pipeline.yaml"), mounted
     p = AVRO_PIPELINE
     url = f"{host_env['STREAMFOLD_CONNECT_URL']}/connectors/{p.connector}"
     connector = requests.get(f"{url}/config", auth=config.connect_auth(), timeout=30).json()
