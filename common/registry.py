@@ -6,11 +6,13 @@ the secrets volume (streamfold/compose_secrets.py). A file, not the command line
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import requests
 
 from common import config
@@ -92,3 +94,17 @@ def register(subject: str, writer_schema: dict[str, Any]) -> int:
     if answer.status_code != 200:
         raise RuntimeError(f"the registry refused the schema under {subject}: {answer.text[:300]}")
     return int(answer.json()["id"])
+
+
+def decode(raw: bytes, schemas: dict[int, Any], timeout_s: float = 30) -> Any:
+    """A record in the Confluent wire format, read with its writer's schema (asked of the registry once per
+    id, kept in `schemas`). Raises what fastavro raises on a payload that does not decode, and requests'
+    errors when the registry cannot be asked."""
+    schema_id = int.from_bytes(raw[1:5], "big")
+    if schema_id not in schemas:
+        answer = requests.get(
+            f"{config.registry_url()}/schemas/ids/{schema_id}", auth=config.registry_auth(), timeout=timeout_s
+        )
+        answer.raise_for_status()
+        schemas[schema_id] = fastavro.parse_schema(json.loads(answer.json()["schema"]))
+    return fastavro.schemaless_reader(io.BytesIO(raw[5:]), schemas[schema_id], None)

@@ -22,20 +22,18 @@ Each section is gathered on its own: a service that is down turns its section in
 
 from __future__ import annotations
 
-import io
 import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import fastavro
 import psycopg
 import requests
 from botocore.config import Config
 from confluent_kafka import Consumer, TopicPartition
 
-from common import config, kinesis, names, plan
+from common import config, kinesis, names, plan, registry
 from common import pipeline_file as pf
 from db import capture as db_capture
 from pipeline.status_files import JOB_FILE, WAITING_FILE, now_ms, read_json, request_count, status_dir
@@ -331,24 +329,13 @@ def envelope_ts(raw: bytes, schemas: dict[int, Any] | None = None) -> int | None
     """source.ts_ms of a JSON envelope, or of an Avro one (cdc.format avro: the Confluent wire format, its
     writer's schema from the registry, kept in `schemas` by id)."""
     try:
+        avro = raw[:1] == b"\x00"
         envelope = (
-            avro_envelope(raw, {} if schemas is None else schemas) if raw[:1] == b"\x00" else json.loads(raw)
+            registry.decode(raw, {} if schemas is None else schemas, TIMEOUT_S) if avro else json.loads(raw)
         )
         return int(envelope["source"]["ts_ms"])
     except (ValueError, KeyError, TypeError, IndexError, EOFError, requests.RequestException):
         return None  # not an envelope the fold accepts (it is in the dead letters), or no registry to ask
-
-
-def avro_envelope(raw: bytes, schemas: dict[int, Any]) -> Any:
-    """A Confluent-wire Avro record, decoded with its writer's schema (fetched once per id)."""
-    schema_id = int.from_bytes(raw[1:5], "big")
-    if schema_id not in schemas:
-        answer = requests.get(
-            f"{config.registry_url()}/schemas/ids/{schema_id}", auth=config.registry_auth(), timeout=TIMEOUT_S
-        )
-        answer.raise_for_status()
-        schemas[schema_id] = fastavro.parse_schema(json.loads(answer.json()["schema"]))
-    return fastavro.schemaless_reader(io.BytesIO(raw[5:]), schemas[schema_id], None)
 
 
 # --- Kinesis ---------------------------------------------------------------------------------------------

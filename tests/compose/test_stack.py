@@ -3,12 +3,15 @@
 The tests run in file order on one stack (tests/compose/conftest.py): the stack comes up healthy, the
 images are what the pom, requirements.txt and package-lock.json say, PostgreSQL refuses physical
 replication, then the README's commands, exactly as written there (`docker compose` spelled as this
-machine's Compose): users and clicks through Kafka, a profile change, clicks through Kinesis, and
-finally `down -v`, after which nothing of the project may remain.
+machine's Compose): users and clicks through Kafka, a profile change, clicks through Kinesis; then
+docs/avro.md's compose story on the same stack (examples/avro/pipeline.yaml: Avro change events through
+Connect's Avro converter, Avro events, Avro outputs, a profile change); and finally `down -v`, after which
+nothing of the project may remain.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -21,8 +24,10 @@ import pytest
 import requests
 
 from common import config, names
-from tests.compose.conftest import IMAGES, PROJECT, REPO, Compose, assert_project_gone, phase
+from common import pipeline_file as pf
+from tests.compose.conftest import IMAGES, PROJECT, REPO, Compose, assert_project_gone, phase, wait_healthy
 from tests.support import pipeline as sp
+from tests.support.avro import decoded, registry_client
 from tests.support.kafka import produce_once, read_all
 
 README = (REPO / "README.md").read_text()
@@ -63,6 +68,25 @@ AFTER_CHANGE = (
     "docker compose run --rm --no-deps setup streamfold generate clicks --count 50 --users 1 --seed 5"
 )
 
+# docs/avro.md's compose story, in its order; each line must appear verbatim there.
+AVRO_DOC = (REPO / "docs" / "avro.md").read_text()
+AVRO_FILE = "export STREAMFOLD_PIPELINE_FILE=../examples/avro/pipeline.yaml"
+AVRO_UP = "docker compose up -d"
+AVRO_EVENTS = "docker compose run --rm --no-deps setup streamfold generate events --count 2000 --users 1000"
+AVRO_QUERY = "docker compose run --rm --no-deps setup streamfold query clicks_per_region_avro"
+AVRO_PROFILE_CHANGE = (
+    "docker compose exec -T postgres psql -U streamfold -d streamfold \\\n"
+    "  -c \"UPDATE public.users SET regionid = 'Region_10' WHERE userid = 'User_2'\""
+)
+AVRO_CHANGELOG = "docker compose run --rm --no-deps setup streamfold topic users_avro_changelog"
+AVRO_STORY = (AVRO_FILE, AVRO_UP, AVRO_EVENTS, AVRO_QUERY, AVRO_PROFILE_CHANGE, AVRO_CHANGELOG)
+AVRO_PIPELINE = pf.load(REPO / "examples/avro/pipeline.yaml")
+# Events of User_2 sent after its profile change.
+AVRO_AFTER_CHANGE = (
+    "docker compose run --rm --no-deps setup streamfold generate events --count 50 --users 1 --user-offset 1"
+)
+AVRO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
+
 
 def output(result: subprocess.CompletedProcess[str]) -> str:
     """What a command printed (the CLI's rich console writes some of it to stderr)."""
@@ -72,6 +96,8 @@ def output(result: subprocess.CompletedProcess[str]) -> str:
 def test_the_story_is_the_readme_s() -> None:
     missing = [line for line in STORY if line not in README]
     assert not missing, f"README.md no longer says: {missing}"
+    missing = [line for line in AVRO_STORY if line not in AVRO_DOC]
+    assert not missing, f"docs/avro.md no longer says: {missing}"
 
 
 def client_env(stack: Compose, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
@@ -82,6 +108,7 @@ def client_env(stack: Compose, monkeypatch: pytest.MonkeyPatch) -> dict[str, str
         "STREAMFOLD_KAFKA_BOOTSTRAP": f"127.0.0.1:{s['KAFKA_HOST_PORT']}",
         "STREAMFOLD_CONNECT_URL": f"http://127.0.0.1:{s['CONNECT_HOST_PORT']}",
         "STREAMFOLD_KINESIS_ENDPOINT": f"http://127.0.0.1:{s['KINESIS_HOST_PORT']}",
+        "STREAMFOLD_REGISTRY_URL": f"http://127.0.0.1:{s['REGISTRY_HOST_PORT']}/apis/ccompat/v7",
         **{name: secrets[name] for name in (*config.SECRET_VARS, *config.LOGIN_VARS)},
         **{name: s[name] for name in config.AWS_VARS},
     }
@@ -276,11 +303,21 @@ def test_kafka_story(stack: Compose, host_env: dict[str, str]) -> None:
         assert re.search(rf"{region}\s*\|\s*{clicks}\b", psql), (region, clicks, psql)
 
 
-def user_1_moved(changelog: str) -> bool:
-    """A record `<partition>:<offset> User_1 {...}` with the new region (other users may be in Region_9)."""
-    return any(
-        line.split(" ", 2)[1:2] == ["User_1"] and "Region_9" in line for line in changelog.splitlines()
-    )
+def moved(changelog: str, user: str, region: str) -> bool:
+    """A record `<partition>:<offset> <user> {...}` with the new region (other users may be in it)."""
+    return any(line.split(" ", 2)[1:2] == [user] and region in line for line in changelog.splitlines())
+
+
+def change_profile(stack: Compose, update: str, changelog_line: str, user: str, region: str) -> float:
+    """`update` (a psql line moving `user` to `region`), then until the change went through Debezium and
+    the job's CDC fold into the changelog topic (`changelog_line` prints it). When the change was made."""
+    changed_at = time.time()
+    assert "UPDATE 1" in output(stack.shell(update))
+    deadline = time.monotonic() + 120
+    while not moved(changelog := output(stack.shell(changelog_line)), user, region):
+        assert time.monotonic() < deadline, f"the changelog never showed {user} in {region}:\n{changelog}"
+        time.sleep(5)
+    return changed_at
 
 
 def test_profile_change_reaches_the_join(stack: Compose, host_env: dict[str, str]) -> None:
@@ -288,13 +325,7 @@ def test_profile_change_reaches_the_join(stack: Compose, host_env: dict[str, str
         row = conn.execute("SELECT regionid FROM public.users WHERE userid = 'User_1'").fetchone()
     assert row is not None and row[0] != "Region_9"
     before = row[0]
-    changed_at = time.time()
-    assert "UPDATE 1" in output(stack.shell(PROFILE_CHANGE))
-    # The change goes through Debezium and the job's CDC fold into users_changelog.
-    deadline = time.monotonic() + 120
-    while not user_1_moved(changelog := output(stack.shell(CHANGELOG))):
-        assert time.monotonic() < deadline, f"users_changelog never showed User_1 in Region_9:\n{changelog}"
-        time.sleep(5)
+    changed_at = change_profile(stack, PROFILE_CHANGE, CHANGELOG, "User_1", "Region_9")
     stack.shell(AFTER_CHANGE)
     wait_for_totals(host_env, kinesis=False, timeout_s=300)
     with psycopg.connect(host_env["admin_dsn"]) as conn:
@@ -313,8 +344,6 @@ def test_kinesis_story(stack: Compose, host_env: dict[str, str]) -> None:
     stack.shell(KINESIS_UP, timeout=900)
     (pipeline,) = stack.containers("pipeline")
     assert pipeline["Config"]["Cmd"][-2:] == ["--source", "kinesis"], pipeline["Config"]["Cmd"]
-    from tests.compose.conftest import wait_healthy
-
     wait_healthy(stack, ("pipeline",), 300)
     out = output(stack.shell(KINESIS_CLICKS))
     assert "10000 events sent to kinesis clicks" in out, out
@@ -322,6 +351,131 @@ def test_kinesis_story(stack: Compose, host_env: dict[str, str]) -> None:
     assert len([e for e in want.rows if e.startswith("kinesis:")]) == 10_000
     stack.timings["kinesis story"] = time.monotonic() - started
     phase(f"10,000 Kinesis clicks joined and checked in {stack.timings['kinesis story']:.0f} s")
+
+
+@pytest.fixture(scope="module")
+def avro_stack(stack: Compose) -> Compose:
+    """The stack with AVRO_FILE's pipeline file mounted into `setup` and `pipeline`."""
+    name, value = AVRO_FILE.removeprefix("export ").split("=")
+    return dataclasses.replace(stack, env={**stack.env, name: value})
+
+
+def test_avro_pipeline_runs_with_the_avro_converter(avro_stack: Compose, host_env: dict[str, str]) -> None:
+    """`up -d` with the Avro file: `setup` runs again, its connector writes Avro through Apicurio's
+    converter (its schemas registered), the job runs the Avro file; the default pipeline's data stays."""
+    started = time.monotonic()
+    avro_stack.shell(AVRO_UP, timeout=900)
+    wait_healthy(avro_stack, ("pipeline",), 300)
+    (setup,) = avro_stack.containers("setup")
+    assert setup["State"]["ExitCode"] == 0
+    (job,) = avro_stack.containers("pipeline")
+    mounted = {m["Destination"]: m["Source"] for m in job["Mounts"]}
+    assert mounted["/etc/streamfold/pipeline.yaml"] == str(REPO / "examples/avro/pipeline.yaml"), mounted
+    p = AVRO_PIPELINE
+    url = f"{host_env['STREAMFOLD_CONNECT_URL']}/connectors/{p.connector}"
+    connector = requests.get(f"{url}/config", auth=config.connect_auth(), timeout=30).json()
+    assert connector["key.converter"] == connector["value.converter"] == AVRO_CONVERTER, connector
+    assert connector["value.converter.apicurio.registry.url"] == "http://registry:8080/apis/registry/v2"
+    state = requests.get(f"{url}/status", auth=config.connect_auth(), timeout=30).json()
+    assert [t["state"] for t in state["tasks"]] == ["RUNNING"], state
+    registry = f"{host_env['STREAMFOLD_REGISTRY_URL']}/subjects"
+    auth = config.registry_auth()
+    deadline = time.monotonic() + 120  # the connector registers the value schema with its first record
+    while f"{p.cdc_topic}-value" not in (subjects := requests.get(registry, auth=auth, timeout=30).json()):
+        assert time.monotonic() < deadline, f"no subject {p.cdc_topic}-value in {subjects}"
+        time.sleep(3)
+    # The PII boundary holds in the registry too: the profile's change events' schema names the carried
+    # columns only (the subject's other versions: the heartbeat table's, routed to the same topic).
+    carried, heartbeat = {p.profile.key, *p.profile.columns}, {"id", "ts"}
+    rows = [row_columns(schema) for schema in subject_schemas(registry, auth, f"{p.cdc_topic}-value")]
+    assert carried in rows and all(row in (carried, heartbeat) for row in rows), rows
+    avro_stack.timings["avro up"] = time.monotonic() - started
+
+
+def subject_schemas(subjects_url: str, auth: tuple[str, str] | None, subject: str) -> list[dict]:
+    """Every version's schema under a subject of the registry."""
+    versions = requests.get(f"{subjects_url}/{subject}/versions", auth=auth, timeout=30).json()
+    return [
+        json.loads(
+            requests.get(f"{subjects_url}/{subject}/versions/{v}", auth=auth, timeout=30).json()["schema"]
+        )
+        for v in versions
+    ]
+
+
+def row_columns(envelope: dict) -> set[str]:
+    """The columns of a Debezium envelope's Avro schema: the fields of the row record `before` and `after`
+    are (defined where first used, by name after that)."""
+    sides = [f["type"] for f in envelope["fields"] if f["name"] in ("before", "after")]
+    (row,) = [t for union in sides for t in union if isinstance(t, dict)]
+    return {f["name"] for f in row["fields"]}
+
+
+def avro_rows(host_env: dict[str, str], where: str = "true", *params: object) -> list[tuple]:
+    """(uid, user_regionid, clicks, click_time) of the Avro pipeline's enriched rows."""
+    with psycopg.connect(host_env["admin_dsn"]) as conn:
+        return conn.execute(
+            f"SELECT uid, user_regionid, clicks, click_time FROM {AVRO_PIPELINE.enriched_table} "
+            f"WHERE {where}",
+            params,
+        ).fetchall()
+
+
+def wait_for_avro_rows(
+    host_env: dict[str, str], count: int, where: str = "true", *params: object
+) -> list[tuple]:
+    deadline = time.monotonic() + 300
+    while len(rows := avro_rows(host_env, where, *params)) < count:
+        assert time.monotonic() < deadline, f"after 300 s {len(rows)} of {count} Avro events landed"
+        time.sleep(3)
+    time.sleep(5)  # a batch in flight would show up as more rows
+    rows = avro_rows(host_env, where, *params)
+    assert len(rows) == count
+    return rows
+
+
+def test_avro_events_land_joined_in_postgres_and_on_avro_topics(
+    avro_stack: Compose, host_env: dict[str, str]
+) -> None:
+    """Avro clicks, joined with the profiles the Avro change events carried (the snapshot of the users the
+    Kafka story made), in Postgres, in the aggregate, and on the enriched topic in Avro."""
+    started = time.monotonic()
+    out = output(avro_stack.shell(AVRO_EVENTS))
+    assert f"2000 events sent to kafka {AVRO_PIPELINE.events.kafka_topic}" in out, out
+    rows = wait_for_avro_rows(host_env, 2000)
+    with psycopg.connect(host_env["admin_dsn"]) as conn:
+        regions = dict(conn.execute("SELECT userid, regionid FROM public.users").fetchall())
+        dead = conn.execute(
+            "SELECT source, reason FROM streamfold.dead_letters WHERE source IN (%s, %s)",
+            [f"kafka:{AVRO_PIPELINE.events.kafka_topic}", f"kafka:{AVRO_PIPELINE.cdc_topic}"],
+        ).fetchall()
+    assert not dead
+    assert [(uid, region) for uid, region, *_ in rows if regions[uid] != region] == []
+    per_region: dict[str, int] = {}
+    for _, region, clicks, _ in rows:
+        per_region[region] = per_region.get(region, 0) + clicks
+    queried = output(avro_stack.shell(AVRO_QUERY))
+    for region, clicks in per_region.items():
+        assert re.search(rf"{region}\W+{clicks}\b", queried), (region, clicks, queried)
+    topic = decoded(registry_client(), host_env["STREAMFOLD_KAFKA_BOOTSTRAP"], AVRO_PIPELINE.enriched_topic)
+    assert sorted((v["uid"], v["user_regionid"], v["clicks"]) for _, v in topic) == sorted(
+        (uid, region, clicks) for uid, region, clicks, _ in rows
+    )
+    avro_stack.timings["avro events"] = time.monotonic() - started
+    phase(f"2,000 Avro clicks joined and checked in {avro_stack.timings['avro events']:.0f} s")
+
+
+def test_avro_profile_change_reaches_the_join(avro_stack: Compose, host_env: dict[str, str]) -> None:
+    with psycopg.connect(host_env["admin_dsn"]) as conn:
+        row = conn.execute("SELECT regionid FROM public.users WHERE userid = 'User_2'").fetchone()
+    assert row is not None and row[0] != "Region_10"
+    before = avro_rows(host_env, "uid = 'User_2'")
+    # Through the Avro converter and the job's fold into the changelog topic, in Avro (printed as JSON).
+    changed_at = change_profile(avro_stack, AVRO_PROFILE_CHANGE, AVRO_CHANGELOG, "User_2", "Region_10")
+    avro_stack.shell(AVRO_AFTER_CHANGE)
+    after = wait_for_avro_rows(host_env, 50, "uid = 'User_2' AND click_time >= to_timestamp(%s)", changed_at)
+    assert {region for _, region, *_ in after} == {"Region_10"}, after
+    assert avro_rows(host_env, "uid = 'User_2' AND click_time < to_timestamp(%s)", changed_at) == before
 
 
 def test_down_v_leaves_nothing(stack: Compose) -> None:

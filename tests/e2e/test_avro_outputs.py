@@ -16,8 +16,6 @@ import psycopg
 import pytest
 import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroDeserializer
-from confluent_kafka.serialization import MessageField, SerializationContext
 from psycopg.rows import dict_row
 
 from common import config, topics
@@ -35,9 +33,7 @@ CARRIED = {"userid", "regionid", "gender", "interests", "registertime"}
 
 @pytest.fixture(scope="module")
 def registry() -> SchemaRegistryClient:
-    login = config.registry_auth()
-    assert login is not None, "the stack's registry asks for a login"
-    return SchemaRegistryClient({"url": config.registry_url(), "basic.auth.user.info": ":".join(login)})
+    return avro.registry_client()
 
 
 def avro_outputs_file(tmp_path: Path, bootstrap: str) -> tuple[Path, pf.Pipeline]:
@@ -105,16 +101,6 @@ def prepared(settings: config.Settings, name: str, tmp_path: Path) -> Run:
     return Run(sandbox, path, pipeline, users, sent)
 
 
-def decoded(registry: SchemaRegistryClient, bootstrap: str, topic: str) -> list[tuple[str, Any]]:
-    """Every record of a topic, its key as text and its value read by AvroDeserializer (None: a tombstone)."""
-    read = AvroDeserializer(registry)
-    context = SerializationContext(topic, MessageField.VALUE)
-    return [
-        (m.raw_key.decode() if m.raw_key else "", read(m.raw_value, context) if m.raw_value else None)
-        for m in read_all(bootstrap, topic)
-    ]
-
-
 def rows(sandbox: sp.Sandbox, query: str, *params: Any) -> list[dict[str, Any]]:
     with sandbox.connect() as conn, conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(query, params).fetchall()
@@ -142,7 +128,7 @@ def test_avro_outputs_are_the_rows_postgres_holds(
     sandbox.run_once("kafka")
 
     enriched = {
-        value["event_id"]: value for _, value in decoded(registry, bootstrap, pipeline.enriched_topic)
+        value["event_id"]: value for _, value in avro.decoded(registry, bootstrap, pipeline.enriched_topic)
     }
     stored = {row["event_id"]: row for row in rows(sandbox, "SELECT * FROM streamfold.enriched_clicks")}
     assert len(stored) == sent and enriched.keys() == stored.keys()
@@ -150,7 +136,7 @@ def test_avro_outputs_are_the_rows_postgres_holds(
         assert differing(enriched[event_id], row) == {}, event_id
     assert {row["user_gender"] for row in stored.values()} == {"OTHER", None}
 
-    changes = {key: value for key, value in decoded(registry, bootstrap, pipeline.changelog_topic)}
+    changes = {key: value for key, value in avro.decoded(registry, bootstrap, pipeline.changelog_topic)}
     with psycopg.connect(dsn) as pg, pg.cursor(row_factory=dict_row) as cur:
         for user in users:
             current = cur.execute(
@@ -162,7 +148,7 @@ def test_avro_outputs_are_the_rows_postgres_holds(
 
     for aggregate in pipeline.aggregates:
         topic = pipeline.aggregate_topic(aggregate)
-        totals = {key: value for key, value in decoded(registry, bootstrap, topic)}
+        totals = {key: value for key, value in avro.decoded(registry, bootstrap, topic)}
         columns = [*aggregate.group_by, aggregate.count_column]
         table = rows(sandbox, f"SELECT {', '.join(columns)} FROM {pipeline.aggregate_table(aggregate)}")
         assert sorted(totals.values(), key=str) == sorted(table, key=str) and table
@@ -185,7 +171,7 @@ def test_a_registry_down_at_the_start_is_waited_out(
         f"the schema registry ({pipeline.enriched_topic}-value) unavailable (",
         lambda: len(read_all(bootstrap, pipeline.enriched_topic)) >= sent,
     )
-    landed = {value["event_id"] for _, value in decoded(registry, bootstrap, pipeline.enriched_topic)}
+    landed = {value["event_id"] for _, value in avro.decoded(registry, bootstrap, pipeline.enriched_topic)}
     assert landed == {
         row["event_id"] for row in rows(sandbox, "SELECT event_id FROM streamfold.enriched_clicks")
     }

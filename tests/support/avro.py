@@ -8,16 +8,24 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from common import config
 from streamfold.avro_events import TIMESTAMP_MILLIS, encode, header, register
 from tests.support import pipeline as sp
+from tests.support.kafka import read_all
 
 __all__ = [
     "TIMESTAMP_MILLIS",
     "UNKNOWN_ID",
     "click_schema",
+    "decoded",
     "encode",
     "header",
     "register",
+    "registry_client",
     "registry_down",
     "through_registry_outage",
 ]
@@ -41,6 +49,23 @@ def click_schema(name: str = "Click", time_type: Any = "long", extra: bool = Fal
     if extra:
         fields = [{"name": "referrer", "type": ["null", "string"], "default": None}, *reversed(fields)]
     return {"type": "record", "name": name, "namespace": "io.streamfold.test", "fields": fields}
+
+
+def registry_client() -> SchemaRegistryClient:
+    """confluent-kafka's client of the registry the settings name (STREAMFOLD_REGISTRY_*), with its login."""
+    login = config.registry_auth()
+    assert login is not None, "the stack's registry asks for a login"
+    return SchemaRegistryClient({"url": config.registry_url(), "basic.auth.user.info": ":".join(login)})
+
+
+def decoded(registry: SchemaRegistryClient, bootstrap: str, topic: str) -> list[tuple[str, Any]]:
+    """Every record of a topic, its key as text and its value read by AvroDeserializer (None: a tombstone)."""
+    read = AvroDeserializer(registry)
+    context = SerializationContext(topic, MessageField.VALUE)
+    return [
+        (m.raw_key.decode() if m.raw_key else "", read(m.raw_value, context) if m.raw_value else None)
+        for m in read_all(bootstrap, topic)
+    ]
 
 
 @contextmanager
