@@ -2,7 +2,8 @@
 Postgres): the same events, sent as JSON to one sandbox and as Avro in the Confluent wire format (written
 with two versions of their schema) to another, give the same enriched rows; a record of an id the registry
 does not know and a garbage byte string are dead letters with their reasons. A registry outage is waited
-out: every event lands once it is back, none is dead-lettered."""
+out: every event lands once it is back, none is dead-lettered; and the job, killed -9 then as Avro events
+stream in, restarts and lands each event exactly once."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from db import schema
 from streamfold.generate import ClickSpec, clicks
 from tests.support import avro
 from tests.support import pipeline as sp
+from tests.support.traffic import Traffic, add_users, kafka_sender
 
 pytestmark = pytest.mark.e2e
 
@@ -150,9 +152,10 @@ def enriched_count(sandbox: sp.Sandbox) -> int:
         return int(conn.execute("SELECT count(*) FROM streamfold.enriched_clicks").fetchone()[0])
 
 
-def test_a_registry_outage_is_waited_out_and_no_event_is_lost(
-    streamfold_setup, services, tmp_path: Path
+def test_a_registry_outage_is_waited_out_and_a_kill_9_loses_and_doubles_nothing(
+    streamfold_setup, services, pg, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    bootstrap = streamfold_setup.kafka_bootstrap
     sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, "avro_registry_outage", tmp_path / "home")
     path = avro_file(tmp_path)
     schema.apply(sandbox.admin_dsn, pf.load(path))
@@ -160,20 +163,38 @@ def test_a_registry_outage_is_waited_out_and_no_event_is_lost(
     schema_id = avro.register(SUBJECT, writer)
     sent = list(clicks(ClickSpec(count=40, users=5, seed=6802)))
     records = [(e["userid"], avro.encode(schema_id, writer, e)) for e in sent]
-    deliver(streamfold_setup.kafka_bootstrap, sandbox, "kafka", records)
+    deliver(bootstrap, sandbox, "kafka", records)
+    users = [f"avro-kill-{i}" for i in range(10)]
+    add_users(pg, users)
+    send = avro.as_avro_sender(kafka_sender(bootstrap, sandbox.clicks_topic), schema_id, writer)
+    traffic = Traffic(send, pg, users)
 
     def while_down() -> None:
+        traffic.start()  # Avro events stream in from here until the job is killed
         time.sleep(10)  # an outage longer than a retry or two
         assert enriched_count(sandbox) == 0
 
-    log = avro.through_registry_outage(
-        services,
-        sandbox,
-        path,
-        f"(schema id {schema_id}) unavailable (",
-        lambda: enriched_count(sandbox) == len(sent),
-        while_down,
-    )
+    try:
+        # Once a batch has landed the outage's events, the helper kill -9s the job, as events stream in:
+        # mid-batch, mid-commit or idle.
+        log = avro.through_registry_outage(
+            services,
+            sandbox,
+            path,
+            f"(schema id {schema_id}) unavailable (",
+            lambda: enriched_count(sandbox) >= len(sent),
+            while_down,
+        )
+    finally:
+        traffic.stop()
+    monkeypatch.setenv(pf.PIPELINE_VAR, str(path))
+    sandbox.run_once("kafka")  # the restart, from the killed job's checkpoint
+
+    event_ids = {i.event_id for i in sp.kafka_inputs(bootstrap, sandbox.clicks_topic)}
+    assert len(event_ids) == len(sent) + traffic.sent
+    with sandbox.connect() as conn:
+        sp.assert_landed_once(conn, event_ids)
     assert not event_letters(sandbox)
     login = config.registry_auth()  # the log names the registry, never its password
     assert login is not None and login[1] not in log
+    print(f"{traffic.sent} Avro events streamed in besides {len(sent)}; {sp.batches(sandbox)} batches landed")

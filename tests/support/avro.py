@@ -3,6 +3,7 @@ as streamfold/avro_events.py writes them (registered under a subject, the Conflu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,10 +17,12 @@ from common import config
 from streamfold.avro_events import TIMESTAMP_MILLIS, encode, header, register
 from tests.support import pipeline as sp
 from tests.support.kafka import read_all
+from tests.support.traffic import Send
 
 __all__ = [
     "TIMESTAMP_MILLIS",
     "UNKNOWN_ID",
+    "as_avro_sender",
     "click_schema",
     "decoded",
     "encode",
@@ -49,6 +52,13 @@ def click_schema(name: str = "Click", time_type: Any = "long", extra: bool = Fal
     if extra:
         fields = [{"name": "referrer", "type": ["null", "string"], "default": None}, *reversed(fields)]
     return {"type": "record", "name": name, "namespace": "io.streamfold.test", "fields": fields}
+
+
+def as_avro_sender(send: Send, schema_id: int, writer: dict[str, Any]) -> Send:
+    """`send`, Traffic's JSON events written as Avro records of `writer` (registered as `schema_id`)."""
+    return lambda records: send(
+        [(key, encode(schema_id, writer, json.loads(value))) for key, value in records]
+    )
 
 
 def registry_client() -> SchemaRegistryClient:

@@ -311,6 +311,23 @@ def assert_matches(conn: psycopg.Connection, want: Expected) -> None:
         f"SELECT coalesce(sum(click_count), 0) FROM {names.URL_REGION_TABLE}"
     ).fetchone()
     assert url_total == sum(c for _, _, c in want.rows.values())
+    assert_totals_of_rows(conn)
+    dead = dict(conn.execute(f"SELECT dead_letter_id, reason FROM {names.DEAD_LETTERS_TABLE}").fetchall())
+    unexpected = {k: v for k, v in dead.items() if k not in want.dead}
+    assert dead.keys() == want.dead, (
+        f"missing {want.dead - dead.keys()}, unexpected {list(unexpected.items())[:5]}"
+    )
+
+
+def assert_totals_of_rows(conn: psycopg.Connection) -> None:
+    """Both aggregate tables hold what a GROUP BY over the enriched rows gives, group by group."""
+    assert actual_per_region(conn) == Counter(
+        dict(
+            conn.execute(
+                f"SELECT user_regionid, sum(clicks) FROM {names.ENRICHED_CLICKS_TABLE} GROUP BY 1"
+            ).fetchall()
+        )
+    )
     mismatched = conn.execute(
         f"""SELECT count(*) FROM {names.URL_REGION_TABLE} t FULL JOIN (
                 SELECT click_url, user_regionid, sum(clicks) AS n
@@ -319,11 +336,18 @@ def assert_matches(conn: psycopg.Connection, want: Expected) -> None:
             WHERE t.click_count IS DISTINCT FROM e.n"""
     ).fetchone()[0]
     assert mismatched == 0
-    dead = dict(conn.execute(f"SELECT dead_letter_id, reason FROM {names.DEAD_LETTERS_TABLE}").fetchall())
-    unexpected = {k: v for k, v in dead.items() if k not in want.dead}
-    assert dead.keys() == want.dead, (
-        f"missing {want.dead - dead.keys()}, unexpected {list(unexpected.items())[:5]}"
-    )
+
+
+def assert_landed_once(conn: psycopg.Connection, event_ids: set[str]) -> None:
+    """Every event of `event_ids` has its enriched row once and no other event has one; the totals are the
+    rows'. For events the oracle cannot read (Avro): who joined what, the job's own tests say."""
+    rows, distinct = conn.execute(
+        f"SELECT count(*), count(DISTINCT event_id) FROM {names.ENRICHED_CLICKS_TABLE}"
+    ).fetchone()
+    landed = {e for (e,) in conn.execute(f"SELECT event_id FROM {names.ENRICHED_CLICKS_TABLE}")}
+    assert (rows, distinct) == (len(event_ids), len(event_ids)), f"{rows} rows of {distinct} events"
+    assert landed == event_ids, f"{len(event_ids - landed)} missing, {len(landed - event_ids)} unexpected"
+    assert_totals_of_rows(conn)
 
 
 def summary(conn: psycopg.Connection) -> dict[str, Any]:

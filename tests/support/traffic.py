@@ -51,8 +51,11 @@ class Traffic:
         self._thread = threading.Thread(target=self._run)
 
     def __enter__(self) -> Traffic:
-        self._thread.start()
+        self.start()
         return self
+
+    def start(self) -> None:
+        self._thread.start()
 
     def __exit__(self, *_: object) -> None:
         self.stop()
