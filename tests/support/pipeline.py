@@ -321,13 +321,11 @@ def assert_matches(conn: psycopg.Connection, want: Expected) -> None:
 
 def assert_totals_of_rows(conn: psycopg.Connection) -> None:
     """Both aggregate tables hold what a GROUP BY over the enriched rows gives, group by group."""
-    assert actual_per_region(conn) == Counter(
-        dict(
-            conn.execute(
-                f"SELECT user_regionid, sum(clicks) FROM {names.ENRICHED_CLICKS_TABLE} GROUP BY 1"
-            ).fetchall()
-        )
-    )
+    rows_per_region = conn.execute(
+        f"SELECT user_regionid, sum(clicks) FROM {names.ENRICHED_CLICKS_TABLE} GROUP BY 1"
+    ).fetchall()
+    per_region = actual_per_region(conn)
+    assert per_region == Counter(dict(rows_per_region)), f"per region {per_region}, rows {rows_per_region}"
     mismatched = conn.execute(
         f"""SELECT count(*) FROM {names.URL_REGION_TABLE} t FULL JOIN (
                 SELECT click_url, user_regionid, sum(clicks) AS n
@@ -335,7 +333,7 @@ def assert_totals_of_rows(conn: psycopg.Connection) -> None:
             ) e ON e.click_url = t.url AND e.user_regionid = t.region
             WHERE t.click_count IS DISTINCT FROM e.n"""
     ).fetchone()[0]
-    assert mismatched == 0
+    assert mismatched == 0, f"{mismatched} url and region totals differ from the rows'"
 
 
 def assert_landed_once(conn: psycopg.Connection, event_ids: set[str]) -> None:
