@@ -93,7 +93,10 @@ def open_to_others(home: Path) -> list[str]:
     folders PostgreSQL passes through when it runs as its own OS user (stack/home.py, folder_mode)."""
     offenders = []
     for path in paths_under(home):
-        mode = path.lstat().st_mode
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:  # the running stack removed it since the listing (PostgreSQL's caches)
+            continue
         if stat.S_ISLNK(mode):
             continue
         allowed = folder_mode(home, path) & 0o077 if stat.S_ISDIR(mode) else 0
