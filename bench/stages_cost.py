@@ -29,6 +29,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from bench import tables_path
+from bench.cpu import process_cpu_s
+from bench.procmem import descendants
 from common import pipeline_file as pf
 from pipeline import cdc_fold, records, stages
 from pipeline.join_config import JoinConfig
@@ -125,14 +127,10 @@ class Input:
 
 
 def jvm_cpu_ns() -> int:
-    """The CPU time of this process's JVM (its java child: the Spark driver, tasks included)."""
-    for proc in Path("/proc").iterdir():
-        try:
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == os.getpid() and (proc / "comm").read_text().strip() == "java":
-            return (int(fields[11]) + int(fields[12])) * 10**9 // os.sysconf("SC_CLK_TCK")
+    """The CPU time of this process's JVM (the java below it: the Spark driver, tasks included)."""
+    for pid, comm in descendants(os.getpid()).items():
+        if comm == "java" and (cpu_s := process_cpu_s(pid)) is not None:
+            return int(cpu_s * 1e9)
     raise RuntimeError("no java child")
 
 
