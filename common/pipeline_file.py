@@ -655,12 +655,6 @@ class Pipeline(_Strict):
     def aggregate_table(self, aggregate: Aggregate) -> str:
         return aggregate.table or f"streamfold.{aggregate.name}"
 
-    def event_column(self, field: str) -> str:
-        """An event field's column in the enriched table and the join's output."""
-        if field == self.events.key:
-            return self.outputs.enriched.key_column or field
-        return self.outputs.enriched.event_columns.get(field, field)
-
     def aggregate_topic(self, aggregate: Aggregate) -> str:
         return aggregate.topic or aggregate.name
 
