@@ -1,5 +1,6 @@
 """The join cascade's cost per micro-batch by the number of tables, on a local Spark session, no stack:
-`python -m bench.stages_cost` (docs/decisions/join-cascade.md, "Latency").
+`python -m bench.stages_cost` (docs/decisions/join-cascade.md, "Latency"); `--stages` adds the median of
+each Spark stage of a batch (wall, run, CPU, deserialisation, shuffle write) from the session's UI.
 
 The three-table file of the bench (bench/tables_path.py: a profile, a plan chained through it, a page looked
 up by an event field) and the same file without its further tables go through pipeline/stages.py
@@ -19,8 +20,10 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 import yaml
@@ -177,7 +180,45 @@ def measure(
         "batch_ms_p90": took[int(len(took) * 0.9)],
         "cpu_ms_per_batch": round(cpu_ns / 1e6 / (last - first), 1),
         "operator_update_ms_p50": [statistics.median(o["allUpdatesTimeMs"] for o in op) for op in operators],
+        "phase_ms_p50": {
+            phase: statistics.median(p["durationMs"].get(phase, 0) for p in progress)
+            for phase in ("queryPlanning", "addBatch", "latestOffset", "walCommit", "commitOffsets")
+        },
     }
+
+
+def spark_stages(spark: SparkSession, jobs: int) -> list[dict[str, float]]:
+    """The last jobs' (batches') Spark stages in their order, each figure a median over those jobs: tasks,
+    wall ms from submission to completion, the tasks' run, CPU and deserialisation ms, shuffle write ms.
+    Read from the UI's REST API (the session must have its UI)."""
+    url = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
+
+    def get(path: str) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(f"{url}/{path}") as r:  # noqa: S310 - the session's own UI
+            return json.load(r)
+
+    def ms(at: str) -> float:
+        return datetime.strptime(at, "%Y-%m-%dT%H:%M:%S.%f%Z").timestamp() * 1000
+
+    stages = {s["stageId"]: s for s in get("stages?status=complete")}
+    by_position: dict[int, list[dict[str, float]]] = {}
+    for job in sorted(get("jobs?status=succeeded"), key=lambda j: j["jobId"])[-jobs:]:
+        for position, sid in enumerate(sorted(i for i in job["stageIds"] if i in stages)):
+            s = stages[sid]
+            by_position.setdefault(position, []).append(
+                {
+                    "tasks": s["numTasks"],
+                    "wall_ms": ms(s["completionTime"]) - ms(s["submissionTime"]),
+                    "run_ms": s["executorRunTime"],
+                    "cpu_ms": s["executorCpuTime"] / 1e6,
+                    "deserialize_ms": s["executorDeserializeTime"],
+                    "shuffle_write_ms": s["shuffleWriteTime"] / 1e6,
+                }
+            )
+    return [
+        {k: round(statistics.median(r[k] for r in rows), 1) for k in rows[0]}
+        for _, rows in sorted(by_position.items())
+    ]
 
 
 def main(
@@ -187,9 +228,17 @@ def main(
     rounds: int = typer.Option(2, help="runs of each variant, in turns"),
     partitions: str = typer.Option("4", help="state partitions to try, comma list (the job's: 4 here)"),
     variants: str = typer.Option("one table,three tables", help="which files, comma list"),
+    conf: Annotated[
+        list[str] | None, typer.Option(help="KEY=VALUE for the Spark session, to try one")
+    ] = None,
+    stages_of_batch: bool = typer.Option(
+        False, "--stages", help="also each Spark stage of a batch (the UI's API)"
+    ),
 ) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = job_session("streamfold-stages-cost", {"spark.ui.enabled": "false"})
+    settings = dict(c.split("=", 1) for c in conf or [])
+    ui = {"spark.ui.enabled": "true"} if stages_of_batch else {"spark.ui.enabled": "false"}
+    spark = job_session("streamfold-stages-cost", {**ui, **settings})
     spark.sparkContext.setLogLevel("ERROR")
     chosen = {name: p for name, p in pipelines().items() if name in variants.split(",")}
     with tempfile.TemporaryDirectory(prefix="stages-cost-") as tmp:
@@ -200,6 +249,9 @@ def main(
                     root = Path(tmp) / f"{r}-{n}-{name.replace(' ', '-')}"
                     result = measure(spark, pipeline, root, users, events, batches)
                     print(f"{name}, {n} partitions: {json.dumps(result)}", flush=True)
+                    if stages_of_batch:
+                        for position, stage in enumerate(spark_stages(spark, jobs=20)):
+                            print(f"  Spark stage {position}: {json.dumps(stage)}", flush=True)
     spark.stop()
 
 
