@@ -91,7 +91,7 @@ def joined(spark: SparkSession) -> DataFrame:
 
     pipeline = config.load().pipeline
     clicks = sources.from_kafka_clicks(kafka_reader(spark, IN, "latest"), IN)
-    cdc = sources.from_kafka_cdc(kafka_reader(spark, pipeline.cdc_topic, "earliest"))
+    cdc = sources.from_kafka_cdc(kafka_reader(spark, plan.of(pipeline).cdc_topic, "earliest"))
     out = topology.enrich(clicks, cdc, JoinConfig(mode=LATEST), pipeline)
     resolved = plan.of(pipeline)
     named, profile = resolved.names, resolved.joins[0]

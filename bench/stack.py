@@ -15,7 +15,7 @@ import requests
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from common import config, names
+from common import config, names, plan
 from common import pipeline_file as pf
 from connectors.setup import run_setup, wait_until_running
 from stack import lifecycle
@@ -124,11 +124,11 @@ def wait_for_cdc(
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         (target,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone() or ("0/0",)
         while True:
-            seen = cdc_records(bootstrap, pipeline.cdc_topic)
+            seen = cdc_records(bootstrap, plan.of(pipeline).cdc_topic)
             on_progress(seen)
             row = conn.execute(
                 "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
-                (target, pipeline.slot),
+                (target, plan.of(pipeline).slot),
             ).fetchone()
             if seen >= expected and row and row[0]:
                 break

@@ -159,6 +159,16 @@ class Plan:
     names: EnrichedNames
     enriched: tuple[EnrichedColumn, ...]
     aggregates: tuple[AggregatePlan, ...]
+    # The topics, tables and CDC names no reference decides: the file's, else their defaults (_places).
+    cdc_topic: str
+    heartbeat_topic: str
+    connector: str
+    slot: str
+    publication: str
+    enriched_table: str
+    enriched_topic: str
+    changelog_topic: str
+    dead_letters_topic: str
 
     def join(self, name: str) -> TableJoin:
         """The join of that name: the profile's (PROFILE) or a table's of `tables`."""
@@ -191,7 +201,26 @@ def _compile(pipeline: pf.Pipeline) -> Plan:
         names=names,
         enriched=_enriched(pipeline, names, all_joins),
         aggregates=tuple(_aggregate(pipeline, a, names, all_joins) for a in pipeline.aggregates),
+        **_places(pipeline),
     )
+
+
+def _places(pipeline: pf.Pipeline) -> dict[str, str]:
+    """The names of the topics, tables and CDC objects, each the file's or its default. Debezium's topic
+    for every captured table is <prefix>.<schema>.<table> of the profile's; its heartbeats (CDC progress
+    when no change flows) go to the connector's own heartbeat topic."""
+    out, table_name = pipeline.outputs, pipeline.profile.table_name
+    return {
+        "cdc_topic": f"{out.cdc_topic_prefix}.{pipeline.profile.table}",
+        "heartbeat_topic": f"__debezium-heartbeat.{out.cdc_topic_prefix}",
+        "connector": out.connector or f"streamfold-{table_name}",
+        "slot": out.slot or f"streamfold_{table_name}",
+        "publication": out.publication or f"streamfold_{table_name}",
+        "enriched_table": out.enriched.table or f"streamfold.enriched_{pipeline.name}",
+        "enriched_topic": out.enriched.topic or f"enriched_{pipeline.name}",
+        "changelog_topic": out.changelog_topic or f"{table_name}_changelog",
+        "dead_letters_topic": out.dead_letters_topic or f"{pipeline.name}_dlq",
+    }
 
 
 def _joins(pipeline: pf.Pipeline) -> tuple[TableJoin, ...]:
@@ -207,8 +236,9 @@ def _joins(pipeline: pf.Pipeline) -> tuple[TableJoin, ...]:
 
 
 def _histories(pipeline: pf.Pipeline, all_joins: tuple[TableJoin, ...]) -> tuple[History, ...]:
-    """One per join, the profile's first: `streamfold.<join>_history_<pipeline>`, `..._versions_...` and
-    `..._at_...` (the profile's are Pipeline.history_table, versions_view and profile_at_function)."""
+    """One per join, the profile's first: `streamfold.<join>_history_<pipeline>`, the view
+    `..._versions_...` with each version's valid_to, and the function `..._at_...` (key, time) -> the
+    version valid then (db/history.py)."""
     return tuple(
         History(
             join,
@@ -289,8 +319,8 @@ def _aggregate(
         sums.append(AggregateSum(column, field, pipeline.events.fields[field].type, names.fields[field]))
     return AggregatePlan(
         aggregate.name,
-        pipeline.aggregate_table(aggregate),
-        pipeline.aggregate_topic(aggregate),
+        aggregate.table or f"streamfold.{aggregate.name}",
+        aggregate.topic or aggregate.name,
         tuple(keys),
         aggregate.count_column,
         tuple(sums),

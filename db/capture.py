@@ -43,7 +43,7 @@ class CaptureLost:
 def heartbeat_id(pipeline: pf.Pipeline) -> int:
     """The pipeline's row of streamfold.cdc_heartbeat: its publication carries that row alone (a row filter),
     so another pipeline's heartbeats never move its progress past a capture it lost."""
-    return zlib.crc32(pipeline.publication.encode()) & 0x7FFFFFFF
+    return zlib.crc32(plan.of(pipeline).publication.encode()) & 0x7FFFFFFF
 
 
 def published_columns(conn: psycopg.Connection, publication: str, table: str) -> tuple[str, ...] | None:
@@ -58,7 +58,7 @@ def published_columns(conn: psycopg.Connection, publication: str, table: str) ->
 
 
 def publication_exists(conn: psycopg.Connection, pipeline: pf.Pipeline) -> bool:
-    found = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (pipeline.publication,))
+    found = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (plan.of(pipeline).publication,))
     return found.fetchone() is not None
 
 
@@ -71,10 +71,10 @@ def lost_tables(
         return ()
     found = []
     for table, carried in captured.items():
-        published = published_columns(conn, pipeline.publication, table)
+        published = published_columns(conn, plan.of(pipeline).publication, table)
         missing = () if published is None else tuple(c for c in carried if c not in published)
         if published is None or missing:
-            found.append(CaptureLost(table, pipeline.publication, missing))
+            found.append(CaptureLost(table, plan.of(pipeline).publication, missing))
     return tuple(found)
 
 
@@ -120,7 +120,7 @@ def drifted(conn: psycopg.Connection, pipeline: pf.Pipeline) -> Drifted:
     ).format(
         shown=psycopg.sql.Literal(SHOWN_REASONS),
         key=psycopg.sql.Identifier(pipeline.profile.key),
-        view=psycopg.sql.SQL(pipeline.versions_view),
+        view=psycopg.sql.SQL(plan.of(pipeline).histories[0].view),
         endings=endings,
     )
     profiles, reasons = conn.execute(query).fetchone() or (0, None)

@@ -287,9 +287,9 @@ def _ensure_publication(conn: psycopg.Connection, pipeline: pf.Pipeline, capture
         sql.Literal(capture.heartbeat_id(pipeline)),
         sql.SQL(capture.SIGNAL_TABLE),
     )
-    name = sql.Identifier(pipeline.publication)
+    name = sql.Identifier(plan.of(pipeline).publication)
     exists = conn.execute(
-        "SELECT 1 FROM pg_publication WHERE pubname = %s", (pipeline.publication,)
+        "SELECT 1 FROM pg_publication WHERE pubname = %s", (plan.of(pipeline).publication,)
     ).fetchone()
     if exists:
         conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(name, table))

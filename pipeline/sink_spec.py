@@ -65,8 +65,8 @@ def sink_spec(
     return {
         "kind_ordinal": ordinal(KIND),
         "enriched": {
-            "table": pipeline.enriched_table,
-            "topic": pipeline.enriched_topic,
+            "table": resolved.enriched_table,
+            "topic": resolved.enriched_topic,
             "key_ordinal": key,
             "complete_ordinal": ordinal(named.complete),
             "columns": [
@@ -74,7 +74,7 @@ def sink_spec(
             ],
         },
         "changelog": {
-            "topic": pipeline.changelog_topic,
+            "topic": resolved.changelog_topic,
             "key_ordinal": key,
             "op_ordinal": ordinal(CHANGE_OP),
             "fields": [
@@ -101,7 +101,7 @@ def sink_spec(
         ],
         "dead_letters": {
             "table": names.DEAD_LETTERS_TABLE,
-            "topic": pipeline.dead_letters_topic,
+            "topic": resolved.dead_letters_topic,
             "id_ordinal": ordinal(EVENT_ID),
             "error_ordinal": ordinal(ERROR),
             "source_ordinal": ordinal(SOURCE),

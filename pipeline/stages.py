@@ -259,7 +259,7 @@ def _tag_cdc(cdc: DataFrame, pipeline: Pipeline, wide: StructType, buckets: int)
             "kind": F.when(is_reject, F.lit("reject")).otherwise(F.col("kind")),
             "ts_ms": F.col("valid_from_ms"),
             "lsn": F.coalesce(F.col("lsn"), F.lit(0)),
-            "source": F.when(is_reject, F.lit(f"kafka:{pipeline.cdc_topic}")),
+            "source": F.when(is_reject, F.lit(f"kafka:{plan.of(pipeline).cdc_topic}")),
             "bucket": reject_bucket(is_reject, "event_id", buckets),
         },
     )

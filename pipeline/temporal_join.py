@@ -310,7 +310,7 @@ def _tag_cdc(cdc: DataFrame, pipeline: Pipeline, tagged: StructType, buckets: in
         rejects = {
             "event_id": F.col("event_id"),
             "error": F.col("error"),
-            "source": F.lit(f"kafka:{pipeline.cdc_topic}"),
+            "source": F.lit(f"kafka:{plan.of(pipeline).cdc_topic}"),
             "payload": F.col("payload"),
             "bucket": reject_bucket(is_reject, "event_id", buckets),
         }

@@ -96,7 +96,7 @@ def flow(
     start_ms: where a new checkpoint starts on the events (a reprocessed version's --from); the CDC topic
     is always read from its beginning, since the fold needs every profile version."""
     raw_clicks = read_clicks(spark, settings, source, once, start_ms)
-    cdc_raw = sources.cdc(spark, settings.kafka_bootstrap, settings.pipeline)
+    cdc_raw = sources.cdc(spark, settings.kafka_bootstrap, plan.of(settings.pipeline))
     joined = enrich(raw_clicks, cdc_raw, join, settings.pipeline, registry)
     totals = aggregate_specs(settings.pipeline, joined.schema)  # per key, from the rows each partition lands
 
@@ -104,7 +104,7 @@ def flow(
     # Postgres (enriched events, the totals, dead letters) exactly once, then Kafka.
     pipeline = settings.pipeline
     cause = partial(capture.lost_message, settings.writer_dsn, pipeline, plan.captured(pipeline))
-    watch = CdcStall(pipeline.cdc_topic, join.max_wait_ms, now_ms(), cause=cause)
+    watch = CdcStall(plan.of(pipeline).cdc_topic, join.max_wait_ms, now_ms(), cause=cause)
     stall = None if join.mode == LATEST else StallWatch(watch, spark.streams)
     sink = Sink(
         name,

@@ -29,7 +29,7 @@ def explain(reader_dsn: str, pipeline: pf.Pipeline, event_id: str) -> list[str]:
         for type_name in ("timestamptz", "timestamp"):
             conn.adapters.register_loader(type_name, TextLoader)
         event = conn.execute(
-            f"SELECT * FROM {pipeline.enriched_table} WHERE event_id = %s", (event_id,)
+            f"SELECT * FROM {plan.of(pipeline).enriched_table} WHERE event_id = %s", (event_id,)
         ).fetchone()
         if event is None:
             return dead_letter(conn, event_id)

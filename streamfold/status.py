@@ -66,13 +66,15 @@ def collect(settings: config.Settings, versions: Callable[[], list[dict[str, Any
         "kafka_lag": section(lambda: kafka_lag(settings.kafka_bootstrap, checkpoints)),
         "kinesis_lag": section(lambda: kinesis_lag(settings.clicks_stream, checkpoints)),
         "cdc_progress": section(
-            lambda: cdc_progress(settings.kafka_bootstrap, settings.pipeline.cdc_topic, checkpoints)
+            lambda: cdc_progress(settings.kafka_bootstrap, plan.of(settings.pipeline).cdc_topic, checkpoints)
         ),
         "join_waiting": section(lambda: join_waiting(home)),
         "dead_letters_last_hour": section(lambda: dead_letters_last_hour(settings.reader_dsn)),
         "dead_letters_by_reason": section(lambda: dead_letters.by_reason(settings.reader_dsn)),
-        "connector": section(lambda: connector(settings.connect_url, settings.pipeline.connector)),
-        "replication_slot": section(lambda: replication_slot(settings.reader_dsn, settings.pipeline.slot)),
+        "connector": section(lambda: connector(settings.connect_url, plan.of(settings.pipeline).connector)),
+        "replication_slot": section(
+            lambda: replication_slot(settings.reader_dsn, plan.of(settings.pipeline).slot)
+        ),
         "versions": section(versions),
         "capture": section(lambda: capture(settings.reader_dsn, settings.pipeline)),
         "drifted_profiles": section(lambda: drifted_profiles(settings.reader_dsn, settings.pipeline)),
@@ -84,7 +86,7 @@ def capture(reader_dsn: str, pipeline: pf.Pipeline) -> dict[str, Any]:
     with psycopg.connect(reader_dsn, connect_timeout=int(TIMEOUT_S)) as conn:
         found = db_capture.lost(conn, pipeline, plan.captured(pipeline))
     lost = None if found is None else {"columns": list(found.columns), "message": found.message()}
-    return {"table": pipeline.profile.table, "publication": pipeline.publication, "lost": lost}
+    return {"table": pipeline.profile.table, "publication": plan.of(pipeline).publication, "lost": lost}
 
 
 def capture_problems(figures: dict[str, Any]) -> list[str]:

@@ -414,9 +414,7 @@ def test_the_three_table_file_chains_a_table_and_looks_one_up_each_ten_times_sma
     # Its outputs are its own: it is set up and runs beside the default file on the same stack.
     names = ("name", "cdc_topic", "connector", "slot", "publication", "enriched_table", "enriched_topic")
     assert all(getattr(p, n) != getattr(default, n) for n in names)
-    assert not {p.aggregate_table(a) for a in p.aggregates} & {
-        default.aggregate_table(a) for a in default.aggregates
-    }
+    assert not {a.table for a in plan.of(p).aggregates} & {a.table for a in plan.of(default).aggregates}
 
 
 def test_a_query_of_another_pipeline_file_reads_its_clicks_and_its_own_cdc_topic():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from common import config, names
+from common import config, names, plan
 from common import pipeline_file as pf
 from connectors import setup
 from db import capture
@@ -156,7 +156,7 @@ def test_every_table_of_the_file_is_captured_into_the_one_cdc_topic(settings: co
     assert cfg["snapshot.select.statement.overrides.ops.depots"] == "SELECT code, city FROM ops.depots"
     routed = r"shop\.streamfold\.cdc_heartbeat|shop\.crm\.plans|shop\.ops\.depots"
     assert cfg["transforms.heartbeatToProfiles.regex"] == routed
-    assert cfg["transforms.heartbeatToProfiles.replacement"] == pipeline.cdc_topic
+    assert cfg["transforms.heartbeatToProfiles.replacement"] == plan.of(pipeline).cdc_topic
     query = cfg["heartbeat.action.query"]
     assert query.count("EXISTS (SELECT 1 FROM pg_publication_tables") == 3
     assert "tablename = 'depots' AND attnames @> ARRAY['code', 'city']::name[]" in query

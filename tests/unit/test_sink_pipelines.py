@@ -24,7 +24,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from common import names
+from common import names, plan
 from common import pipeline_file as pf
 from db import pipeline_tables, schema
 from pipeline import sink_spec, sinks
@@ -513,7 +513,10 @@ def test_integer_keys_timestamps_and_special_numbers_land_as_their_types(
     spark: SparkSession, dsn: str, bootstrap: str
 ) -> None:
     pipeline_tables.metadata(EDGES).create_all(schema.engine(dsn))
-    fresh_topics(bootstrap, (EDGES.enriched_topic, EDGES.changelog_topic, EDGES.dead_letters_topic))
+    fresh_topics(
+        bootstrap,
+        (plan.of(EDGES).enriched_topic, plan.of(EDGES).changelog_topic, plan.of(EDGES).dead_letters_topic),
+    )
     rows = [
         ("event", f"kafka:readings:0:{i}", sensor, 1_767_225_600_000 + i, value, 1, level, seen, -1, True)
         + (None,) * 6
