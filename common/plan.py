@@ -357,10 +357,9 @@ def captured(*pipelines: pf.Pipeline) -> Captured:
     return {table: tuple(columns) for table, columns in tables.items()}
 
 
-def profile_spec(pipeline: pf.Pipeline) -> dict[str, Any]:
+def profile_spec(resolved: Plan) -> dict[str, Any]:
     """What the CDC fold needs (pipeline/cdc_fold.py): the profile's key, its carried columns in order (an
     aggregate key's text limited to MAX_KEY_BYTES), the heartbeat table, the size limit of a change event."""
-    resolved = of(pipeline)
     profile, keys = resolved.joins[0].table, resolved.grouped(PROFILE)
     return {
         "key": {"column": profile.key, "type": profile.key_type},

@@ -89,15 +89,16 @@ def tables_spec(pipeline: pf.Pipeline) -> dict[str, Any]:
     """What TablesFold needs: each Postgres table the file joins, in join order, with its fold spec (as
     profile_spec's): its key and the columns any join of it carries. A table joined twice is folded once,
     so its joins must agree on its key and its columns' types."""
-    specs: dict[str, dict[str, Any]] = {pipeline.profile.table: plan.profile_spec(pipeline)}
-    for join in plan.joins(pipeline)[1:]:
+    resolved = plan.of(pipeline)
+    specs: dict[str, dict[str, Any]] = {pipeline.profile.table: plan.profile_spec(resolved)}
+    for join in resolved.joins[1:]:
         table = join.table
         key = {"column": table.key, "type": table.key_type}
-        spec = specs.setdefault(table.table, {**plan.profile_spec(pipeline), "key": key, "columns": []})
+        spec = specs.setdefault(table.table, {**plan.profile_spec(resolved), "key": key, "columns": []})
         if spec["key"] != key:
             raise ValueError(f"{table.table} is joined on two keys: {spec['key']} and {key}")
         have = {c["name"]: c for c in spec["columns"]}
-        keys = plan.of(pipeline).grouped(join.name)
+        keys = resolved.grouped(join.name)
         for name, column in table.columns.items():
             folded = have.get(name)
             if folded is None:

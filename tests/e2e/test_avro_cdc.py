@@ -163,7 +163,11 @@ def folded(twins: dict[str, config.Settings], marker: str) -> dict[str, Any]:
         records = [(m.topic, _b64(m.raw_key), _b64(m.raw_value), f"r{m.offset}") for m in messages]
         registry = cdc_fold.avro_registry(p)
         asked.append(
-            {"records": records, "spec": plan.profile_spec(p), "registry": registry and asdict(registry)}
+            {
+                "records": records,
+                "spec": plan.profile_spec(plan.of(p)),
+                "registry": registry and asdict(registry),
+            }
         )
     avro = cdc_fold.avro_registry(twins["avro"].pipeline)
     assert avro is not None

@@ -77,7 +77,7 @@ def test_heartbeat_table_events_follow_changes_in_commit_order_and_are_only_prog
     from pipeline.cdc_fold import HEARTBEAT_TABLE
     from spec.envelopes import Change, Progress, parse_envelope
 
-    DEFAULT_PROFILE_SPEC = plan.profile_spec(streamfold_setup.pipeline)  # noqa: N806
+    DEFAULT_PROFILE_SPEC = plan.profile_spec(plan.of(streamfold_setup.pipeline))  # noqa: N806
 
     userid = f"hb-{uuid.uuid4().hex[:8]}"
     pg.execute("INSERT INTO public.users (userid, regionid) VALUES (%s, 'asia')", (userid,))

@@ -235,7 +235,7 @@ Versions = dict[str, list[tuple[int, int, dict[str, Any] | None]]]
 def history(bootstrap: str, pipeline: pf.Pipeline) -> tuple[Versions, set[str]]:
     """Every key's versions (valid_from, lsn, columns or None for a delete) from the CDC topic, and the
     CDC records the reference fold rejects, by dead-letter id."""
-    spec, versions, dead = plan.profile_spec(pipeline), {}, set()
+    spec, versions, dead = plan.profile_spec(plan.of(pipeline)), {}, set()
     for topic in (plan.of(pipeline).cdc_topic, plan.of(pipeline).heartbeat_topic):
         for m in read_all(bootstrap, topic):
             try:

@@ -519,7 +519,7 @@ def test_plain_envelope_fast_path_folds_only_what_parse_envelope_folds(spark: Sp
     assert taken > len(real) + (valid - len(real)) // 10, (taken, valid)
 
 
-DEFAULT_SPEC = plan.profile_spec(pf.load())
+DEFAULT_SPEC = plan.profile_spec(plan.of(pf.load()))
 
 
 @dataclass

@@ -103,7 +103,7 @@ def test_the_default_specs_are_todays_contract():
         "max_future_ms": 60_000,
         "max_key_bytes": 1024,
     }
-    profile = plan.profile_spec(DEFAULT)
+    profile = plan.profile_spec(plan.of(DEFAULT))
     assert profile["key"] == {"column": "userid", "type": "text"}
     assert [c["name"] for c in profile["columns"]] == ["regionid", "gender", "interests", "registertime"]
     assert [c.get("max_bytes") for c in profile["columns"]] == [1024, None, None, None]

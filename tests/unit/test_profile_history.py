@@ -87,7 +87,7 @@ def change_row(key: str, v: Version) -> dict[str, Any]:
         records.CHANGE_LSN: v.lsn,
         "profile_valid_from_ms": v.valid_from_ms,
         **{
-            profile_column(DEFAULT, c): None if x is UNAVAILABLE else x
+            profile_column(plan.of(DEFAULT), c): None if x is UNAVAILABLE else x
             for c, x in zip(COLUMNS, v.profile, strict=True)
         },
     }
