@@ -32,8 +32,6 @@ from pydantic import (
     model_validator,
 )
 
-from common.limits import MAX_KEY_BYTES
-
 DEFAULT_FILE = "streamfold.yaml"
 PIPELINE_VAR = "STREAMFOLD_PIPELINE"
 
@@ -596,22 +594,6 @@ class Pipeline(_Strict):
         if name == self.events.key:
             return self.key_type
         return self.events.fields[name].type
-
-    # --- the JVM's specs (pipeline/events.py, pipeline/cdc_fold.py) ------------------------------------
-
-    def event_spec(self) -> dict[str, Any]:
-        """What the event parser needs: the key, the fields in order, the event time, the count, limits."""
-        events, limits = self.events, self.events.limits
-        return {
-            "key": {"field": events.key, "type": self.key_type},
-            "fields": [{"name": n, "type": f.type, "required": f.required} for n, f in events.fields.items()],
-            "time": {"field": events.time.field, "format": events.time.format},
-            "count": {"field": events.count, "max": limits.max_count} if events.count else None,
-            "max_record_bytes": limits.max_record_bytes,
-            "min_time_ms": limits.earliest,
-            "max_future_ms": limits.max_future,
-            "max_key_bytes": MAX_KEY_BYTES,
-        }
 
     @property
     def key_type(self) -> str:

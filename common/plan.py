@@ -169,6 +169,10 @@ class Plan:
     enriched_topic: str
     changelog_topic: str
     dead_letters_topic: str
+    # What leaves Postgres for this file (`captured`), and the specs the JVM's event parser and CDC fold take.
+    captured: Captured
+    event_spec: dict[str, Any]
+    profile_spec: dict[str, Any]
 
     def join(self, name: str) -> TableJoin:
         """The join of that name: the profile's (PROFILE) or a table's of `tables`."""
@@ -176,7 +180,7 @@ class Plan:
 
     def grouped(self, source: str) -> frozenset[str]:
         """The columns of a join (`source`) some aggregate groups by: their values are keys in Postgres."""
-        return frozenset(k.name for a in self.aggregates for k in a.keys if k.source == source)
+        return _grouped(self.aggregates, source)
 
 
 _PLANS: dict[int, Plan] = {}
@@ -195,14 +199,22 @@ def of(pipeline: pf.Pipeline) -> Plan:
 def _compile(pipeline: pf.Pipeline) -> Plan:
     all_joins = _joins(pipeline)
     names = _names(pipeline)
+    aggregates = tuple(_aggregate(pipeline, a, names, all_joins) for a in pipeline.aggregates)
     return Plan(
         joins=all_joins,
         histories=_histories(pipeline, all_joins),
         names=names,
         enriched=_enriched(pipeline, names, all_joins),
-        aggregates=tuple(_aggregate(pipeline, a, names, all_joins) for a in pipeline.aggregates),
+        aggregates=aggregates,
         **_places(pipeline),
+        captured=_captured(all_joins),
+        event_spec=_event_spec(pipeline),
+        profile_spec=_profile_spec(all_joins[0].table, _grouped(aggregates, PROFILE)),
     )
+
+
+def _grouped(aggregates: tuple[AggregatePlan, ...], source: str) -> frozenset[str]:
+    return frozenset(k.name for a in aggregates for k in a.keys if k.source == source)
 
 
 def _places(pipeline: pf.Pipeline) -> dict[str, str]:
@@ -350,17 +362,36 @@ def histories(pipeline: pf.Pipeline) -> tuple[History, ...]:
 def captured(*pipelines: pf.Pipeline) -> Captured:
     """Each Postgres table the files join, with the columns that may leave the database (key first), across
     every join of it in every file: a table joined twice is captured once. PII, every other column, stays."""
+    return _captured(tuple(join for pipeline in pipelines for join in joins(pipeline)))
+
+
+def _captured(all_joins: tuple[TableJoin, ...]) -> Captured:
     tables: dict[str, dict[str, None]] = {}
-    for pipeline in pipelines:
-        for join in joins(pipeline):
-            tables.setdefault(join.table.table, {}).update(dict.fromkeys(join.carried()))
+    for join in all_joins:
+        tables.setdefault(join.table.table, {}).update(dict.fromkeys(join.carried()))
     return {table: tuple(columns) for table, columns in tables.items()}
 
 
-def profile_spec(resolved: Plan) -> dict[str, Any]:
+def _event_spec(pipeline: pf.Pipeline) -> dict[str, Any]:
+    """What the event parser needs (pipeline/events.py): the key, the fields in order, the event time, the
+    count, limits."""
+    events, limits = pipeline.events, pipeline.events.limits
+    return {
+        "key": {"field": events.key, "type": pipeline.key_type},
+        "fields": [{"name": n, "type": f.type, "required": f.required} for n, f in events.fields.items()],
+        "time": {"field": events.time.field, "format": events.time.format},
+        "count": {"field": events.count, "max": limits.max_count} if events.count else None,
+        "max_record_bytes": limits.max_record_bytes,
+        "min_time_ms": limits.earliest,
+        "max_future_ms": limits.max_future,
+        "max_key_bytes": MAX_KEY_BYTES,
+    }
+
+
+def _profile_spec(profile: pf.Profile, keys: frozenset[str]) -> dict[str, Any]:
     """What the CDC fold needs (pipeline/cdc_fold.py): the profile's key, its carried columns in order (an
-    aggregate key's text limited to MAX_KEY_BYTES), the heartbeat table, the size limit of a change event."""
-    profile, keys = resolved.joins[0].table, resolved.grouped(PROFILE)
+    aggregate key's text, `keys`, limited to MAX_KEY_BYTES), the heartbeat table, the size limit of a change
+    event."""
     return {
         "key": {"column": profile.key, "type": profile.key_type},
         "columns": [

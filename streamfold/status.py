@@ -83,10 +83,11 @@ def collect(settings: config.Settings, versions: Callable[[], list[dict[str, Any
 
 def capture(reader_dsn: str, pipeline: pf.Pipeline) -> dict[str, Any]:
     """Whether the publication captures the tables and their carried columns (db/capture.py)."""
+    resolved = plan.of(pipeline)
     with psycopg.connect(reader_dsn, connect_timeout=int(TIMEOUT_S)) as conn:
-        found = db_capture.lost(conn, pipeline, plan.captured(pipeline))
+        found = db_capture.lost(conn, resolved, resolved.captured)
     lost = None if found is None else {"columns": list(found.columns), "message": found.message()}
-    return {"table": pipeline.profile.table, "publication": plan.of(pipeline).publication, "lost": lost}
+    return {"table": pipeline.profile.table, "publication": resolved.publication, "lost": lost}
 
 
 def capture_problems(figures: dict[str, Any]) -> list[str]:
@@ -98,7 +99,7 @@ def capture_problems(figures: dict[str, Any]) -> list[str]:
 def drifted_profiles(reader_dsn: str, pipeline: pf.Pipeline) -> dict[str, Any]:
     """The profiles whose current version has drifted columns (db/capture.py drifted)."""
     with psycopg.connect(reader_dsn, connect_timeout=int(TIMEOUT_S)) as conn:
-        found = db_capture.drifted(conn, pipeline)
+        found = db_capture.drifted(conn, plan.of(pipeline))
     return {"table": found.table, "profiles": found.profiles, "reasons": list(found.reasons)}
 
 

@@ -72,7 +72,7 @@ def twins(streamfold_setup: config.Settings) -> Iterator[dict[str, config.Settin
     finally:
         for settings in twins.values():
             p = settings.pipeline
-            drop_installation(settings.pg_dsn, settings.connect_url, p, plan.captured(p))
+            drop_installation(settings.pg_dsn, settings.connect_url, p, plan.of(p).captured)
 
 
 def wait_for_slots(dsn: str, slots: list[str]) -> None:
@@ -165,7 +165,7 @@ def folded(twins: dict[str, config.Settings], marker: str) -> dict[str, Any]:
         asked.append(
             {
                 "records": records,
-                "spec": plan.profile_spec(plan.of(p)),
+                "spec": plan.of(p).profile_spec,
                 "registry": registry and asdict(registry),
             }
         )

@@ -166,7 +166,7 @@ def changelog_oracle(bootstrap: str, p: pf.Pipeline) -> dict[str, list[str | Non
     """Each key's changelog as the CDC topic implies it, folded by the reference (spec/envelopes.py): its
     versions' regions in version order (None for a delete), and a tombstone at every truncate that ends a
     profile the key had."""
-    spec, versions, truncates = plan.profile_spec(plan.of(p)), {}, []
+    spec, versions, truncates = plan.of(p).profile_spec, {}, []
     for m in read_all(bootstrap, plan.of(p).cdc_topic):
         folded = parse_envelope(m.topic, m.raw_key, m.raw_value, spec)
         if isinstance(folded, Change):

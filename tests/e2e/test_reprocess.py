@@ -501,7 +501,7 @@ def expected_segments(
     inputs: list[sp.Input], versions: own.Versions, pipeline: pf.Pipeline
 ) -> dict[str, str]:
     """The oracle's new column, per event: the profile version valid at the event's time (if_missing)."""
-    spec, now = pipeline.event_spec(), now_ms()
+    spec, now = plan.of(pipeline).event_spec, now_ms()
     found = {}
     for item in inputs:
         try:

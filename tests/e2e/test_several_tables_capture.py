@@ -76,7 +76,7 @@ def scans(streamfold_setup: config.Settings) -> Iterator[config.Settings]:
         yield settings
     finally:
         p = settings.pipeline
-        drop_installation(settings.pg_dsn, settings.connect_url, p, plan.captured(p))
+        drop_installation(settings.pg_dsn, settings.connect_url, p, plan.of(p).captured)
 
 
 def changes_of(settings: config.Settings, want: int) -> list[dict]:
@@ -138,7 +138,7 @@ def folded(settings: config.Settings) -> list[tuple[str, str, str, dict[str, Any
 def test_one_connector_captures_every_table_into_one_topic_in_commit_order(scans: config.Settings) -> None:
     run_setup(scans, echo=lambda _: None)
     p = scans.pipeline
-    parcels, senders, depots = plan.captured(p)
+    parcels, senders, depots = plan.of(p).captured
     with psycopg.connect(scans.pg_dsn, autocommit=True) as conn:
         published = dict(
             conn.execute(
@@ -191,7 +191,7 @@ def test_one_connector_captures_every_table_into_one_topic_in_commit_order(scans
     # A lookup table that leaves the publication is a lost capture, named.
     with psycopg.connect(scans.pg_dsn, autocommit=True) as conn:
         conn.execute(f"ALTER TABLE {senders} DROP COLUMN country CASCADE")
-        lost = capture.lost_tables(conn, p, plan.captured(p))
+        lost = capture.lost_tables(conn, plan.of(p), plan.of(p).captured)
     assert [found.table for found in lost] == [senders]
     assert f"capture lost: {senders} is not in publication {plan.of(p).publication}" in lost[0].message()
 
@@ -215,7 +215,7 @@ def test_generate_fills_every_table_and_every_foreign_key_hits_a_row(scans: conf
 
 def test_a_table_added_to_the_file_is_snapshotted_as_from_the_beginning(scans: config.Settings) -> None:
     p = scans.pipeline
-    parcels, senders, depots = plan.captured(p)
+    parcels, senders, depots = plan.of(p).captured
     without_depot = pf.Pipeline.model_validate(
         {
             **p.model_dump(mode="json", exclude_none=True),

@@ -55,7 +55,7 @@ def parcels(streamfold_setup: config.Settings, tmp_path: Path) -> Iterator[own.O
         yield made
     finally:
         p = made.pipeline
-        tables = (*plan.captured(p), *(a.table for a in plan.of(p).aggregates))
+        tables = (*plan.of(p).captured, *(a.table for a in plan.of(p).aggregates))
         own.drop_installation(made.dsn, streamfold_setup.connect_url, p, tables)
 
 

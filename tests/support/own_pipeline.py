@@ -157,7 +157,7 @@ def create(admin_dsn: str, home: Path, kinesis_only: bool = False) -> OwnPipelin
 def drop(own: OwnPipeline, connect_url: str) -> None:
     """The connector, its slot, publication and tables: nothing keeps WAL or rows after the test."""
     p = own.pipeline
-    tables = (*plan.captured(p), *(a.table for a in plan.of(p).aggregates))
+    tables = (*plan.of(p).captured, *(a.table for a in plan.of(p).aggregates))
     drop_installation(own.dsn, connect_url, p, tables)
 
 
@@ -235,7 +235,7 @@ Versions = dict[str, list[tuple[int, int, dict[str, Any] | None]]]
 def history(bootstrap: str, pipeline: pf.Pipeline) -> tuple[Versions, set[str]]:
     """Every key's versions (valid_from, lsn, columns or None for a delete) from the CDC topic, and the
     CDC records the reference fold rejects, by dead-letter id."""
-    spec, versions, dead = plan.profile_spec(plan.of(pipeline)), {}, set()
+    spec, versions, dead = plan.of(pipeline).profile_spec, {}, set()
     for topic in (plan.of(pipeline).cdc_topic, plan.of(pipeline).heartbeat_topic):
         for m in read_all(bootstrap, topic):
             try:
@@ -271,7 +271,7 @@ class Expected:
 
 
 def expected(inputs: list[Input], versions: Versions, cdc_dead: set[str], pipeline: pf.Pipeline) -> Expected:
-    now_ms, spec = int(time.time() * 1000), pipeline.event_spec()
+    now_ms, spec = int(time.time() * 1000), plan.of(pipeline).event_spec
     rows, dead = {}, set(cdc_dead)
     for item in inputs:
         try:

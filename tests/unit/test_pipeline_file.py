@@ -93,7 +93,7 @@ def test_the_default_files_sink_tables_are_the_migrated_ones():
 
 
 def test_the_default_specs_are_todays_contract():
-    assert DEFAULT.event_spec() == {
+    assert plan.of(DEFAULT).event_spec == {
         "key": {"field": "userid", "type": "text"},
         "fields": [{"name": n, "type": "text", "required": True} for n in ("url", "device_id", "ip")],
         "time": {"field": "event_time", "format": "epoch_ms"},
@@ -103,7 +103,7 @@ def test_the_default_specs_are_todays_contract():
         "max_future_ms": 60_000,
         "max_key_bytes": 1024,
     }
-    profile = plan.profile_spec(plan.of(DEFAULT))
+    profile = plan.of(DEFAULT).profile_spec
     assert profile["key"] == {"column": "userid", "type": "text"}
     assert [c["name"] for c in profile["columns"]] == ["regionid", "gender", "interests", "registertime"]
     assert [c.get("max_bytes") for c in profile["columns"]] == [1024, None, None, None]

@@ -90,8 +90,9 @@ def test_the_heartbeat_commits_only_while_the_table_and_its_columns_are_publishe
     """A capture that was lost (db/capture.py) stops the heartbeat, so CDC progress stops where it did."""
     captured = {"public.users": ("userid", "regionid", "it's")}
     query = setup.connector_config(settings, captured)["heartbeat.action.query"]
+    beat = capture.heartbeat_id(plan.of(settings.pipeline))
     assert query == (
-        f"INSERT INTO streamfold.cdc_heartbeat (id, ts) SELECT {capture.heartbeat_id(settings.pipeline)}, "
+        f"INSERT INTO streamfold.cdc_heartbeat (id, ts) SELECT {beat}, "
         "now() WHERE EXISTS (SELECT 1 FROM "
         "pg_publication_tables WHERE pubname = 'streamfold_users' AND schemaname = 'public' AND "
         "tablename = 'users' AND attnames @> ARRAY['userid', 'regionid', 'it''s']::name[]) "

@@ -103,7 +103,7 @@ def test_a_one_table_file_compiles_to_the_profile_alone() -> None:
     pipeline = pf.load(pf.DEFAULT_PATH)
     assert pipeline.tables == {}
     assert [j.name for j in plan.joins(pipeline)] == ["profile"]
-    assert plan.captured(pipeline) == {
+    assert plan.of(pipeline).captured == {
         "public.users": ("userid", "regionid", "gender", "interests", "registertime")
     }
 

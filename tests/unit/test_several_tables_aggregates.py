@@ -104,7 +104,7 @@ def test_a_too_long_value_of_a_tables_text_key_is_a_dead_letter(spark: SparkSess
 def test_a_one_table_files_fold_spec_is_the_profiles_alone() -> None:
     pipeline = pf.load(pf.DEFAULT_PATH)
     assert cdc_fold.tables_spec(pipeline) == {
-        "tables": [{"table": pipeline.profile.table, "spec": plan.profile_spec(plan.of(pipeline))}]
+        "tables": [{"table": pipeline.profile.table, "spec": plan.of(pipeline).profile_spec}]
     }
 
 
