@@ -391,7 +391,8 @@ def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[
         )
         kept = f"created, retention {STREAM_RETENTION_HOURS} h" if made else "exists, keeps its retention"
         echo(f"kinesis stream {stream}: active ({kept})")
-    connector = plan.of(settings.pipeline).connector
+    resolved = plan.of(settings.pipeline)
+    connector = resolved.connector
     captured = schema.shared_capture(settings.pg_dsn, settings.pipeline)
     cfg = connector_config(settings, captured)
     if added:  # the new table list must be in force before the snapshot's signal is read
@@ -402,7 +403,7 @@ def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[
     wait_until_running(settings.connect_url, connector, timeout_s)
     echo(f"connector {connector}: RUNNING")
     with psycopg.connect(settings.pg_dsn) as conn:
-        drifted = capture.drifted(conn, plan.of(settings.pipeline))
+        drifted = capture.drifted(conn, resolved)
     if added:
         snapshot_added(settings, added, echo)
     if lost or drifted.profiles:

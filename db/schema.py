@@ -216,14 +216,14 @@ def capture_lost(dsn: str, pipeline: pf.Pipeline) -> tuple[capture.CaptureLost, 
     """The tables the publication lacks, or lacks a column of, that the file carries and that a file set up
     on the same inputs carried too (db/capture.py): a table or column no set-up file carried was never
     captured (a file or a reprocessed version that adds it), so it is not lost."""
-    before = set_up_capture(dsn, pipeline) or {}
+    before, resolved = set_up_capture(dsn, pipeline) or {}, plan.of(pipeline)
     was_captured = {
         table: tuple(c for c in columns if c in before[table])
-        for table, columns in plan.of(pipeline).captured.items()
+        for table, columns in resolved.captured.items()
         if table in before
     }
     with psycopg.connect(dsn) as conn:
-        return capture.lost_tables(conn, plan.of(pipeline), was_captured)
+        return capture.lost_tables(conn, resolved, was_captured)
 
 
 def _quoted(table: str) -> sql.Composable:
