@@ -171,7 +171,7 @@ def folded(twins: dict[str, config.Settings], marker: str) -> dict[str, Any]:
         )
     avro = cdc_fold.avro_registry(twins["avro"].pipeline)
     assert avro is not None
-    asked[0]["records"].append((twins["avro"].pipeline.cdc_topic, None, _b64(UNKNOWN_ID), "unknown"))
+    asked[0]["records"].append((plan.of(twins["avro"].pipeline).cdc_topic, None, _b64(UNKNOWN_ID), "unknown"))
     closed = f"http://127.0.0.1:{closed_port()}/apis/ccompat/v7"
     down = asdict(dataclasses.replace(avro, url=closed, retry_ms=2000))
     asked.append({**asked[0], "registry": down})

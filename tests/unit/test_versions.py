@@ -29,7 +29,7 @@ def test_a_version_renames_every_output_and_keeps_every_input() -> None:
         "url_region_click_count.v2",
     ]
     inputs = ("cdc_topic", "heartbeat_topic", "connector", "slot", "publication")
-    assert [getattr(got, n) for n in inputs] == [getattr(DEFAULT, n) for n in inputs]
+    assert [getattr(plan.of(got), n) for n in inputs] == [getattr(plan.of(DEFAULT), n) for n in inputs]
     assert got.events == DEFAULT.events and got.profile == DEFAULT.profile
     assert v.query_name(got) == "clicks__v2-kafka"
 
@@ -71,7 +71,7 @@ def test_the_users_names_map_to_the_versions_tables() -> None:
 
 def test_once_the_live_tables_moved_each_version_writes_its_own() -> None:
     v2 = v.versioned(DEFAULT, "v2")
-    assert v.physical(DEFAULT, v.LIVE, None).enriched_table == "streamfold.enriched_clicks__live"
+    assert plan.of(v.physical(DEFAULT, v.LIVE, None)).enriched_table == "streamfold.enriched_clicks__live"
     assert v.physical(DEFAULT, "v2", v2) == v2
     with pytest.raises(v.VersionError, match="no version 'v3' of clicks"):
         v.physical(DEFAULT, "v3", None)
