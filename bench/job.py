@@ -176,7 +176,7 @@ class JobRun:
         while True:
             self.check_alive()
             for event in self.progress():
-                if cdc_read_to(event, self.pipeline.cdc_topic) >= end_offset:
+                if cdc_read_to(event, plan.of(self.pipeline).cdc_topic) >= end_offset:
                     return event["batchId"]
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -187,7 +187,7 @@ class JobRun:
     def unknown_region_clicks(self) -> int:
         with psycopg.connect(self.bench.admin_dsn) as conn:
             row = conn.execute(
-                f"SELECT count(*) FROM {self.pipeline.enriched_table} WHERE user_regionid = %s",
+                f"SELECT count(*) FROM {plan.of(self.pipeline).enriched_table} WHERE user_regionid = %s",
                 (names.UNKNOWN_REGION,),
             ).fetchone()
         return row[0] if row else 0
@@ -195,10 +195,11 @@ class JobRun:
     def landed(self) -> dict[str, int]:
         """Rows in the enriched table, and those of them not complete (joined before CDC progress passed
         their time: released by join.max_wait)."""
-        complete = plan.of(self.pipeline).names.complete
+        resolved = plan.of(self.pipeline)
+        complete = resolved.names.complete
         with psycopg.connect(self.bench.admin_dsn) as conn:
             row = conn.execute(
-                f"SELECT count(*), count(*) FILTER (WHERE NOT {complete}) FROM {self.pipeline.enriched_table}"
+                f"SELECT count(*), count(*) FILTER (WHERE NOT {complete}) FROM {resolved.enriched_table}"
             ).fetchone()
         rows, incomplete = row or (0, 0)
         return {"rows_landed": rows, "incomplete_rows": incomplete}

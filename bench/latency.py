@@ -36,7 +36,7 @@ import psycopg
 from confluent_kafka import Message, Producer
 
 from bench.load import ProfileUpdater
-from common import names, topics
+from common import names, plan, topics
 from common import pipeline_file as pf
 from streamfold import generate
 
@@ -222,7 +222,9 @@ def run_window(
     file whose events, profile table and enriched table these are (default: the default file's)."""
     pipeline = pipeline or pf.load()
     clicks, profiles = Observations(), Observations()
-    poller = watch(clicks, profiles) if watch else Poller(dsn, clicks, profiles, pipeline.enriched_table)
+    poller = (
+        watch(clicks, profiles) if watch else Poller(dsn, clicks, profiles, plan.of(pipeline).enriched_table)
+    )
     poller.start()
     committed_before = committed_rows()
     started = time.monotonic()

@@ -23,14 +23,14 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from bench.measured import emit, parse_offsets
 from bench.stack import Offsets
-from common import config, names
+from common import config, names, plan
 from common import pipeline_file as pf
 from pipeline import records
 from pipeline.sinks import Sink
 from spec.events import Rejected, parse_event
 
 # The default pipeline file's event spec (the demo's clicks).
-DEFAULT_EVENT_SPEC = pf.load().event_spec()
+DEFAULT_EVENT_SPEC = plan.of(pf.load()).event_spec
 
 BATCH = 2000
 LOOKUP = "SELECT regionid, gender, interests, registertime FROM public.users WHERE userid = %s"

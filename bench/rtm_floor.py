@@ -90,10 +90,10 @@ def joined(spark: SparkSession) -> DataFrame:
     from pipeline.join_config import LATEST, JoinConfig
 
     pipeline = config.load().pipeline
-    clicks = sources.from_kafka_clicks(kafka_reader(spark, IN, "latest"), IN)
-    cdc = sources.from_kafka_cdc(kafka_reader(spark, pipeline.cdc_topic, "earliest"))
-    out = topology.enrich(clicks, cdc, JoinConfig(mode=LATEST), pipeline)
     resolved = plan.of(pipeline)
+    clicks = sources.from_kafka_clicks(kafka_reader(spark, IN, "latest"), IN)
+    cdc = sources.from_kafka_cdc(kafka_reader(spark, resolved.cdc_topic, "earliest"))
+    out = topology.enrich(clicks, cdc, JoinConfig(mode=LATEST), pipeline)
     named, profile = resolved.names, resolved.joins[0]
     return out.where(F.col("kind") == "event").select(
         F.col(named.key).alias("userid"),

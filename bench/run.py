@@ -69,7 +69,7 @@ from bench import (
 )
 from bench.cpu import CpuClock
 from bench.stack import Bench
-from common import config, names
+from common import config, names, plan
 from common import pipeline_file as pf
 from streamfold import generate
 
@@ -215,7 +215,7 @@ def measure_job(
     try:
         with CpuClock({"job": [run.pid]}) as clock:
             result = measure_clicks(
-                run, name, clicks, users, cdc_end(bench, run.pipeline.cdc_topic), profile_s
+                run, name, clicks, users, cdc_end(bench, plan.of(run.pipeline).cdc_topic), profile_s
             )
         from_start = result["launch_to_first_read_s"] + result["seconds"]
         core_s = clock.between(run.launched, run.launched + from_start)["core_s"]["job"]  # type: ignore[index]
@@ -488,7 +488,7 @@ def three_tables_path(bench: Bench, p: Params) -> dict[str, Any]:
     The default file's connector is stopped meanwhile (bench/stack.py connector_stopped), so that one
     connector decodes the WAL, as in the main run."""
     echo(f"[bold]three tables[/]: the same {p.clicks:,} clicks joined with a profile, a chain and a lookup")
-    with stack.connector_stopped(bench, bench.settings.pipeline.connector):
+    with stack.connector_stopped(bench, plan.of(bench.settings.pipeline).connector):
         return three_tables_measured(bench, p)
 
 
@@ -507,7 +507,7 @@ def three_tables_measured(bench: Bench, p: Params) -> dict[str, Any]:
     loaded = load.preload(bench, p.clicks, p.users, p.updates, ticker.advance, pipeline=pipeline)
     echo(f"  {loaded.clicks:,} clicks at {loaded.rate:,.0f}/s, {loaded.updates:,} profile updates")
     changes = sum(rows.values()) + loaded.updates
-    cdc_ticker = Ticker(f"change events in Kafka (Debezium, {pipeline.cdc_topic})", changes)
+    cdc_ticker = Ticker(f"change events in Kafka (Debezium, {plan.of(pipeline).cdc_topic})", changes)
     stack.wait_for_cdc(bench.bootstrap, bench.admin_dsn, changes, cdc_ticker.update, 1800, pipeline)
     env = tables_path.job_env(path)
     run, result = measure_job(bench, "tables", loaded.clicks, p.users, p.job_conf, env=env, pipeline=pipeline)

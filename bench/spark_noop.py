@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from bench.measured import emit, parse_offsets
 from bench.stack import Offsets
-from common import config, names
+from common import config, names, plan
 from common import pipeline_file as pf
 from pipeline import events
 from pipeline import spark as spark_session
@@ -45,7 +45,7 @@ def parsed(raw: DataFrame) -> DataFrame:
         F.lit(f"kafka:{names.CLICKS_TOPIC}").alias("source"),
         F.col("value").alias("payload"),
         F.unix_millis(F.current_timestamp()).alias("now_ms"),
-    ).transform(lambda frame: events.parse(frame, pf.load().event_spec()))
+    ).transform(lambda frame: events.parse(frame, plan.of(pf.load()).event_spec))
 
 
 def timed_noop(frame: DataFrame, records: int) -> dict[str, float]:

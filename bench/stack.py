@@ -15,7 +15,7 @@ import requests
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from common import config, names
+from common import config, names, plan
 from common import pipeline_file as pf
 from connectors.setup import run_setup, wait_until_running
 from stack import lifecycle
@@ -119,16 +119,16 @@ def wait_for_cdc(
     topic of `pipeline` (default: the default file's); returns the seconds it took. The count alone is not
     enough: table heartbeats share the topic. Debezium confirms a WAL position to its replication slot
     only once what precedes it is in Kafka."""
-    pipeline = pipeline or pf.load()
+    resolved = plan.of(pipeline or pf.load())
     start = time.monotonic()
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         (target,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone() or ("0/0",)
         while True:
-            seen = cdc_records(bootstrap, pipeline.cdc_topic)
+            seen = cdc_records(bootstrap, resolved.cdc_topic)
             on_progress(seen)
             row = conn.execute(
                 "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
-                (target, pipeline.slot),
+                (target, resolved.slot),
             ).fetchone()
             if seen >= expected and row and row[0]:
                 break

@@ -32,8 +32,6 @@ from pydantic import (
     model_validator,
 )
 
-from common.limits import MAX_KEY_BYTES
-
 DEFAULT_FILE = "streamfold.yaml"
 PIPELINE_VAR = "STREAMFOLD_PIPELINE"
 
@@ -596,83 +594,6 @@ class Pipeline(_Strict):
         if name == self.events.key:
             return self.key_type
         return self.events.fields[name].type
-
-    # --- names every part of the appliance uses ------------------------------------------------------
-
-    @property
-    def cdc_topic(self) -> str:
-        """Debezium's topic for the profile table: <prefix>.<schema>.<table>."""
-        return f"{self.outputs.cdc_topic_prefix}.{self.profile.table}"
-
-    @property
-    def heartbeat_topic(self) -> str:
-        """Debezium's own heartbeat topic for the connector (CDC progress when no change flows)."""
-        return f"__debezium-heartbeat.{self.outputs.cdc_topic_prefix}"
-
-    @property
-    def connector(self) -> str:
-        return self.outputs.connector or f"streamfold-{self.profile.table_name}"
-
-    @property
-    def slot(self) -> str:
-        return self.outputs.slot or f"streamfold_{self.profile.table_name}"
-
-    @property
-    def publication(self) -> str:
-        return self.outputs.publication or f"streamfold_{self.profile.table_name}"
-
-    @property
-    def enriched_table(self) -> str:
-        return self.outputs.enriched.table or f"streamfold.enriched_{self.name}"
-
-    @property
-    def enriched_topic(self) -> str:
-        return self.outputs.enriched.topic or f"enriched_{self.name}"
-
-    @property
-    def changelog_topic(self) -> str:
-        return self.outputs.changelog_topic or f"{self.profile.table_name}_changelog"
-
-    @property
-    def dead_letters_topic(self) -> str:
-        return self.outputs.dead_letters_topic or f"{self.name}_dlq"
-
-    @property
-    def history_table(self) -> str:
-        """Every version of every profile's carried columns (db/pipeline_tables.py, docs/history.md)."""
-        return f"streamfold.profile_history_{self.name}"
-
-    @property
-    def versions_view(self) -> str:
-        """The history with each version's valid_to (db/history.py)."""
-        return f"streamfold.profile_versions_{self.name}"
-
-    @property
-    def profile_at_function(self) -> str:
-        """The SQL function (key, time) -> the profile version valid then (db/history.py)."""
-        return f"streamfold.profile_at_{self.name}"
-
-    def aggregate_table(self, aggregate: Aggregate) -> str:
-        return aggregate.table or f"streamfold.{aggregate.name}"
-
-    def aggregate_topic(self, aggregate: Aggregate) -> str:
-        return aggregate.topic or aggregate.name
-
-    # --- the JVM's specs (pipeline/events.py, pipeline/cdc_fold.py) ------------------------------------
-
-    def event_spec(self) -> dict[str, Any]:
-        """What the event parser needs: the key, the fields in order, the event time, the count, limits."""
-        events, limits = self.events, self.events.limits
-        return {
-            "key": {"field": events.key, "type": self.key_type},
-            "fields": [{"name": n, "type": f.type, "required": f.required} for n, f in events.fields.items()],
-            "time": {"field": events.time.field, "format": events.time.format},
-            "count": {"field": events.count, "max": limits.max_count} if events.count else None,
-            "max_record_bytes": limits.max_record_bytes,
-            "min_time_ms": limits.earliest,
-            "max_future_ms": limits.max_future,
-            "max_key_bytes": MAX_KEY_BYTES,
-        }
 
     @property
     def key_type(self) -> str:

@@ -159,6 +159,20 @@ class Plan:
     names: EnrichedNames
     enriched: tuple[EnrichedColumn, ...]
     aggregates: tuple[AggregatePlan, ...]
+    # The topics, tables and CDC names no reference decides: the file's, else their defaults (_places).
+    cdc_topic: str
+    heartbeat_topic: str
+    connector: str
+    slot: str
+    publication: str
+    enriched_table: str
+    enriched_topic: str
+    changelog_topic: str
+    dead_letters_topic: str
+    # What leaves Postgres for this file (`captured`), and the specs the JVM's event parser and CDC fold take.
+    captured: Captured
+    event_spec: dict[str, Any]
+    profile_spec: dict[str, Any]
 
     def join(self, name: str) -> TableJoin:
         """The join of that name: the profile's (PROFILE) or a table's of `tables`."""
@@ -166,7 +180,7 @@ class Plan:
 
     def grouped(self, source: str) -> frozenset[str]:
         """The columns of a join (`source`) some aggregate groups by: their values are keys in Postgres."""
-        return frozenset(k.name for a in self.aggregates for k in a.keys if k.source == source)
+        return _grouped(self.aggregates, source)
 
 
 _PLANS: dict[int, Plan] = {}
@@ -185,13 +199,40 @@ def of(pipeline: pf.Pipeline) -> Plan:
 def _compile(pipeline: pf.Pipeline) -> Plan:
     all_joins = _joins(pipeline)
     names = _names(pipeline)
+    aggregates = tuple(_aggregate(pipeline, a, names, all_joins) for a in pipeline.aggregates)
     return Plan(
         joins=all_joins,
         histories=_histories(pipeline, all_joins),
         names=names,
         enriched=_enriched(pipeline, names, all_joins),
-        aggregates=tuple(_aggregate(pipeline, a, names, all_joins) for a in pipeline.aggregates),
+        aggregates=aggregates,
+        **_places(pipeline),
+        captured=_captured(all_joins),
+        event_spec=_event_spec(pipeline),
+        profile_spec=_profile_spec(all_joins[0].table, _grouped(aggregates, PROFILE)),
     )
+
+
+def _grouped(aggregates: tuple[AggregatePlan, ...], source: str) -> frozenset[str]:
+    return frozenset(k.name for a in aggregates for k in a.keys if k.source == source)
+
+
+def _places(pipeline: pf.Pipeline) -> dict[str, str]:
+    """The names of the topics, tables and CDC objects, each the file's or its default. Debezium's topic
+    for every captured table is <prefix>.<schema>.<table> of the profile's; its heartbeats (CDC progress
+    when no change flows) go to the connector's own heartbeat topic."""
+    out, table_name = pipeline.outputs, pipeline.profile.table_name
+    return {
+        "cdc_topic": f"{out.cdc_topic_prefix}.{pipeline.profile.table}",
+        "heartbeat_topic": f"__debezium-heartbeat.{out.cdc_topic_prefix}",
+        "connector": out.connector or f"streamfold-{table_name}",
+        "slot": out.slot or f"streamfold_{table_name}",
+        "publication": out.publication or f"streamfold_{table_name}",
+        "enriched_table": out.enriched.table or f"streamfold.enriched_{pipeline.name}",
+        "enriched_topic": out.enriched.topic or f"enriched_{pipeline.name}",
+        "changelog_topic": out.changelog_topic or f"{table_name}_changelog",
+        "dead_letters_topic": out.dead_letters_topic or f"{pipeline.name}_dlq",
+    }
 
 
 def _joins(pipeline: pf.Pipeline) -> tuple[TableJoin, ...]:
@@ -207,8 +248,9 @@ def _joins(pipeline: pf.Pipeline) -> tuple[TableJoin, ...]:
 
 
 def _histories(pipeline: pf.Pipeline, all_joins: tuple[TableJoin, ...]) -> tuple[History, ...]:
-    """One per join, the profile's first: `streamfold.<join>_history_<pipeline>`, `..._versions_...` and
-    `..._at_...` (the profile's are Pipeline.history_table, versions_view and profile_at_function)."""
+    """One per join, the profile's first: `streamfold.<join>_history_<pipeline>`, the view
+    `..._versions_...` with each version's valid_to, and the function `..._at_...` (key, time) -> the
+    version valid then (db/history.py)."""
     return tuple(
         History(
             join,
@@ -289,8 +331,8 @@ def _aggregate(
         sums.append(AggregateSum(column, field, pipeline.events.fields[field].type, names.fields[field]))
     return AggregatePlan(
         aggregate.name,
-        pipeline.aggregate_table(aggregate),
-        pipeline.aggregate_topic(aggregate),
+        aggregate.table or f"streamfold.{aggregate.name}",
+        aggregate.topic or aggregate.name,
         tuple(keys),
         aggregate.count_column,
         tuple(sums),
@@ -320,18 +362,36 @@ def histories(pipeline: pf.Pipeline) -> tuple[History, ...]:
 def captured(*pipelines: pf.Pipeline) -> Captured:
     """Each Postgres table the files join, with the columns that may leave the database (key first), across
     every join of it in every file: a table joined twice is captured once. PII, every other column, stays."""
+    return _captured(tuple(join for pipeline in pipelines for join in joins(pipeline)))
+
+
+def _captured(all_joins: tuple[TableJoin, ...]) -> Captured:
     tables: dict[str, dict[str, None]] = {}
-    for pipeline in pipelines:
-        for join in joins(pipeline):
-            tables.setdefault(join.table.table, {}).update(dict.fromkeys(join.carried()))
+    for join in all_joins:
+        tables.setdefault(join.table.table, {}).update(dict.fromkeys(join.carried()))
     return {table: tuple(columns) for table, columns in tables.items()}
 
 
-def profile_spec(pipeline: pf.Pipeline) -> dict[str, Any]:
+def _event_spec(pipeline: pf.Pipeline) -> dict[str, Any]:
+    """What the event parser needs (pipeline/events.py): the key, the fields in order, the event time, the
+    count, limits."""
+    events, limits = pipeline.events, pipeline.events.limits
+    return {
+        "key": {"field": events.key, "type": pipeline.key_type},
+        "fields": [{"name": n, "type": f.type, "required": f.required} for n, f in events.fields.items()],
+        "time": {"field": events.time.field, "format": events.time.format},
+        "count": {"field": events.count, "max": limits.max_count} if events.count else None,
+        "max_record_bytes": limits.max_record_bytes,
+        "min_time_ms": limits.earliest,
+        "max_future_ms": limits.max_future,
+        "max_key_bytes": MAX_KEY_BYTES,
+    }
+
+
+def _profile_spec(profile: pf.Profile, keys: frozenset[str]) -> dict[str, Any]:
     """What the CDC fold needs (pipeline/cdc_fold.py): the profile's key, its carried columns in order (an
-    aggregate key's text limited to MAX_KEY_BYTES), the heartbeat table, the size limit of a change event."""
-    resolved = of(pipeline)
-    profile, keys = resolved.joins[0].table, resolved.grouped(PROFILE)
+    aggregate key's text, `keys`, limited to MAX_KEY_BYTES), the heartbeat table, the size limit of a change
+    event."""
     return {
         "key": {"column": profile.key, "type": profile.key_type},
         "columns": [

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from common import pipeline_file as pf
+from common import plan
 
 # The version every installation starts with: the pipeline's own, unversioned names.
 LIVE = "live"
@@ -51,20 +52,20 @@ def versioned(pipeline: pf.Pipeline, version: str) -> pf.Pipeline:
     check_name(version)
     spec = pipeline.model_dump(mode="json")
     spec["name"] = f"{pipeline.name}__{version}"
-    outputs = spec["outputs"]
-    outputs["enriched"]["table"] = f"{pipeline.enriched_table}__{version}"
-    outputs["enriched"]["topic"] = f"{pipeline.enriched_topic}.{version}"
-    outputs["changelog_topic"] = f"{pipeline.changelog_topic}.{version}"
-    outputs["dead_letters_topic"] = f"{pipeline.dead_letters_topic}.{version}"
+    outputs, resolved = spec["outputs"], plan.of(pipeline)
+    outputs["enriched"]["table"] = f"{resolved.enriched_table}__{version}"
+    outputs["enriched"]["topic"] = f"{resolved.enriched_topic}.{version}"
+    outputs["changelog_topic"] = f"{resolved.changelog_topic}.{version}"
+    outputs["dead_letters_topic"] = f"{resolved.dead_letters_topic}.{version}"
     # The inputs, named explicitly: a default derived from the pipeline's name must not follow the new one.
     outputs["connector"], outputs["slot"], outputs["publication"] = (
-        pipeline.connector,
-        pipeline.slot,
-        pipeline.publication,
+        resolved.connector,
+        resolved.slot,
+        resolved.publication,
     )
-    for given, aggregate in zip(spec["aggregates"], pipeline.aggregates, strict=True):
-        given["table"] = f"{pipeline.aggregate_table(aggregate)}__{version}"
-        given["topic"] = f"{pipeline.aggregate_topic(aggregate)}.{version}"
+    for given, aggregate in zip(spec["aggregates"], resolved.aggregates, strict=True):
+        given["table"] = f"{aggregate.table}__{version}"
+        given["topic"] = f"{aggregate.topic}.{version}"
     try:
         return pf.Pipeline.model_validate(spec)
     except ValueError as exc:
@@ -75,9 +76,10 @@ def moved_live(pipeline: pf.Pipeline) -> pf.Pipeline:
     """The live pipeline once a swap has made its users' table names views (db/versions.py): its tables are
     <table>__live. Its name, checkpoint, history and topics stay: the live job resumes where it was."""
     spec = pipeline.model_dump(mode="json")
-    spec["outputs"]["enriched"]["table"] = f"{pipeline.enriched_table}__{LIVE}"
-    for given, aggregate in zip(spec["aggregates"], pipeline.aggregates, strict=True):
-        given["table"] = f"{pipeline.aggregate_table(aggregate)}__{LIVE}"
+    resolved = plan.of(pipeline)
+    spec["outputs"]["enriched"]["table"] = f"{resolved.enriched_table}__{LIVE}"
+    for given, aggregate in zip(spec["aggregates"], resolved.aggregates, strict=True):
+        given["table"] = f"{aggregate.table}__{LIVE}"
     return pf.Pipeline.model_validate(spec)
 
 
@@ -94,8 +96,8 @@ def physical(live: pf.Pipeline, version: str, registered: pf.Pipeline | None) ->
 def users_tables(pipeline: pf.Pipeline, version: str) -> dict[str, str]:
     """The names users' SQL reads -> the version's own tables: the enriched table and each aggregate's,
     whose names are the users' names with the version's suffix (versioned, moved_live)."""
-    suffix = f"__{version}"
-    tables = [pipeline.enriched_table, *(pipeline.aggregate_table(a) for a in pipeline.aggregates)]
+    suffix, resolved = f"__{version}", plan.of(pipeline)
+    tables = [resolved.enriched_table, *(a.table for a in resolved.aggregates)]
     return {table.removesuffix(suffix): table for table in tables if table.endswith(suffix)}
 
 

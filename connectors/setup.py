@@ -45,13 +45,13 @@ CDC_PARTITIONS = 1
 CDC_MAX_BYTES = 16 * 1024 * 1024
 
 
-def record_limits(pipeline: pf.Pipeline) -> dict[str, int]:
+def record_limits(resolved: plan.Plan) -> dict[str, int]:
     """Topics whose records may pass the broker's default 1 MB: the CDC topic, and the job's outputs that
     carry a whole profile (names.OUTPUT_RECORD_MAX_BYTES)."""
     return {
-        pipeline.cdc_topic: CDC_MAX_BYTES,
-        pipeline.enriched_topic: names.OUTPUT_RECORD_MAX_BYTES,
-        pipeline.changelog_topic: names.OUTPUT_RECORD_MAX_BYTES,
+        resolved.cdc_topic: CDC_MAX_BYTES,
+        resolved.enriched_topic: names.OUTPUT_RECORD_MAX_BYTES,
+        resolved.changelog_topic: names.OUTPUT_RECORD_MAX_BYTES,
     }
 
 
@@ -69,10 +69,10 @@ EVENTS_RETENTION_MS = 30 * 86_400_000
 STREAM_RETENTION_HOURS = 168
 
 
-def retention(pipeline: pf.Pipeline, events: set[str | None]) -> dict[str, int]:
+def retention(resolved: plan.Plan, events: set[str | None]) -> dict[str, int]:
     """retention.ms of the topics setup creates: the CDC topic's, and the events topics'. The CDC topic's is
     raised on a topic an older setup created too; an events topic that exists keeps its own."""
-    return {pipeline.cdc_topic: CDC_RETENTION_MS, **{t: EVENTS_RETENTION_MS for t in events if t}}
+    return {resolved.cdc_topic: CDC_RETENTION_MS, **{t: EVENTS_RETENTION_MS for t in events if t}}
 
 
 class SetupError(RuntimeError):
@@ -89,7 +89,8 @@ def connector_config(settings: config.Settings, captured: plan.Captured | None =
     template = resources.files("connectors").joinpath("debezium-postgres.json").read_text()
     dsn = conninfo_to_dict(settings.pg_dsn)
     pipeline = settings.pipeline
-    captured = captured or plan.captured(pipeline)
+    resolved = plan.of(pipeline)
+    captured = captured or resolved.captured
     heartbeat = f"{pf.HEARTBEAT_SCHEMA}.{pf.HEARTBEAT_TABLE}"
     prefix = pipeline.outputs.cdc_topic_prefix
     routed = [heartbeat, *(t for t in captured if t != pipeline.profile.table)]
@@ -100,22 +101,22 @@ def connector_config(settings: config.Settings, captured: plan.Captured | None =
         "PG_DATABASE": str(dsn.get("dbname", "postgres")),
         "DEBEZIUM_ROLE": config.DEBEZIUM_ROLE,
         "CDC_TOPIC_PREFIX": prefix,
-        "CDC_TOPIC": pipeline.cdc_topic,
+        "CDC_TOPIC": resolved.cdc_topic,
         "CAPTURED_TABLES": ",".join(captured),
         "HEARTBEAT_TABLE": heartbeat,
         "SIGNAL_TABLE": capture.SIGNAL_TABLE,
-        "HEARTBEAT_ID": str(capture.heartbeat_id(pipeline)),
+        "HEARTBEAT_ID": str(capture.heartbeat_id(resolved)),
         # The heartbeat commits only while the publication captures every table and carried column: once
         # it does not (db/capture.py), CDC progress stops where the capture did.
         "CAPTURED_CONDITION": " AND ".join(
-            _published_condition(pipeline.publication, table, columns) for table, columns in captured.items()
+            _published_condition(resolved.publication, table, columns) for table, columns in captured.items()
         ),
         # The heartbeat table's and the other tables' events go to the profile topic: CDC progress in
         # commit order with them.
         "ROUTED_TOPIC_REGEX": "|".join(re.escape(f"{prefix}.{table}") for table in routed),
         "INCLUDED_COLUMNS": ",".join(f"{table}.{c}" for table, columns in captured.items() for c in columns),
-        "PUBLICATION_NAME": pipeline.publication,
-        "SLOT_NAME": pipeline.slot,
+        "PUBLICATION_NAME": resolved.publication,
+        "SLOT_NAME": resolved.slot,
     }
     rendered: dict[str, str] = json.loads(template)
     fill = string.Template
@@ -184,13 +185,16 @@ def pipeline_topics(pipeline: pf.Pipeline, events_topic: str | None = None) -> l
     """The topics streamfold reads and writes besides the CDC ones, (name, compacted): the events (the
     file's topic, and `events_topic` if another), the enriched events, the changelog, the aggregates, the
     dead letters."""
-    events = dict.fromkeys(t for t in (pipeline.events.kafka_topic, events_topic) if t)
+    events, resolved = (
+        dict.fromkeys(t for t in (pipeline.events.kafka_topic, events_topic) if t),
+        plan.of(pipeline),
+    )
     return [
         *((topic, False) for topic in events),
-        (pipeline.changelog_topic, True),
-        (pipeline.enriched_topic, False),
-        *((a.topic, True) for a in plan.of(pipeline).aggregates),
-        (pipeline.dead_letters_topic, False),
+        (resolved.changelog_topic, True),
+        (resolved.enriched_topic, False),
+        *((a.topic, True) for a in resolved.aggregates),
+        (resolved.dead_letters_topic, False),
     ]
 
 
@@ -198,10 +202,11 @@ def ensure_topics(bootstrap: str, pipeline: pf.Pipeline, events_topic: str | Non
     """Create the pipeline and CDC topics that are missing (and `events_topic`, if another events topic);
     returns the ones created."""
     admin = AdminClient(config.kafka_client_settings(bootstrap))
-    limits = record_limits(pipeline)
+    resolved = plan.of(pipeline)
+    limits = record_limits(resolved)
     events = {pipeline.events.kafka_topic, events_topic}
 
-    retained = retention(pipeline, events)
+    retained = retention(resolved, events)
 
     def topic(name: str, partitions: int, compacted: bool = False) -> NewTopic:
         settings = {**({"cleanup.policy": "compact"} if compacted else {}), **_record_limit(limits, name)}
@@ -210,8 +215,8 @@ def ensure_topics(bootstrap: str, pipeline: pf.Pipeline, events_topic: str | Non
         return NewTopic(name, partitions, 1, config=settings)
 
     wanted = [
-        topic(pipeline.cdc_topic, CDC_PARTITIONS),
-        topic(pipeline.heartbeat_topic, 1),
+        topic(resolved.cdc_topic, CDC_PARTITIONS),
+        topic(resolved.heartbeat_topic, 1),
         *(
             topic(name, CLICK_PARTITIONS if name in events else OUTPUT_PARTITIONS, compacted)
             for name, compacted in pipeline_topics(pipeline, events_topic)
@@ -220,7 +225,7 @@ def ensure_topics(bootstrap: str, pipeline: pf.Pipeline, events_topic: str | Non
     existing = set(admin.list_topics(timeout=30).topics)
     # Topics created by an older setup: raise their record size limits, and the CDC topic's retention.
     raised: dict[str, dict[str, str]] = {t: {"max.message.bytes": str(n)} for t, n in limits.items()}
-    raised[pipeline.cdc_topic]["retention.ms"] = str(CDC_RETENTION_MS)
+    raised[resolved.cdc_topic]["retention.ms"] = str(CDC_RETENTION_MS)
     resources = [
         ConfigResource(
             ResourceType.TOPIC,
@@ -386,7 +391,8 @@ def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[
         )
         kept = f"created, retention {STREAM_RETENTION_HOURS} h" if made else "exists, keeps its retention"
         echo(f"kinesis stream {stream}: active ({kept})")
-    connector = settings.pipeline.connector
+    resolved = plan.of(settings.pipeline)
+    connector = resolved.connector
     captured = schema.shared_capture(settings.pg_dsn, settings.pipeline)
     cfg = connector_config(settings, captured)
     if added:  # the new table list must be in force before the snapshot's signal is read
@@ -397,7 +403,7 @@ def run_setup(settings: config.Settings, timeout_s: float = 180, echo: Callable[
     wait_until_running(settings.connect_url, connector, timeout_s)
     echo(f"connector {connector}: RUNNING")
     with psycopg.connect(settings.pg_dsn) as conn:
-        drifted = capture.drifted(conn, settings.pipeline)
+        drifted = capture.drifted(conn, resolved)
     if added:
         snapshot_added(settings, added, echo)
     if lost or drifted.profiles:
@@ -412,8 +418,9 @@ def snapshot_added(settings: config.Settings, added: tuple[str, ...], echo: Call
     with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
         signal = f"streamfold-added-{uuid.uuid4().hex}"
         capture.request_snapshot(conn, list(added), signal, capture.BLOCKING)
+    connector = plan.of(settings.pipeline).connector
     echo(
-        f"{', '.join(added)} added to the pipeline; connector {settings.pipeline.connector}: snapshot of "
+        f"{', '.join(added)} added to the pipeline; connector {connector}: snapshot of "
         f"{'it' if len(added) == 1 else 'them'} requested (rows valid from the beginning)"
     )
 
@@ -434,7 +441,7 @@ def recapture(
         capture.request_snapshot(conn, list(why), f"streamfold-recapture-{uuid.uuid4().hex}")
     for table, reason in why.items():
         echo(
-            f"capture of {table} {reason}; connector {settings.pipeline.connector}: "
+            f"capture of {table} {reason}; connector {plan.of(settings.pipeline).connector}: "
             "incremental snapshot of the table requested (its rows are read again, each a version valid "
             "from when it is read)"
         )

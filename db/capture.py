@@ -17,7 +17,6 @@ import psycopg
 import psycopg.sql
 
 from common import drift, plan
-from common import pipeline_file as pf
 
 # Debezium's signal table (db/tables.py): setup asks the connector here for an incremental snapshot.
 SIGNAL_TABLE = "streamfold.debezium_signal"
@@ -40,10 +39,10 @@ class CaptureLost:
         return f"capture lost: {lost}, so its changes are not captured; {FIX}"
 
 
-def heartbeat_id(pipeline: pf.Pipeline) -> int:
+def heartbeat_id(resolved: plan.Plan) -> int:
     """The pipeline's row of streamfold.cdc_heartbeat: its publication carries that row alone (a row filter),
     so another pipeline's heartbeats never move its progress past a capture it lost."""
-    return zlib.crc32(pipeline.publication.encode()) & 0x7FFFFFFF
+    return zlib.crc32(resolved.publication.encode()) & 0x7FFFFFFF
 
 
 def published_columns(conn: psycopg.Connection, publication: str, table: str) -> tuple[str, ...] | None:
@@ -57,37 +56,37 @@ def published_columns(conn: psycopg.Connection, publication: str, table: str) ->
     return None if row is None else tuple(row[0])
 
 
-def publication_exists(conn: psycopg.Connection, pipeline: pf.Pipeline) -> bool:
-    found = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (pipeline.publication,))
+def publication_exists(conn: psycopg.Connection, resolved: plan.Plan) -> bool:
+    found = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (resolved.publication,))
     return found.fetchone() is not None
 
 
 def lost_tables(
-    conn: psycopg.Connection, pipeline: pf.Pipeline, captured: plan.Captured
+    conn: psycopg.Connection, resolved: plan.Plan, captured: plan.Captured
 ) -> tuple[CaptureLost, ...]:
     """Each captured table (plan.captured) a publication `streamfold setup` made lacks, or lacks one
     of its columns; () while it captures them all, or before setup made it."""
-    if not publication_exists(conn, pipeline):
+    if not publication_exists(conn, resolved):
         return ()
     found = []
     for table, carried in captured.items():
-        published = published_columns(conn, pipeline.publication, table)
+        published = published_columns(conn, resolved.publication, table)
         missing = () if published is None else tuple(c for c in carried if c not in published)
         if published is None or missing:
-            found.append(CaptureLost(table, pipeline.publication, missing))
+            found.append(CaptureLost(table, resolved.publication, missing))
     return tuple(found)
 
 
-def lost(conn: psycopg.Connection, pipeline: pf.Pipeline, captured: plan.Captured) -> CaptureLost | None:
+def lost(conn: psycopg.Connection, resolved: plan.Plan, captured: plan.Captured) -> CaptureLost | None:
     """The first of lost_tables, if any."""
-    return next(iter(lost_tables(conn, pipeline, captured)), None)
+    return next(iter(lost_tables(conn, resolved, captured)), None)
 
 
-def lost_message(dsn: str, pipeline: pf.Pipeline, captured: plan.Captured) -> str | None:
+def lost_message(dsn: str, resolved: plan.Plan, captured: plan.Captured) -> str | None:
     """What `lost` says, for the job's stall line; None when captured or when the database cannot say."""
     try:
         with psycopg.connect(dsn, connect_timeout=5) as conn:
-            found = lost(conn, pipeline, captured)
+            found = lost(conn, resolved, captured)
     except psycopg.Error:
         return None  # PostgreSQL unreachable: the stall line names the usual suspects
     return None if found is None else found.message()
@@ -105,9 +104,10 @@ class Drifted:
 SHOWN_REASONS = 5
 
 
-def drifted(conn: psycopg.Connection, pipeline: pf.Pipeline) -> Drifted:
+def drifted(conn: psycopg.Connection, resolved: plan.Plan) -> Drifted:
     """Read from the history, so it holds across restarts until newer versions (the key's next change, or a
     recapture) replace the drifted ones."""
+    profile = resolved.joins[0].table
     # A drifted column's reason, not any unknown column: an unchanged TOASTed value without an earlier
     # version is unknown too, but not drift.
     endings = psycopg.sql.SQL(" OR ").join(
@@ -119,12 +119,12 @@ def drifted(conn: psycopg.Connection, pipeline: pf.Pipeline) -> Drifted:
         ") current WHERE {endings}"
     ).format(
         shown=psycopg.sql.Literal(SHOWN_REASONS),
-        key=psycopg.sql.Identifier(pipeline.profile.key),
-        view=psycopg.sql.SQL(pipeline.versions_view),
+        key=psycopg.sql.Identifier(profile.key),
+        view=psycopg.sql.SQL(resolved.histories[0].view),
         endings=endings,
     )
     profiles, reasons = conn.execute(query).fetchone() or (0, None)
-    return Drifted(pipeline.profile.table, profiles, tuple(reasons or ()))
+    return Drifted(profile.table, profiles, tuple(reasons or ()))
 
 
 INCREMENTAL, BLOCKING = "incremental", "blocking"

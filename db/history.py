@@ -3,10 +3,10 @@
 The sink inserts one row per version the join stores into the join's history table (common/plan.py
 History, db/pipeline_tables.py history_columns), in the partition's transaction, and never updates a row: a
 version's end, valid_to, is the next version's valid_from, derived here by the view (History.view; the
-profile's is Pipeline.versions_view) with lead() over the key's versions in the join's order (valid_from,
-lsn). The function (History.function; the profile's is Pipeline.profile_at_function) of (key, at) returns
-the version valid at `at`, as the join would pick it for an event then: the greatest (valid_from, lsn) <=
-`at`, nothing when that is a delete or there is none.
+profile's is streamfold.profile_versions_<pipeline>) with lead() over the key's versions in the join's
+order (valid_from, lsn). The function (History.function; the profile's is streamfold.profile_at_<pipeline>)
+of (key, at) returns the version valid at `at`, as the join would pick it for an event then: the greatest
+(valid_from, lsn) <= `at`, nothing when that is a delete or there is none.
 `streamfold setup` creates both (CREATE OR REPLACE: a column the file adds goes at the end of the view).
 
 The live pipeline's view and function are the names users' SQL and `streamfold query` read. From the first

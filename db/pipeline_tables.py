@@ -95,7 +95,7 @@ def metadata(pipeline: Pipeline, into: sa.MetaData | None = None) -> sa.MetaData
     """The pipeline's sink tables (added to `into` when given)."""
     meta = into if into is not None else sa.MetaData()
     resolved = plan.of(pipeline)
-    schema, name = pipeline.enriched_table.split(".")
+    schema, name = resolved.enriched_table.split(".")
     key, time = resolved.names.key, resolved.names.time
     sa.Table(
         name,

@@ -19,7 +19,8 @@ from db import history
 
 def named(pipeline: pf.Pipeline) -> dict[str, str]:
     """Short names for `streamfold query`, from the pipeline file."""
-    enriched, resolved = pipeline.enriched_table, plan.of(pipeline)
+    resolved = plan.of(pipeline)
+    enriched = resolved.enriched_table
     key, time, counted = resolved.names.key, resolved.names.time, resolved.names.count_column
     count = f"sum({counted})" if counted else "count(*)"
     queries = {a.name: _aggregate(a) for a in resolved.aggregates}

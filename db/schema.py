@@ -143,7 +143,7 @@ def _apply_once(
                 echo(change)
         captured = plan.captured(*versions.sharing_inputs(conn, pipeline))
         _grant(conn, pipeline, captured)
-        _ensure_publication(conn, pipeline, captured)
+        _ensure_publication(conn, plan.of(pipeline), captured)
     return revisions
 
 
@@ -209,21 +209,21 @@ def added_tables(dsn: str, pipeline: pf.Pipeline) -> tuple[str, ...]:
     """The tables `pipeline` joins that no file set up on its inputs captured: a table added to the file.
     None on a first setup, whose connector snapshots every table anyway."""
     before = set_up_capture(dsn, pipeline)
-    return () if before is None else tuple(t for t in plan.captured(pipeline) if t not in before)
+    return () if before is None else tuple(t for t in plan.of(pipeline).captured if t not in before)
 
 
 def capture_lost(dsn: str, pipeline: pf.Pipeline) -> tuple[capture.CaptureLost, ...]:
     """The tables the publication lacks, or lacks a column of, that the file carries and that a file set up
     on the same inputs carried too (db/capture.py): a table or column no set-up file carried was never
     captured (a file or a reprocessed version that adds it), so it is not lost."""
-    before = set_up_capture(dsn, pipeline) or {}
+    before, resolved = set_up_capture(dsn, pipeline) or {}, plan.of(pipeline)
     was_captured = {
         table: tuple(c for c in columns if c in before[table])
-        for table, columns in plan.captured(pipeline).items()
+        for table, columns in resolved.captured.items()
         if table in before
     }
     with psycopg.connect(dsn) as conn:
-        return capture.lost_tables(conn, pipeline, was_captured)
+        return capture.lost_tables(conn, resolved, was_captured)
 
 
 def _quoted(table: str) -> sql.Composable:
@@ -271,7 +271,7 @@ def _grant(conn: psycopg.Connection, pipeline: pf.Pipeline, captured: plan.Captu
         conn.execute(statement)
 
 
-def _ensure_publication(conn: psycopg.Connection, pipeline: pf.Pipeline, captured: plan.Captured) -> None:
+def _ensure_publication(conn: psycopg.Connection, resolved: plan.Plan, captured: plan.Captured) -> None:
     """A publication with a column list per table (PostgreSQL 15+): pgoutput never decodes the PII columns.
 
     It also carries streamfold.cdc_heartbeat (CDC progress, see pipeline/cdc_fold.py) and Debezium's signal
@@ -284,12 +284,12 @@ def _ensure_publication(conn: psycopg.Connection, pipeline: pf.Pipeline, capture
     table = sql.SQL("{}, {} WHERE (id = {}), {}").format(
         sql.SQL(", ").join(captured_tables),
         sql.Identifier(pf.HEARTBEAT_SCHEMA, pf.HEARTBEAT_TABLE),
-        sql.Literal(capture.heartbeat_id(pipeline)),
+        sql.Literal(capture.heartbeat_id(resolved)),
         sql.SQL(capture.SIGNAL_TABLE),
     )
-    name = sql.Identifier(pipeline.publication)
+    name = sql.Identifier(resolved.publication)
     exists = conn.execute(
-        "SELECT 1 FROM pg_publication WHERE pubname = %s", (pipeline.publication,)
+        "SELECT 1 FROM pg_publication WHERE pubname = %s", (resolved.publication,)
     ).fetchone()
     if exists:
         conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(name, table))

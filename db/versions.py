@@ -135,7 +135,7 @@ def drop_outputs(conn: psycopg.Connection, version: Version) -> list[str]:
     p = version.pipeline
     resolved = plan.of(p)
     histories = resolved.histories
-    tables = [p.enriched_table, *(a.table for a in resolved.aggregates), *(h.table for h in histories)]
+    tables = [resolved.enriched_table, *(a.table for a in resolved.aggregates), *(h.table for h in histories)]
     with conn.transaction():
         for h in histories:
             conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.SQL(h.function)))

@@ -2,7 +2,7 @@
 
 The fold itself (which record is a change, progress, a tombstone or a dead letter, and each column's
 typing) is specified by spec/envelopes.py (parse_envelope) for the profile table a profile spec describes
-(the profile section as a plain dict: common.plan.profile_spec).
+(the profile section as a plain dict: common.plan's Plan.profile_spec).
 Here it runs in the JVM with no Python per record: jvm/.../cdc/EnvelopeFold.java, made with the spec's
 JSON, with a streaming fast path for plain change events (PlainEnvelope.java), held to parse_envelope by
 the differential tests in tests/unit/test_parsers_spark.py.
@@ -18,6 +18,7 @@ clock (`message.timestamp.after.max.ms`), so a forged one moves progress at most
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -89,15 +90,17 @@ def tables_spec(pipeline: pf.Pipeline) -> dict[str, Any]:
     """What TablesFold needs: each Postgres table the file joins, in join order, with its fold spec (as
     profile_spec's): its key and the columns any join of it carries. A table joined twice is folded once,
     so its joins must agree on its key and its columns' types."""
-    specs: dict[str, dict[str, Any]] = {pipeline.profile.table: plan.profile_spec(pipeline)}
-    for join in plan.joins(pipeline)[1:]:
+    resolved = plan.of(pipeline)
+    # A copy: a join of the profile's table again adds its columns to this spec; the plan's stays as compiled.
+    specs: dict[str, dict[str, Any]] = {pipeline.profile.table: copy.deepcopy(resolved.profile_spec)}
+    for join in resolved.joins[1:]:
         table = join.table
         key = {"column": table.key, "type": table.key_type}
-        spec = specs.setdefault(table.table, {**plan.profile_spec(pipeline), "key": key, "columns": []})
+        spec = specs.setdefault(table.table, {**resolved.profile_spec, "key": key, "columns": []})
         if spec["key"] != key:
             raise ValueError(f"{table.table} is joined on two keys: {spec['key']} and {key}")
         have = {c["name"]: c for c in spec["columns"]}
-        keys = plan.of(pipeline).grouped(join.name)
+        keys = resolved.grouped(join.name)
         for name, column in table.columns.items():
             folded = have.get(name)
             if folded is None:

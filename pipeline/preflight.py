@@ -16,10 +16,11 @@ LATEST_TABLES = "join.mode latest joins the profile table only: a file with `tab
 
 
 def check_plan(pipeline: pf.Pipeline) -> None:
+    resolved = plan.of(pipeline)
     try:
-        events.parse_type(pipeline.event_spec())
-        cdc_fold.fold_type(plan.profile_spec(pipeline))
-        sink_spec.sink_spec(pipeline, records.join_output(pipeline))
+        events.parse_type(resolved.event_spec)
+        cdc_fold.fold_type(resolved.profile_spec)
+        sink_spec.sink_spec(resolved, records.join_output(pipeline))
         temporal_join.join_spec(pipeline)
         if pipeline.tables:
             _check_tables(pipeline)

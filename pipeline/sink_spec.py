@@ -23,7 +23,6 @@ from typing import Any
 from pyspark.sql.types import StructType
 
 from common import names, plan
-from common.pipeline_file import Pipeline
 from db.pipeline_tables import history_columns
 from pipeline import records
 
@@ -40,33 +39,32 @@ VALID_FROM = "valid_from"
 INCOMPLETE = "incomplete"
 
 
-def profile_column(pipeline: Pipeline, column: str) -> str:
+def profile_column(resolved: plan.Plan, column: str) -> str:
     """A profile column's column in the enriched table and the join's output."""
-    return plan.of(pipeline).joins[0].output(column)
+    return resolved.joins[0].output(column)
 
 
-def aggregate_specs(pipeline: Pipeline, output: StructType) -> list[dict[str, Any]]:
+def aggregate_specs(resolved: plan.Plan, output: StructType) -> list[dict[str, Any]]:
     """Each aggregate of the file: its keys and sums as columns of the join output `output`, and the table
     and topic its totals go to (the landing sums them per partition: GroupTotals.java)."""
     ordinal = _ordinals(output)
-    return [_aggregate(pipeline, a, ordinal) for a in plan.of(pipeline).aggregates]
+    return [_aggregate(resolved, a, ordinal) for a in resolved.aggregates]
 
 
 def sink_spec(
-    pipeline: Pipeline, output: StructType, aggregates: list[dict[str, Any]] | None = None
+    resolved: plan.Plan, output: StructType, aggregates: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """The spec Landing.land takes (as JSON), for the join output `output`: with the given aggregates, else
     the file's."""
     ordinal = _ordinals(output)
-    resolved = plan.of(pipeline)
     profile, named = resolved.joins[0], resolved.names
     key = ordinal(named.key)
     valid_from = ordinal(named.valid_from_ms)
     return {
         "kind_ordinal": ordinal(KIND),
         "enriched": {
-            "table": pipeline.enriched_table,
-            "topic": pipeline.enriched_topic,
+            "table": resolved.enriched_table,
+            "topic": resolved.enriched_topic,
             "key_ordinal": key,
             "complete_ordinal": ordinal(named.complete),
             "columns": [
@@ -74,7 +72,7 @@ def sink_spec(
             ],
         },
         "changelog": {
-            "topic": pipeline.changelog_topic,
+            "topic": resolved.changelog_topic,
             "key_ordinal": key,
             "op_ordinal": ordinal(CHANGE_OP),
             "fields": [
@@ -94,20 +92,20 @@ def sink_spec(
                 "key_columns": HISTORY_KEY_COLUMNS,
                 "columns": [
                     {"name": name, "ordinal": ordinal(output_name), "type": kind}
-                    for name, output_name, kind in history_layout(pipeline, history.join)
+                    for name, output_name, kind in history_layout(resolved, history.join)
                 ],
             }
             for history in resolved.histories
         ],
         "dead_letters": {
             "table": names.DEAD_LETTERS_TABLE,
-            "topic": pipeline.dead_letters_topic,
+            "topic": resolved.dead_letters_topic,
             "id_ordinal": ordinal(EVENT_ID),
             "error_ordinal": ordinal(ERROR),
             "source_ordinal": ordinal(SOURCE),
             "payload_ordinal": ordinal(PAYLOAD),
         },
-        "aggregates": aggregate_specs(pipeline, output) if aggregates is None else aggregates,
+        "aggregates": aggregate_specs(resolved, output) if aggregates is None else aggregates,
         # outputs.format avro: the enriched and changelog schemas and ids, once registered
         # (pipeline/avro_outputs.py); null: JSON values.
         "avro": None,
@@ -118,11 +116,11 @@ def sink_spec(
 HISTORY_KEY_COLUMNS = 3
 
 
-def history_layout(pipeline: Pipeline, join: plan.TableJoin) -> list[tuple[str, str, str]]:
+def history_layout(resolved: plan.Plan, join: plan.TableJoin) -> list[tuple[str, str, str]]:
     """A join's history table's columns in its order: (column, the join output column of its version rows,
     type). A version row has the key, valid_from, op and lsn where a change row has them, and the values in
     the join's output columns (under its prefix)."""
-    names = plan.of(pipeline).names
+    names = resolved.names
     sources = {
         join.table.key: (names.key, join.table.key_type),
         "valid_from": (names.valid_from_ms, plan.VALID_FROM_MS),
@@ -134,14 +132,14 @@ def history_layout(pipeline: Pipeline, join: plan.TableJoin) -> list[tuple[str, 
     return [(c.name, *sources[c.name]) for c in history_columns(join)]
 
 
-def sink_spec_json(pipeline: Pipeline, output: StructType) -> str:
-    return json.dumps(sink_spec(pipeline, output))
+def sink_spec_json(resolved: plan.Plan, output: StructType) -> str:
+    return json.dumps(sink_spec(resolved, output))
 
 
 def _aggregate(
-    pipeline: Pipeline, aggregate: plan.AggregatePlan, ordinal: Callable[[str], int]
+    resolved: plan.Plan, aggregate: plan.AggregatePlan, ordinal: Callable[[str], int]
 ) -> dict[str, Any]:
-    count_column = plan.of(pipeline).names.count_column
+    count_column = resolved.names.count_column
     return {
         "name": aggregate.name,
         "table": aggregate.table,

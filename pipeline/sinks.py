@@ -51,7 +51,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQueryManager
 from pyspark.sql.types import StructType
 
-from common import config, names, topics
+from common import config, names, plan, topics
 from common.pipeline_file import Pipeline
 from pipeline import aggregates, avro_outputs
 from pipeline.avro_outputs import AggregateEncoder
@@ -273,7 +273,7 @@ class Sink:
     ) -> None:
         self.query = query
         self.stall = stall  # event_time mode: says when CDC progress stalls (pipeline/cdc_stall.py)
-        self.spec = sink_spec(pipeline, output, aggregates)
+        self.spec = sink_spec(plan.of(pipeline), output, aggregates)
         self.retry_s = retry_budget_s() if retry_s is None else retry_s
         self.avro: dict[str, AggregateEncoder] | None = None  # the aggregates' values: JSON without
         if pipeline.outputs.format == "avro":

@@ -11,8 +11,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from common import config, names
-from common import pipeline_file as pf
+from common import config, names, plan
 
 # The most records a micro-batch reads from one source while it catches up on a backlog (after a start, an
 # outage, a burst). Each batch has a fixed cost (planning, scheduling, commits) and keeps the JIT compiling
@@ -140,11 +139,12 @@ def from_kinesis_clicks(raw: DataFrame, stream: str) -> DataFrame:
 def cdc(
     spark: SparkSession,
     bootstrap: str,
-    pipeline: pf.Pipeline,
+    resolved: plan.Plan,
     max_records: int = DEFAULT_MAX_RECORDS_PER_BATCH,
 ) -> DataFrame:
+    """The CDC topic with the connector's heartbeats, as change rows."""
     return from_kafka_cdc(
-        _kafka(spark, bootstrap, f"{pipeline.cdc_topic},{pipeline.heartbeat_topic}", max_records)
+        _kafka(spark, bootstrap, f"{resolved.cdc_topic},{resolved.heartbeat_topic}", max_records)
     )
 
 

@@ -66,12 +66,12 @@ def stage_schema(pipeline: Pipeline) -> StructType:
         6 : len(fold.fields) - 4
     ]  # every table's: after lsn, before unavailable
     head.insert(2, StructField("table", _STR))  # after kind and bucket
-    return StructType([*head, *_join_fields(pipeline)])
+    return StructType([*head, *_join_fields(plan.of(pipeline))])
 
 
-def _join_fields(pipeline: Pipeline) -> list[StructField]:
+def _join_fields(resolved: plan.Plan) -> list[StructField]:
     fields = []
-    for j, join in enumerate(plan.of(pipeline).joins):
+    for j, join in enumerate(resolved.joins):
         named = join_columns(j)
         fields += [StructField(named["key"], _STR), StructField(named["key_known"], _BOOL)]
         fields += [StructField(f"j{j}_{name}", spark_type(c.type)) for name, c in join.table.columns.items()]
@@ -81,12 +81,13 @@ def _join_fields(pipeline: Pipeline) -> list[StructField]:
 
 def stages_spec(pipeline: Pipeline) -> dict[str, Any]:
     """Each stage's StageRows spec, in the plan's order."""
-    joins = plan.of(pipeline).joins
-    tables = [t["table"] for t in cdc_fold.tables_spec(pipeline)["tables"]]
-    folded = {t["table"]: t["spec"]["columns"] for t in cdc_fold.tables_spec(pipeline)["tables"]}
+    resolved = plan.of(pipeline)
+    joins, folds = resolved.joins, cdc_fold.tables_spec(pipeline)["tables"]
+    tables = [t["table"] for t in folds]
+    folded = {t["table"]: t["spec"]["columns"] for t in folds}
     carried = [
         *(f"{EVENT_PREFIX}{name}" for name in pipeline.events.fields),
-        *(f.name for f in _join_fields(pipeline)),
+        *(f.name for f in _join_fields(resolved)),
     ]
     stages = []
     for j, join in enumerate(joins):
@@ -143,7 +144,7 @@ def join_tables(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: Pi
     jvm: Any = spark._jvm
     buckets = jvm.io.streamfold.join.TemporalJoin.BUCKETS
     wide = stage_schema(pipeline)
-    tagged_cdc = _tag_cdc(_observe_drift(cdc, pipeline), pipeline, wide, buckets)
+    tagged_cdc = _tag_cdc(_observe_drift(cdc, pipeline), plan.of(pipeline), wide, buckets)
     tagged_cdc = tagged_cdc.observe(CDC_PROGRESS_METRIC, F.max("progress_ms").alias("progress_ms"))
     tagged_cdc = watermarked(spark, tagged_cdc, wide, cfg.max_wait_ms)
     joined = jvm.io.streamfold.join.TemporalJoin.stages(
@@ -247,7 +248,7 @@ def _tag_events(events: DataFrame, pipeline: Pipeline, wide: StructType, buckets
     )
 
 
-def _tag_cdc(cdc: DataFrame, pipeline: Pipeline, wide: StructType, buckets: int) -> DataFrame:
+def _tag_cdc(cdc: DataFrame, resolved: plan.Plan, wide: StructType, buckets: int) -> DataFrame:
     """The fold of every table (its columns by name), unfoldable records (kind "error") as rejects."""
     is_reject = F.col("kind") == "error"
     folded = {f.name: F.col(f"`{f.name}`") for f in wide.fields if f.name in cdc.columns}
@@ -259,7 +260,7 @@ def _tag_cdc(cdc: DataFrame, pipeline: Pipeline, wide: StructType, buckets: int)
             "kind": F.when(is_reject, F.lit("reject")).otherwise(F.col("kind")),
             "ts_ms": F.col("valid_from_ms"),
             "lsn": F.coalesce(F.col("lsn"), F.lit(0)),
-            "source": F.when(is_reject, F.lit(f"kafka:{pipeline.cdc_topic}")),
+            "source": F.when(is_reject, F.lit(f"kafka:{resolved.cdc_topic}")),
             "bucket": reject_bucket(is_reject, "event_id", buckets),
         },
     )

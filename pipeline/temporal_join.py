@@ -212,7 +212,7 @@ def temporal_join(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: 
     jvm: Any = spark._jvm
     buckets = jvm.io.streamfold.join.TemporalJoin.BUCKETS
     tagged = tagged_schema(pipeline)
-    tagged_cdc = _tag_cdc(_observe_drift(cdc, pipeline), pipeline, tagged, buckets)
+    tagged_cdc = _tag_cdc(_observe_drift(cdc, pipeline), plan.of(pipeline), tagged, buckets)
     if cfg.mode != LATEST:
         # The batch's CDC progress, for the job's stall line (pipeline/cdc_stall.py): a metric Spark gathers
         # as the batch runs and reports in its progress, with no second pass over the rows.
@@ -300,9 +300,9 @@ def _tag_events(events: DataFrame, pipeline: Pipeline, tagged: StructType, bucke
     )
 
 
-def _tag_cdc(cdc: DataFrame, pipeline: Pipeline, tagged: StructType, buckets: int) -> DataFrame:
+def _tag_cdc(cdc: DataFrame, resolved: plan.Plan, tagged: StructType, buckets: int) -> DataFrame:
     """Changes and progress, and CDC records that could not be folded (kind "error") as rejects."""
-    kind = F.col("kind")
+    kind, profile = F.col("kind"), resolved.joins[0].table
     rejects: dict[str, Column] = {}
     if "error" in cdc.columns:
         is_reject = kind == "error"
@@ -310,7 +310,7 @@ def _tag_cdc(cdc: DataFrame, pipeline: Pipeline, tagged: StructType, buckets: in
         rejects = {
             "event_id": F.col("event_id"),
             "error": F.col("error"),
-            "source": F.lit(f"kafka:{pipeline.cdc_topic}"),
+            "source": F.lit(f"kafka:{resolved.cdc_topic}"),
             "payload": F.col("payload"),
             "bucket": reject_bucket(is_reject, "event_id", buckets),
         }
@@ -320,14 +320,14 @@ def _tag_cdc(cdc: DataFrame, pipeline: Pipeline, tagged: StructType, buckets: in
         {
             **rejects,
             "kind": kind,
-            "key": F.col(f"`{pipeline.profile.key}`"),
+            "key": F.col(f"`{profile.key}`"),
             "ts_ms": F.col("valid_from_ms"),
             "lsn": F.coalesce(F.col("lsn"), F.lit(0)),
             "op": F.col("op"),
             "unavailable": F.col("unavailable"),
             "drifted": F.col("drifted"),
             "progress_ms": F.col("progress_ms"),
-            **{f"{PROFILE_PREFIX}{name}": F.col(f"`{name}`") for name in pipeline.profile.columns},
+            **{f"{PROFILE_PREFIX}{name}": F.col(f"`{name}`") for name in profile.columns},
         },
     )
 

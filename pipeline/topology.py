@@ -73,12 +73,13 @@ def enrich(
     """Steps 2 and 3, whatever the sources: raw events (event_id, source, payload, now_ms) and raw CDC records
     (topic, key, value, event_id, written_ms) -> the join's output (records.join_output(pipeline)).
     registry: where Avro events' schemas are read (events.registry_for), None for JSON events."""
-    parsed = events.parse(raw_clicks, pipeline.event_spec(), registry)  # events, and rejects with their error
+    resolved = plan.of(pipeline)
+    parsed = events.parse(raw_clicks, resolved.event_spec, registry)  # events, and rejects with their error
     cdc_registry = cdc_fold.avro_registry(pipeline)  # cdc.format avro: Avro change events
     if pipeline.tables:  # one stage per join (pipeline/stages.py); a one-table file keeps its one operator
         folded = cdc_fold.fold_tables(cdc_raw, cdc_fold.tables_spec(pipeline), cdc_registry)
         return stages.outputs(stages.join_tables(parsed, folded, join, pipeline), pipeline)
-    changes = cdc_fold.fold(cdc_raw, plan.profile_spec(pipeline), cdc_registry)  # changes, progress, rejects
+    changes = cdc_fold.fold(cdc_raw, resolved.profile_spec, cdc_registry)  # changes, progress, rejects
     # Rejects and changes ride through the join operator, so each source is read and parsed once per batch.
     return temporal_join(parsed, changes, join, pipeline)  # enriched clicks, dead letters, changelog rows
 
@@ -95,22 +96,23 @@ def flow(
     """registry: where Avro events' schemas are read (events.registry_for), None for JSON events.
     start_ms: where a new checkpoint starts on the events (a reprocessed version's --from); the CDC topic
     is always read from its beginning, since the fold needs every profile version."""
-    raw_clicks = read_clicks(spark, settings, source, once, start_ms)
-    cdc_raw = sources.cdc(spark, settings.kafka_bootstrap, settings.pipeline)
-    joined = enrich(raw_clicks, cdc_raw, join, settings.pipeline, registry)
-    totals = aggregate_specs(settings.pipeline, joined.schema)  # per key, from the rows each partition lands
-
-    name = f"{settings.pipeline.name}-{source}"  # the query: its checkpoint folder and batch ledger
-    # Postgres (enriched events, the totals, dead letters) exactly once, then Kafka.
     pipeline = settings.pipeline
-    cause = partial(capture.lost_message, settings.writer_dsn, pipeline, plan.captured(pipeline))
-    watch = CdcStall(pipeline.cdc_topic, join.max_wait_ms, now_ms(), cause=cause)
+    resolved = plan.of(pipeline)
+    raw_clicks = read_clicks(spark, settings, source, once, start_ms)
+    cdc_raw = sources.cdc(spark, settings.kafka_bootstrap, resolved)
+    joined = enrich(raw_clicks, cdc_raw, join, pipeline, registry)
+    totals = aggregate_specs(resolved, joined.schema)  # per key, from the rows each partition lands
+
+    name = f"{pipeline.name}-{source}"  # the query: its checkpoint folder and batch ledger
+    # Postgres (enriched events, the totals, dead letters) exactly once, then Kafka.
+    cause = partial(capture.lost_message, settings.writer_dsn, resolved, resolved.captured)
+    watch = CdcStall(resolved.cdc_topic, join.max_wait_ms, now_ms(), cause=cause)
     stall = None if join.mode == LATEST else StallWatch(watch, spark.streams)
     sink = Sink(
         name,
         settings.writer_dsn,
         settings.kafka_bootstrap,
-        settings.pipeline,
+        pipeline,
         joined.schema,
         totals,
         stall=stall,

@@ -24,16 +24,16 @@ from db.pipeline_tables import CDC_PROGRESS, RELEASED_BY_MAX_WAIT
 
 def explain(reader_dsn: str, pipeline: pf.Pipeline, event_id: str) -> list[str]:
     """The explanation's lines; raises LookupError when the id is neither an event nor a dead letter."""
+    resolved = plan.of(pipeline)
     with psycopg.connect(reader_dsn, row_factory=dict_row) as conn:
         conn.read_only = True
         for type_name in ("timestamptz", "timestamp"):
             conn.adapters.register_loader(type_name, TextLoader)
         event = conn.execute(
-            f"SELECT * FROM {pipeline.enriched_table} WHERE event_id = %s", (event_id,)
+            f"SELECT * FROM {resolved.enriched_table} WHERE event_id = %s", (event_id,)
         ).fetchone()
         if event is None:
             return dead_letter(conn, event_id)
-        resolved = plan.of(pipeline)
         columns = resolved.names
         profile, *tables = resolved.histories
         versions = conn.execute(

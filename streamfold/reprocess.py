@@ -29,7 +29,7 @@ import psycopg
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from common import config, kinesis
+from common import config, kinesis, plan
 from common import pipeline_file as pf
 from common import versions as v
 from connectors.setup import pipeline_topics, run_setup
@@ -183,10 +183,11 @@ def check_inputs(settings: config.Settings, pipeline: pf.Pipeline, from_ms: int 
         v.check_start(from_ms, stream_earliest_ms(settings.clicks_stream), settings.clicks_stream)
     else:
         raise v.VersionError(f"--source is kafka or kinesis, not {source!r}")
-    lost = [p for p in retained(settings.kafka_bootstrap, pipeline.cdc_topic) if p.low > 0]
+    cdc_topic = plan.of(pipeline).cdc_topic
+    lost = [p for p in retained(settings.kafka_bootstrap, cdc_topic) if p.low > 0]
     if lost:
         raise v.VersionError(
-            f"{pipeline.cdc_topic} no longer holds every profile change (partition {lost[0].partition} "
+            f"{cdc_topic} no longer holds every profile change (partition {lost[0].partition} "
             f"starts at offset {lost[0].low}): a version cannot rebuild the profile history"
         )
 

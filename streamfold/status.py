@@ -57,7 +57,7 @@ MIB = 1024 * 1024
 def collect(settings: config.Settings, versions: Callable[[], list[dict[str, Any]]]) -> dict[str, Any]:
     """Everything `streamfold status` shows, as JSON-able data; `versions` gathers each output version
     `streamfold reprocess` made, its job and its lag (streamfold/reprocess.py, which reads this module)."""
-    home = settings.home
+    home, resolved = settings.home, plan.of(settings.pipeline)
     checkpoints = committed_offsets(home / "checkpoints")
     return {
         "generated_ms": now_ms(),
@@ -66,13 +66,13 @@ def collect(settings: config.Settings, versions: Callable[[], list[dict[str, Any
         "kafka_lag": section(lambda: kafka_lag(settings.kafka_bootstrap, checkpoints)),
         "kinesis_lag": section(lambda: kinesis_lag(settings.clicks_stream, checkpoints)),
         "cdc_progress": section(
-            lambda: cdc_progress(settings.kafka_bootstrap, settings.pipeline.cdc_topic, checkpoints)
+            lambda: cdc_progress(settings.kafka_bootstrap, resolved.cdc_topic, checkpoints)
         ),
         "join_waiting": section(lambda: join_waiting(home)),
         "dead_letters_last_hour": section(lambda: dead_letters_last_hour(settings.reader_dsn)),
         "dead_letters_by_reason": section(lambda: dead_letters.by_reason(settings.reader_dsn)),
-        "connector": section(lambda: connector(settings.connect_url, settings.pipeline.connector)),
-        "replication_slot": section(lambda: replication_slot(settings.reader_dsn, settings.pipeline.slot)),
+        "connector": section(lambda: connector(settings.connect_url, resolved.connector)),
+        "replication_slot": section(lambda: replication_slot(settings.reader_dsn, resolved.slot)),
         "versions": section(versions),
         "capture": section(lambda: capture(settings.reader_dsn, settings.pipeline)),
         "drifted_profiles": section(lambda: drifted_profiles(settings.reader_dsn, settings.pipeline)),
@@ -81,10 +81,11 @@ def collect(settings: config.Settings, versions: Callable[[], list[dict[str, Any
 
 def capture(reader_dsn: str, pipeline: pf.Pipeline) -> dict[str, Any]:
     """Whether the publication captures the tables and their carried columns (db/capture.py)."""
+    resolved = plan.of(pipeline)
     with psycopg.connect(reader_dsn, connect_timeout=int(TIMEOUT_S)) as conn:
-        found = db_capture.lost(conn, pipeline, plan.captured(pipeline))
+        found = db_capture.lost(conn, resolved, resolved.captured)
     lost = None if found is None else {"columns": list(found.columns), "message": found.message()}
-    return {"table": pipeline.profile.table, "publication": pipeline.publication, "lost": lost}
+    return {"table": pipeline.profile.table, "publication": resolved.publication, "lost": lost}
 
 
 def capture_problems(figures: dict[str, Any]) -> list[str]:
@@ -96,7 +97,7 @@ def capture_problems(figures: dict[str, Any]) -> list[str]:
 def drifted_profiles(reader_dsn: str, pipeline: pf.Pipeline) -> dict[str, Any]:
     """The profiles whose current version has drifted columns (db/capture.py drifted)."""
     with psycopg.connect(reader_dsn, connect_timeout=int(TIMEOUT_S)) as conn:
-        found = db_capture.drifted(conn, pipeline)
+        found = db_capture.drifted(conn, plan.of(pipeline))
     return {"table": found.table, "profiles": found.profiles, "reasons": list(found.reasons)}
 
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from common import topics
+from common import plan, topics
 from common import versions as v
 from tests.support import cluster
 from tests.support import own_pipeline as own
@@ -52,7 +52,7 @@ def test_a_version_with_twice_the_state_partitions_is_exact(views, streamfold_se
 
     def complete() -> bool:
         with views.connect() as conn:
-            (n,) = conn.execute(f"SELECT count(*) FROM {big.enriched_table}").fetchone()
+            (n,) = conn.execute(f"SELECT count(*) FROM {plan.of(big).enriched_table}").fetchone()
         return n == len(want.rows)
 
     sp.wait_until(complete, 600, "the rescaled version to land every event")

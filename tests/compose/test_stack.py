@@ -23,7 +23,7 @@ import psycopg
 import pytest
 import requests
 
-from common import config, names
+from common import config, names, plan
 from common import pipeline_file as pf
 from tests.compose.conftest import IMAGES, PROJECT, REPO, Compose, assert_project_gone, phase, wait_healthy
 from tests.support import pipeline as sp
@@ -372,7 +372,7 @@ def test_avro_pipeline_runs_with_the_avro_converter(avro_stack: Compose, host_en
     mounted = {m["Destination"]: m["Source"] for m in job["Mounts"]}
     assert mounted["/etc/streamfold/pipeline.yaml"] == str(REPO / "examples/avro/pipeline.yaml"), mounted
     p = AVRO_PIPELINE
-    url = f"{host_env['STREAMFOLD_CONNECT_URL']}/connectors/{p.connector}"
+    url = f"{host_env['STREAMFOLD_CONNECT_URL']}/connectors/{plan.of(p).connector}"
     connector = requests.get(f"{url}/config", auth=config.connect_auth(), timeout=30).json()
     assert connector["key.converter"] == connector["value.converter"] == AVRO_CONVERTER, connector
     assert connector["value.converter.apicurio.registry.url"] == "http://registry:8080/apis/registry/v2"
@@ -381,13 +381,17 @@ def test_avro_pipeline_runs_with_the_avro_converter(avro_stack: Compose, host_en
     registry = f"{host_env['STREAMFOLD_REGISTRY_URL']}/subjects"
     auth = config.registry_auth()
     deadline = time.monotonic() + 120  # the connector registers the value schema with its first record
-    while f"{p.cdc_topic}-value" not in (subjects := requests.get(registry, auth=auth, timeout=30).json()):
-        assert time.monotonic() < deadline, f"no subject {p.cdc_topic}-value in {subjects}"
+    while f"{plan.of(p).cdc_topic}-value" not in (
+        subjects := requests.get(registry, auth=auth, timeout=30).json()
+    ):
+        assert time.monotonic() < deadline, f"no subject {plan.of(p).cdc_topic}-value in {subjects}"
         time.sleep(3)
     # The PII boundary holds in the registry too: the profile's change events' schema names the carried
     # columns only (the subject's other versions: the heartbeat table's, routed to the same topic).
     carried, heartbeat = {p.profile.key, *p.profile.columns}, {"id", "ts"}
-    rows = [row_columns(schema) for schema in subject_schemas(registry, auth, f"{p.cdc_topic}-value")]
+    rows = [
+        row_columns(schema) for schema in subject_schemas(registry, auth, f"{plan.of(p).cdc_topic}-value")
+    ]
     assert carried in rows and all(row in (carried, heartbeat) for row in rows), rows
     avro_stack.timings["avro up"] = time.monotonic() - started
 
@@ -415,7 +419,7 @@ def avro_rows(host_env: dict[str, str], where: str = "true", *params: object) ->
     """(uid, user_regionid, clicks, click_time) of the Avro pipeline's enriched rows."""
     with psycopg.connect(host_env["admin_dsn"]) as conn:
         return conn.execute(
-            f"SELECT uid, user_regionid, clicks, click_time FROM {AVRO_PIPELINE.enriched_table} "
+            f"SELECT uid, user_regionid, clicks, click_time FROM {plan.of(AVRO_PIPELINE).enriched_table} "
             f"WHERE {where}",
             params,
         ).fetchall()
@@ -447,7 +451,7 @@ def test_avro_events_land_joined_in_postgres_and_on_avro_topics(
         regions = dict(conn.execute("SELECT userid, regionid FROM public.users").fetchall())
         dead = conn.execute(
             "SELECT source, reason FROM streamfold.dead_letters WHERE source IN (%s, %s)",
-            [f"kafka:{AVRO_PIPELINE.events.kafka_topic}", f"kafka:{AVRO_PIPELINE.cdc_topic}"],
+            [f"kafka:{AVRO_PIPELINE.events.kafka_topic}", f"kafka:{plan.of(AVRO_PIPELINE).cdc_topic}"],
         ).fetchall()
     assert not dead
     assert [(uid, region) for uid, region, *_ in rows if regions[uid] != region] == []
@@ -457,7 +461,9 @@ def test_avro_events_land_joined_in_postgres_and_on_avro_topics(
     queried = output(avro_stack.shell(AVRO_QUERY))
     for region, clicks in per_region.items():
         assert re.search(rf"{region}\W+{clicks}\b", queried), (region, clicks, queried)
-    topic = decoded(registry_client(), host_env["STREAMFOLD_KAFKA_BOOTSTRAP"], AVRO_PIPELINE.enriched_topic)
+    topic = decoded(
+        registry_client(), host_env["STREAMFOLD_KAFKA_BOOTSTRAP"], plan.of(AVRO_PIPELINE).enriched_topic
+    )
     assert sorted((v["uid"], v["user_regionid"], v["clicks"]) for _, v in topic) == sorted(
         (uid, region, clicks) for uid, region, clicks, _ in rows
     )

@@ -72,7 +72,7 @@ def twins(streamfold_setup: config.Settings) -> Iterator[dict[str, config.Settin
     finally:
         for settings in twins.values():
             p = settings.pipeline
-            drop_installation(settings.pg_dsn, settings.connect_url, p, plan.captured(p))
+            drop_installation(settings.pg_dsn, settings.connect_url, p, plan.of(p).captured)
 
 
 def wait_for_slots(dsn: str, slots: list[str]) -> None:
@@ -114,11 +114,11 @@ def records_until(settings: config.Settings, marker: str) -> list[Message]:
     """The CDC topic's records once the marker row is in it (Avro writes a string's UTF-8 as it is)."""
     deadline = time.monotonic() + 180
     while True:
-        messages = read_all(settings.kafka_bootstrap, settings.pipeline.cdc_topic)
+        messages = read_all(settings.kafka_bootstrap, plan.of(settings.pipeline).cdc_topic)
         if any(m.raw_value and marker.encode() in m.raw_value for m in messages):
             return messages
         if time.monotonic() > deadline:
-            pytest.fail(f"{settings.pipeline.cdc_topic}: no change with {marker} after 180 s")
+            pytest.fail(f"{plan.of(settings.pipeline).cdc_topic}: no change with {marker} after 180 s")
         time.sleep(1)
 
 
@@ -157,15 +157,21 @@ def folded(twins: dict[str, config.Settings], marker: str) -> dict[str, Any]:
     asked: list[dict[str, Any]] = []
     for settings in twins.values():
         p = settings.pipeline
-        messages = records_until(settings, marker) + read_all(settings.kafka_bootstrap, p.heartbeat_topic)
+        messages = records_until(settings, marker) + read_all(
+            settings.kafka_bootstrap, plan.of(p).heartbeat_topic
+        )
         records = [(m.topic, _b64(m.raw_key), _b64(m.raw_value), f"r{m.offset}") for m in messages]
         registry = cdc_fold.avro_registry(p)
         asked.append(
-            {"records": records, "spec": plan.profile_spec(p), "registry": registry and asdict(registry)}
+            {
+                "records": records,
+                "spec": plan.of(p).profile_spec,
+                "registry": registry and asdict(registry),
+            }
         )
     avro = cdc_fold.avro_registry(twins["avro"].pipeline)
     assert avro is not None
-    asked[0]["records"].append((twins["avro"].pipeline.cdc_topic, None, _b64(UNKNOWN_ID), "unknown"))
+    asked[0]["records"].append((plan.of(twins["avro"].pipeline).cdc_topic, None, _b64(UNKNOWN_ID), "unknown"))
     closed = f"http://127.0.0.1:{closed_port()}/apis/ccompat/v7"
     down = asdict(dataclasses.replace(avro, url=closed, retry_ms=2000))
     asked.append({**asked[0], "registry": down})
@@ -191,7 +197,7 @@ def changes(rows: list[dict[str, Any]], *errors: str) -> list[dict[str, Any]]:
 
 def test_avro_change_events_fold_as_the_json_ones(twins: dict[str, config.Settings]) -> None:
     avro, plain = twins["avro"], twins["json"]
-    wait_for_slots(avro.pg_dsn, [avro.pipeline.slot, plain.pipeline.slot])
+    wait_for_slots(avro.pg_dsn, [plan.of(avro.pipeline).slot, plan.of(plain.pipeline).slot])
     marker = f"marker-{uuid.uuid4().hex}"
     bio = secrets.token_hex(8000)  # 16 KB that do not compress: stored out of line (TOASTed)
     change_both(avro.pg_dsn, [avro.pipeline.profile.table, plain.pipeline.profile.table], bio, marker)
@@ -221,15 +227,15 @@ def test_avro_change_events_fold_as_the_json_ones(twins: dict[str, config.Settin
     # A registry that cannot be asked fails the task once the budget is spent: no dead letter.
     assert "unavailable for 2.0 s" in rows["registry down"]["failed"]
     # `streamfold status` reads CDC progress from the Avro envelopes too (their schemas from the registry).
-    end = len(read_all(avro.kafka_bootstrap, avro.pipeline.cdc_topic))
+    end = len(read_all(avro.kafka_bootstrap, plan.of(avro.pipeline).cdc_topic))
     client = status.consumer(avro.kafka_bootstrap)
     try:
-        newest = status.newest_ts(client, avro.pipeline.cdc_topic, 0, end)
+        newest = status.newest_ts(client, plan.of(avro.pipeline).cdc_topic, 0, end)
     finally:
         client.close()
     assert newest is not None and newest >= avro_changes[-1]["valid_from_ms"]
     avro_values = [
-        m.raw_value for m in read_all(avro.kafka_bootstrap, avro.pipeline.cdc_topic) if m.raw_value
+        m.raw_value for m in read_all(avro.kafka_bootstrap, plan.of(avro.pipeline).cdc_topic) if m.raw_value
     ]
     assert avro_values and all(v[0] == 0 for v in avro_values)
 
@@ -238,7 +244,7 @@ def test_a_json_installation_turns_avro_and_folds_both(twins: dict[str, config.S
     """cdc.format json -> avro on a running installation: setup switches the connector's converters, and
     the fold reads the JSON change events the topic kept beside the Avro ones."""
     plain = twins["json"]
-    wait_for_slots(plain.pg_dsn, [plain.pipeline.slot])
+    wait_for_slots(plain.pg_dsn, [plan.of(plain.pipeline).slot])
     table = plain.pipeline.profile.table
     first = f"first-{uuid.uuid4().hex}"
     with psycopg.connect(plain.pg_dsn, autocommit=True) as conn:
@@ -254,5 +260,7 @@ def test_a_json_installation_turns_avro_and_folds_both(twins: dict[str, config.S
         conn.execute(sql.SQL("UPDATE {} SET region = %s WHERE id = 1").format(sql.SQL(table)), (marker,))
     rows = folded({"avro": switched}, marker)["avro"]
     assert [(r["op"], r["region"]) for r in changes(rows, UNKNOWN_REASON)] == [("c", first), ("u", marker)]
-    values = [m.raw_value for m in read_all(plain.kafka_bootstrap, plain.pipeline.cdc_topic) if m.raw_value]
+    values = [
+        m.raw_value for m in read_all(plain.kafka_bootstrap, plan.of(plain.pipeline).cdc_topic) if m.raw_value
+    ]
     assert values[0][:1] == b"{" and values[-1][:1] == b"\x00"  # JSON first, Avro once switched

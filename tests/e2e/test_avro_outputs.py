@@ -18,7 +18,7 @@ import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from psycopg.rows import dict_row
 
-from common import config, topics
+from common import config, plan, topics
 from common import pipeline_file as pf
 from connectors import setup
 from db import schema
@@ -128,7 +128,8 @@ def test_avro_outputs_are_the_rows_postgres_holds(
     sandbox.run_once("kafka")
 
     enriched = {
-        value["event_id"]: value for _, value in avro.decoded(registry, bootstrap, pipeline.enriched_topic)
+        value["event_id"]: value
+        for _, value in avro.decoded(registry, bootstrap, plan.of(pipeline).enriched_topic)
     }
     stored = {row["event_id"]: row for row in rows(sandbox, "SELECT * FROM streamfold.enriched_clicks")}
     assert len(stored) == sent and enriched.keys() == stored.keys()
@@ -136,7 +137,9 @@ def test_avro_outputs_are_the_rows_postgres_holds(
         assert differing(enriched[event_id], row) == {}, event_id
     assert {row["user_gender"] for row in stored.values()} == {"OTHER", None}
 
-    changes = {key: value for key, value in avro.decoded(registry, bootstrap, pipeline.changelog_topic)}
+    changes = {
+        key: value for key, value in avro.decoded(registry, bootstrap, plan.of(pipeline).changelog_topic)
+    }
     with psycopg.connect(dsn) as pg, pg.cursor(row_factory=dict_row) as cur:
         for user in users:
             current = cur.execute(
@@ -146,16 +149,15 @@ def test_avro_outputs_are_the_rows_postgres_holds(
             assert {k: last[k] for k in CARRIED} == current and last["incomplete"] is None
             assert last["valid_from"] is not None
 
-    for aggregate in pipeline.aggregates:
-        topic = pipeline.aggregate_topic(aggregate)
-        totals = {key: value for key, value in avro.decoded(registry, bootstrap, topic)}
-        columns = [*aggregate.group_by, aggregate.count_column]
-        table = rows(sandbox, f"SELECT {', '.join(columns)} FROM {pipeline.aggregate_table(aggregate)}")
+    for aggregate in plan.of(pipeline).aggregates:
+        totals = {key: value for key, value in avro.decoded(registry, bootstrap, aggregate.topic)}
+        columns = [*(key.column for key in aggregate.keys), aggregate.count_column]
+        table = rows(sandbox, f"SELECT {', '.join(columns)} FROM {aggregate.table}")
         assert sorted(totals.values(), key=str) == sorted(table, key=str) and table
 
-    changelog_fields = field_names(registry, pipeline.changelog_topic)
+    changelog_fields = field_names(registry, plan.of(pipeline).changelog_topic)
     assert set(changelog_fields) == CARRIED | {"valid_from", "incomplete"}
-    assert field_names(registry, pipeline.enriched_topic) == list(stored[next(iter(stored))])
+    assert field_names(registry, plan.of(pipeline).enriched_topic) == list(stored[next(iter(stored))])
 
 
 def test_a_registry_down_at_the_start_is_waited_out(
@@ -168,10 +170,12 @@ def test_a_registry_down_at_the_start_is_waited_out(
         services,
         sandbox,
         path,
-        f"the schema registry ({pipeline.enriched_topic}-value) unavailable (",
-        lambda: len(read_all(bootstrap, pipeline.enriched_topic)) >= sent,
+        f"the schema registry ({plan.of(pipeline).enriched_topic}-value) unavailable (",
+        lambda: len(read_all(bootstrap, plan.of(pipeline).enriched_topic)) >= sent,
     )
-    landed = {value["event_id"] for _, value in avro.decoded(registry, bootstrap, pipeline.enriched_topic)}
+    landed = {
+        value["event_id"] for _, value in avro.decoded(registry, bootstrap, plan.of(pipeline).enriched_topic)
+    }
     assert landed == {
         row["event_id"] for row in rows(sandbox, "SELECT event_id FROM streamfold.enriched_clicks")
     }

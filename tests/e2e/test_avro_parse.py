@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from common import pipeline_file as pf
+from common import plan
 from common.registry import CCOMPAT_PATH
 from pipeline import events
 from pipeline.spark import session as job_session
@@ -25,7 +26,7 @@ from tests.support import avro
 
 pytestmark = pytest.mark.e2e
 
-SPEC = pf.load().event_spec()
+SPEC = plan.of(pf.load()).event_spec
 RAW = StructType(
     [
         StructField("event_id", StringType()),
@@ -180,7 +181,7 @@ def test_generated_avro_events_of_every_type_give_the_rows_of_the_same_events_as
 ) -> None:
     sent = list(clicks(ClickSpec(count=40, users=7, seed=6802, pipeline=TYPED)))
     encode = avro_events.encoder(TYPED)
-    spec = TYPED.event_spec()
+    spec = plan.of(TYPED).event_spec
     got = events.parse(frame(spark, [encode(e) for e in sent]), spec, registry()).drop("payload", "source")
     want = events.parse(frame(spark, [generate.as_json(e) for e in sent]), spec, None).drop(
         "payload", "source"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from common import topics
+from common import plan, topics
 from tests.support import own_pipeline as own
 from tests.support import pipeline as sp
 from tests.support.kafka import read_all
@@ -46,7 +46,7 @@ def joined(customers: own.OwnPipeline, path: str) -> tuple[str, bool] | None:
     with customers.connect() as conn:
         row = conn.execute(
             "SELECT profile_country, profile_complete FROM "
-            f"{customers.pipeline.enriched_table} WHERE path = %s",
+            f"{plan.of(customers.pipeline).enriched_table} WHERE path = %s",
             (path,),
         ).fetchone()
     return None if row is None else (row[0], row[1])
@@ -96,7 +96,7 @@ def test_a_lost_capture_holds_progress_and_setup_recaptures_the_gap(customers, s
         check = status_check(customers)
         assert check.returncode == 1
         screen = " ".join(check.stdout.split())
-        assert f"capture lost: {p.profile.table} is not in publication {p.publication}" in screen
+        assert f"capture lost: {p.profile.table} is not in publication {plan.of(p).publication}" in screen
         assert "streamfold setup" in screen
 
         with customers.connect() as pg:
@@ -105,7 +105,7 @@ def test_a_lost_capture_holds_progress_and_setup_recaptures_the_gap(customers, s
         repaired = " ".join((result.stdout + result.stderr).split())
         assert f"capture of {p.profile.table} had been lost and is restored" in repaired
         assert "incremental snapshot of the table requested" in repaired
-        sp.wait_until(lambda: recaptured(bootstrap, p.cdc_topic), 120, "the table read again")
+        sp.wait_until(lambda: recaptured(bootstrap, plan.of(p).cdc_topic), 120, "the table read again")
         assert status_check(customers).returncode == 0
         send_view(bootstrap, p, now_ms() + 1000, "/after")
         after = sp.wait_until_value(lambda: joined(customers, "/after"), 120, "the view after the repair")

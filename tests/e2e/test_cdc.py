@@ -77,7 +77,7 @@ def test_heartbeat_table_events_follow_changes_in_commit_order_and_are_only_prog
     from pipeline.cdc_fold import HEARTBEAT_TABLE
     from spec.envelopes import Change, Progress, parse_envelope
 
-    DEFAULT_PROFILE_SPEC = plan.profile_spec(streamfold_setup.pipeline)  # noqa: N806
+    DEFAULT_PROFILE_SPEC = plan.of(streamfold_setup.pipeline).profile_spec  # noqa: N806
 
     userid = f"hb-{uuid.uuid4().hex[:8]}"
     pg.execute("INSERT INTO public.users (userid, regionid) VALUES (%s, 'asia')", (userid,))
@@ -110,7 +110,7 @@ def test_heartbeat_table_events_follow_changes_in_commit_order_and_are_only_prog
     from db.capture import heartbeat_id
 
     for beat in all_beats:  # the pipeline's own heartbeat row, no userid: never a user's key
-        assert beat.key == {"id": heartbeat_id(streamfold_setup.pipeline)}
+        assert beat.key == {"id": heartbeat_id(plan.of(streamfold_setup.pipeline))}
         folded = parse_envelope(names.CDC_USERS_TOPIC, beat_key(beat), beat.raw_value, DEFAULT_PROFILE_SPEC)
         assert folded == Progress(beat.value["source"]["ts_ms"])
     # The user changes themselves still fold to changes.

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from common import pipeline_file as pf
-from common import topics
+from common import plan, topics
 from tests.support import own_pipeline as own
 from tests.support import pipeline as sp
 from tests.support.kafka import read_all
@@ -84,14 +84,16 @@ def test_a_users_own_table_and_events_join_exactly(views, streamfold_setup):
     assert len(want.rows) == 7 and len(want.dead) >= 4
     with views.connect() as conn:
         own.assert_matches(conn, want, p)
-        joined = dict(conn.execute(f"SELECT path || ms_on_page, profile_country FROM {p.enriched_table}"))
+        joined = dict(
+            conn.execute(f"SELECT path || ms_on_page, profile_country FROM {plan.of(p).enriched_table}")
+        )
         prefs = conn.execute(
-            f"SELECT profile_prefs FROM {p.enriched_table} WHERE path = '/a' AND customer_id = 1"
+            f"SELECT profile_prefs FROM {plan.of(p).enriched_table} WHERE path = '/a' AND customer_id = 1"
         ).fetchone()
     assert joined["/a1200"] == "NO" and joined["/b300"] == "DK"  # event time decides, not arrival
     assert prefs == ({"lang": "nb", "tags": [1, 2.5]},)
     # PII never left the database: not in the CDC topic, the changelog or the enriched records.
-    for topic in (p.cdc_topic, p.changelog_topic, p.enriched_topic):
+    for topic in (plan.of(p).cdc_topic, plan.of(p).changelog_topic, plan.of(p).enriched_topic):
         raw = b"".join(m.raw_value or b"" for m in read_all(bootstrap, topic))
         assert raw and b"secret1@example.com" not in raw and b"PII-NOTE" not in raw, topic
 
@@ -172,7 +174,9 @@ def test_a_column_added_to_the_file_is_carried_by_the_restarted_job(views, strea
     with views.connect() as conn:
         own.assert_matches(conn, own.expected(inputs, versions, cdc_dead, grown.pipeline), grown.pipeline)
         landed = dict(
-            conn.execute(f"SELECT ms_on_page, profile_segment FROM {p.enriched_table} WHERE path = '/g'")
+            conn.execute(
+                f"SELECT ms_on_page, profile_segment FROM {plan.of(p).enriched_table} WHERE path = '/g'"
+            )
         )
         totals = dict(conn.execute(f"SELECT segment, count FROM streamfold.{segments}"))
     # Landed before the change: null. Joined since with a version written before the column: if_missing.

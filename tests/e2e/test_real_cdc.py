@@ -86,7 +86,7 @@ def send(bootstrap: str, topic: str, events: list[tuple[int, int, str]]) -> None
 def enriched(conn: psycopg.Connection, p: pf.Pipeline) -> dict[str, tuple[Any, ...]]:
     rows = conn.execute(
         "SELECT path, customer_id, profile_region, profile_interests, profile_prefs, profile_bio, "
-        f"profile_amount, profile_complete FROM {p.enriched_table}"
+        f"profile_amount, profile_complete FROM {plan.of(p).enriched_table}"
     )
     return {row[0]: tuple(row[1:]) for row in rows}
 
@@ -132,7 +132,7 @@ def test_an_update_leaving_toasted_values_unchanged_keeps_them(real, streamfold_
 
     # What Debezium 3.4 wrote for the update: the new region, and its placeholder for every large value.
     table = p.profile.table.split(".")[1]
-    cdc = wait_for(bootstrap, p.cdc_topic, lambda ms: len(changes_of(ms, table, 1)) >= 2)
+    cdc = wait_for(bootstrap, plan.of(p).cdc_topic, lambda ms: len(changes_of(ms, table, 1)) >= 2)
     insert, update = changes_of(cdc, table, 1)
     assert update.value["op"] == "u" and update.value["after"]["region"] == "south"
     sent = {name: update.value["after"][name] for name in ("interests", "prefs", "bio", "amount")}
@@ -149,7 +149,7 @@ def test_an_update_leaving_toasted_values_unchanged_keeps_them(real, streamfold_
     assert not dead, f"dead letters: {dead}"
     changelog = [
         json.loads(m.raw_value, parse_float=Decimal)  # a numeric is a JSON number, here of 20,000 digits
-        for m in read_all(bootstrap, p.changelog_topic)
+        for m in read_all(bootstrap, plan.of(p).changelog_topic)
         if m.raw_key == b"1" and m.raw_value is not None
     ]
     assert [values["region"] for values in changelog] == ["north", "south"]
@@ -157,7 +157,7 @@ def test_an_update_leaving_toasted_values_unchanged_keeps_them(real, streamfold_
         assert "incomplete" not in values
         assert values["interests"] == big["interests"] and values["prefs"] == big["prefs"]
         assert values["bio"] == big["bio"] and values["amount"] == Decimal(big["amount"])
-    for topic in (p.changelog_topic, p.enriched_topic):
+    for topic in (plan.of(p).changelog_topic, plan.of(p).enriched_topic):
         raw = b"".join(m.raw_value or b"" for m in read_all(bootstrap, topic))
         assert raw and UNAVAILABLE.encode() not in raw, topic
 
@@ -166,8 +166,8 @@ def changelog_oracle(bootstrap: str, p: pf.Pipeline) -> dict[str, list[str | Non
     """Each key's changelog as the CDC topic implies it, folded by the reference (spec/envelopes.py): its
     versions' regions in version order (None for a delete), and a tombstone at every truncate that ends a
     profile the key had."""
-    spec, versions, truncates = plan.profile_spec(p), {}, []
-    for m in read_all(bootstrap, p.cdc_topic):
+    spec, versions, truncates = plan.of(p).profile_spec, {}, []
+    for m in read_all(bootstrap, plan.of(p).cdc_topic):
         folded = parse_envelope(m.topic, m.raw_key, m.raw_value, spec)
         if isinstance(folded, Change):
             region = None if folded.op == "d" else folded.columns["region"]
@@ -207,7 +207,7 @@ def test_a_truncate_ends_every_profile_at_its_commit_time(real, streamfold_setup
 
     # Debezium captured the truncate: one event, no key, op t, in commit order with the changes.
     name = p.profile.table.split(".")[1]
-    cdc = wait_for(bootstrap, p.cdc_topic, lambda ms: len(changes_of(ms, name, 12)) >= 2)
+    cdc = wait_for(bootstrap, plan.of(p).cdc_topic, lambda ms: len(changes_of(ms, name, 12)) >= 2)
     (truncate,) = [m for m in cdc if isinstance(m.value, dict) and m.value.get("op") == "t"]
     assert truncate.raw_key is None and truncate.value["source"]["table"] == name
     assert changes_of(cdc, name, 12)[-1].offset > truncate.offset
@@ -218,7 +218,9 @@ def test_a_truncate_ends_every_profile_at_its_commit_time(real, streamfold_setup
         rows = {
             path: row[1] for path, row in enriched(conn, p).items() if path != "/before" and path != "/after"
         }
-        valid_from = dict(conn.execute(f"SELECT path, profile_valid_from FROM {p.enriched_table}").fetchall())
+        valid_from = dict(
+            conn.execute(f"SELECT path, profile_valid_from FROM {plan.of(p).enriched_table}").fetchall()
+        )
         dead = own.dead_letters(conn, p)
     assert rows == {
         "/b10": "east", "/b11": "west", "/b12": "north", "/b13": "UNKNOWN",  # before: the old versions
@@ -228,7 +230,7 @@ def test_a_truncate_ends_every_profile_at_its_commit_time(real, streamfold_setup
     assert all(valid_from[f"/a{k}"] is None for k in (10, 11, 12, 13))
     assert not dead, f"dead letters: {dead}"
     got: dict[str, list[str | None]] = {}
-    for m in read_all(bootstrap, p.changelog_topic):
+    for m in read_all(bootstrap, plan.of(p).changelog_topic):
         assert m.raw_key is not None
         got.setdefault(m.raw_key.decode(), []).append(None if m.value is None else m.value["region"])
     want = changelog_oracle(bootstrap, p)
@@ -237,14 +239,15 @@ def test_a_truncate_ends_every_profile_at_its_commit_time(real, streamfold_setup
         "10": ["east", None], "11": ["west", None], "12": ["north", None, "again"], "13": ["south", None],
     }  # fmt: skip
     # The profile history holds the same versions, a delete and the truncate's end of a profile as op d.
+    view = plan.of(p).histories[0].view
     with real.connect() as conn:
         history: dict[str, list[str | None]] = {}
         for key, op, region in conn.execute(
-            f"SELECT id::text, op, region FROM {p.versions_view} ORDER BY id, valid_from, lsn"
+            f"SELECT id::text, op, region FROM {view} ORDER BY id, valid_from, lsn"
         ):
             history.setdefault(key, []).append(None if op == "d" else region)
         open_after = conn.execute(
-            f"SELECT count(*) FROM {p.versions_view} WHERE valid_to IS NULL AND op <> 'd' AND id <> 12"
+            f"SELECT count(*) FROM {view} WHERE valid_to IS NULL AND op <> 'd' AND id <> 12"
         ).fetchone()
     assert history == want
     assert open_after == (0,), "the truncate ended every open version but the re-inserted one"
@@ -281,7 +284,9 @@ def test_explain_names_the_version_its_neighbours_and_why(real, streamfold_setup
     real.streamfold("run", "--source", "kafka", "--once")
 
     with real.connect() as conn:
-        ids = dict(conn.execute(f"SELECT path, event_id FROM {p.enriched_table} WHERE customer_id = 20"))
+        ids = dict(
+            conn.execute(f"SELECT path, event_id FROM {plan.of(p).enriched_table} WHERE customer_id = 20")
+        )
         dead = sorted(own.dead_letters(conn, p))
     south = explain(real, ids["/explain-south"]).stdout.splitlines()
     assert south[0].startswith(f"event {ids['/explain-south']}: customer_id=20,")

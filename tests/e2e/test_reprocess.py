@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
-from common import config, topics
+from common import config, plan, topics
 from common import pipeline_file as pf
 from common import versions as v
 from db import versions as registry
@@ -193,7 +193,7 @@ class Follower:
             self.errors.append(repr(exc))
 
     def run(self) -> None:
-        wanted = self.views.pipeline.enriched_topic  # the users' name of the enriched topic
+        wanted = plan.of(self.views.pipeline).enriched_topic  # the users' name of the enriched topic
         group = {"group.id": f"follower-{uuid.uuid4().hex}", "enable.auto.commit": False}
         consumer = Consumer({**config.kafka_client_settings(self.bootstrap), **group})
         try:
@@ -350,7 +350,7 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
 
             # The first swap moves the live tables: the live job stops for it, and starts again after.
             stop(live)
-            enriched, tier = p.enriched_table, p.aggregate_table(p.aggregates[2])
+            enriched, tier = plan.of(p).enriched_table, plan.of(p).aggregates[2].table
             with Reader(streamfold_setup.pg_dsn, enriched, tier) as reader:
                 sp.wait_until(lambda: reader.snapshots > 20, 60, "reader snapshots")
                 swapped = views.streamfold("swap", "v2")
@@ -375,12 +375,12 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
 
             # `streamfold setup` of the live file after the swap (the compose stack runs it at every up): the
             # users' names keep reading v2, history included; v2's column keeps flowing; both jobs land.
-            setup_changes_nothing(views, [*v.users_tables(v2, "v2"), p.versions_view])
+            setup_changes_nothing(views, [*v.users_tables(v2, "v2"), plan.of(p).histories[0].view])
             assert "profile_segment" in columns(views, enriched)
-            assert "segment" in columns(views, p.versions_view)
+            assert "segment" in columns(views, plan.of(p).histories[0].view)
             assert "segment" in views.streamfold("query", "versions", "1").stdout
             connector = requests.get(
-                f"{streamfold_setup.connect_url}/connectors/{p.connector}/config",
+                f"{streamfold_setup.connect_url}/connectors/{plan.of(p).connector}/config",
                 timeout=30, auth=config.connect_auth(),
             ).json()  # fmt: skip
             assert f"{p.profile.table}.segment," in connector["column.include.list"]
@@ -396,21 +396,25 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
 
         def v2_complete() -> bool:
             with views.connect() as conn:
-                (n,) = conn.execute(f"SELECT count(*) FROM {v2.enriched_table}").fetchone()
+                (n,) = conn.execute(f"SELECT count(*) FROM {plan.of(v2).enriched_table}").fetchone()
             return n == len(want.rows)
 
         sp.wait_until(v2_complete, 600, "v2 to land every event")
         with views.connect() as conn:
             own.assert_matches(conn, want, v2)
-            segment = dict(conn.execute(f"SELECT event_id, profile_segment FROM {v2.enriched_table}"))
-            by_segment = set(
-                conn.execute(f"SELECT segment, count FROM {v2.aggregate_table(v2.aggregates[3])}")
+            segment = dict(
+                conn.execute(f"SELECT event_id, profile_segment FROM {plan.of(v2).enriched_table}")
             )
+            by_segment = set(conn.execute(f"SELECT segment, count FROM {plan.of(v2).aggregates[3].table}"))
             sums = set(
-                conn.execute(f"SELECT profile_segment, sum(views) FROM {v2.enriched_table} GROUP BY 1")
+                conn.execute(
+                    f"SELECT profile_segment, sum(views) FROM {plan.of(v2).enriched_table} GROUP BY 1"
+                )
             )
             through_views = conn.execute(f"SELECT count(*), sum(views) FROM {enriched}").fetchone()
-            physical = conn.execute(f"SELECT count(*), sum(views) FROM {v2.enriched_table}").fetchone()
+            physical = conn.execute(
+                f"SELECT count(*), sum(views) FROM {plan.of(v2).enriched_table}"
+            ).fetchone()
         assert by_segment == sums
         assert through_views == physical
         # Old events carry the new column too: the version they joined has it, or if_missing says it lacks it.
@@ -422,8 +426,10 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
         views.streamfold("swap", "live")
         assert views.versions()["live"]["current"]
         moved = v.moved_live(p)
-        setup_changes_nothing(views, [*v.users_tables(moved, v.LIVE), p.versions_view])
-        assert "segment" not in columns(views, p.versions_view)  # the history's names are live's again
+        setup_changes_nothing(views, [*v.users_tables(moved, v.LIVE), plan.of(p).histories[0].view])
+        assert "segment" not in columns(
+            views, plan.of(p).histories[0].view
+        )  # the history's names are live's again
         assert "segment" not in views.streamfold("query", "versions", "1").stdout
         # The live job keeps landing events, read below through the users' names.
         produce(bootstrap, topic, [(str(k), own.view(k, now_ms(), "/after", 1)) for k in KEYS])
@@ -432,7 +438,7 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
 
         def live_complete() -> bool:
             with views.connect() as conn:
-                (n,) = conn.execute(f"SELECT count(*) FROM {moved.enriched_table}").fetchone()
+                (n,) = conn.execute(f"SELECT count(*) FROM {plan.of(moved).enriched_table}").fetchone()
             return n == len(live_want.rows)
 
         sp.wait_until(live_complete, 600, "the live job to land every event")
@@ -440,7 +446,9 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
         with views.connect() as conn:
             own.assert_matches(conn, live_want, moved)
             through_views = conn.execute(f"SELECT count(*), sum(views) FROM {enriched}").fetchone()
-            physical = conn.execute(f"SELECT count(*), sum(views) FROM {moved.enriched_table}").fetchone()
+            physical = conn.execute(
+                f"SELECT count(*), sum(views) FROM {plan.of(moved).enriched_table}"
+            ).fetchone()
             (has_column,) = conn.execute(
                 "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'streamfold' "
                 "AND table_name = %s AND column_name = 'profile_segment'", (enriched.partition(".")[2],)
@@ -456,15 +464,17 @@ def test_reprocess_swap_under_load_and_roll_back(views, streamfold_setup):
         assert not follower.errors, follower.errors
         assert follower.followed == ["live", "v2", "live"]
         assert follower.processed == everything
-        assert follower.per_topic[v2.enriched_topic] > 0 and follower.dropped > 0, follower.per_topic
+        assert follower.per_topic[plan.of(v2).enriched_topic] > 0 and follower.dropped > 0, follower.per_topic
 
         views.streamfold("drop-version", "v2")
         assert set(views.versions()) == {"live"}
         with views.connect() as conn:
-            (left,) = conn.execute("SELECT to_regclass(%s) IS NULL", (v2.enriched_table,)).fetchone()
+            (left,) = conn.execute("SELECT to_regclass(%s) IS NULL", (plan.of(v2).enriched_table,)).fetchone()
         assert left
         sp.wait_until(
-            lambda: v2.enriched_topic not in admin.list_topics(timeout=30).topics, 60, "v2's topics deleted"
+            lambda: plan.of(v2).enriched_topic not in admin.list_topics(timeout=30).topics,
+            60,
+            "v2's topics deleted",
         )
     finally:
         follower.stop()
@@ -491,7 +501,7 @@ def expected_segments(
     inputs: list[sp.Input], versions: own.Versions, pipeline: pf.Pipeline
 ) -> dict[str, str]:
     """The oracle's new column, per event: the profile version valid at the event's time (if_missing)."""
-    spec, now = pipeline.event_spec(), now_ms()
+    spec, now = plan.of(pipeline).event_spec, now_ms()
     found = {}
     for item in inputs:
         try:

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from common import kinesis
+from common import kinesis, plan
 from common import pipeline_file as pf
 from common import versions as v
 from connectors.setup import STREAM_RETENTION_HOURS
@@ -96,7 +96,7 @@ class Traffic:
 def landed_all(views: own.OwnPipeline, version: pf.Pipeline, inputs: list[sp.Input]) -> bool:
     """Whether the version's enriched table holds as many events as `inputs` (every one an event)."""
     with views.connect() as conn:
-        (n,) = conn.execute(f"SELECT count(*) FROM {version.enriched_table}").fetchone()
+        (n,) = conn.execute(f"SELECT count(*) FROM {plan.of(version).enriched_table}").fetchone()
     return n >= len(inputs)
 
 

@@ -45,7 +45,7 @@ def retype_regionid(pg: psycopg.Connection, statement: str) -> None:
     """PostgreSQL refuses to retype a column in a publication's column list: take it out, retype, put it
     back (what an operator has to do; changes committed in between carry no regionid)."""
     pipeline = pf.load()
-    columns = plan.captured(pipeline)[pipeline.profile.table]
+    columns = plan.of(pipeline).captured[pipeline.profile.table]
     publish(pg, tuple(c for c in columns if c != "regionid"))
     pg.execute(statement)
     publish(pg, columns)

@@ -76,14 +76,14 @@ def scans(streamfold_setup: config.Settings) -> Iterator[config.Settings]:
         yield settings
     finally:
         p = settings.pipeline
-        drop_installation(settings.pg_dsn, settings.connect_url, p, plan.captured(p))
+        drop_installation(settings.pg_dsn, settings.connect_url, p, plan.of(p).captured)
 
 
 def changes_of(settings: config.Settings, want: int) -> list[dict]:
     """The CDC topic's change events (heartbeats included) once `want` row changes are in it."""
     deadline = time.monotonic() + 180
     while True:
-        messages = read_all(settings.kafka_bootstrap, settings.pipeline.cdc_topic)
+        messages = read_all(settings.kafka_bootstrap, plan.of(settings.pipeline).cdc_topic)
         envelopes = [m for m in messages if isinstance(m.value, dict)]
         rows = [e for e in envelopes if e.value["source"]["table"] != pf.HEARTBEAT_TABLE]
         if len(rows) >= want or time.monotonic() > deadline:
@@ -118,7 +118,7 @@ def _b64(value: bytes | None) -> str | None:
 def folded(settings: config.Settings) -> list[tuple[str, str, str, dict[str, Any]]]:
     """The CDC topic's records through fold_tables: each change's table, key, op and the columns it set
     (numerics as text); every other record must be progress (a heartbeat-table event), none a dead letter."""
-    messages = read_all(settings.kafka_bootstrap, settings.pipeline.cdc_topic)
+    messages = read_all(settings.kafka_bootstrap, plan.of(settings.pipeline).cdc_topic)
     now = int(time.time() * 1000)
     records = [(m.topic, _b64(m.raw_key), _b64(m.raw_value), f"r{m.offset}", now) for m in messages]
     rows = run_python(FOLD, {"records": records, "spec": cdc_fold.tables_spec(settings.pipeline)})
@@ -138,13 +138,13 @@ def folded(settings: config.Settings) -> list[tuple[str, str, str, dict[str, Any
 def test_one_connector_captures_every_table_into_one_topic_in_commit_order(scans: config.Settings) -> None:
     run_setup(scans, echo=lambda _: None)
     p = scans.pipeline
-    parcels, senders, depots = plan.captured(p)
+    parcels, senders, depots = plan.of(p).captured
     with psycopg.connect(scans.pg_dsn, autocommit=True) as conn:
         published = dict(
             conn.execute(
                 "SELECT schemaname || '.' || tablename, attnames FROM pg_publication_tables "
                 "WHERE pubname = %s",
-                (p.publication,),
+                (plan.of(p).publication,),
             ).fetchall()
         )
         assert {t: tuple(c) for t, c in published.items() if t in (parcels, senders, depots)} == {
@@ -191,9 +191,9 @@ def test_one_connector_captures_every_table_into_one_topic_in_commit_order(scans
     # A lookup table that leaves the publication is a lost capture, named.
     with psycopg.connect(scans.pg_dsn, autocommit=True) as conn:
         conn.execute(f"ALTER TABLE {senders} DROP COLUMN country CASCADE")
-        lost = capture.lost_tables(conn, p, plan.captured(p))
+        lost = capture.lost_tables(conn, plan.of(p), plan.of(p).captured)
     assert [found.table for found in lost] == [senders]
-    assert f"capture lost: {senders} is not in publication {p.publication}" in lost[0].message()
+    assert f"capture lost: {senders} is not in publication {plan.of(p).publication}" in lost[0].message()
 
 
 def test_generate_fills_every_table_and_every_foreign_key_hits_a_row(scans: config.Settings) -> None:
@@ -215,7 +215,7 @@ def test_generate_fills_every_table_and_every_foreign_key_hits_a_row(scans: conf
 
 def test_a_table_added_to_the_file_is_snapshotted_as_from_the_beginning(scans: config.Settings) -> None:
     p = scans.pipeline
-    parcels, senders, depots = plan.captured(p)
+    parcels, senders, depots = plan.of(p).captured
     without_depot = pf.Pipeline.model_validate(
         {
             **p.model_dump(mode="json", exclude_none=True),

@@ -10,7 +10,7 @@ import time
 import psycopg
 import pytest
 
-from common import config
+from common import config, plan
 from tests.e2e.test_several_tables_join import assert_totals_group_the_enriched_rows, parcels, scan
 from tests.support import own_pipeline as own
 from tests.support import pipeline as sp
@@ -84,7 +84,7 @@ def seed(made: own.OwnPipeline) -> None:
 
 def enriched_rows(made: own.OwnPipeline) -> int:
     with made.connect() as conn:
-        return conn.execute(f"SELECT count(*) FROM {made.pipeline.enriched_table}").fetchone()[0]
+        return conn.execute(f"SELECT count(*) FROM {plan.of(made.pipeline).enriched_table}").fetchone()[0]
 
 
 @pytest.mark.parametrize("source", ["kafka", "kinesis"])
@@ -112,7 +112,7 @@ def test_kill_9_while_three_tables_land_loses_and_doubles_nothing(
     assert all(before < at_kill < sent for before, at_kill, sent in kills), kills
     inputs = parcels.inputs(source, bootstrap)
     with parcels.connect() as conn:
-        landed = [r[0] for r in conn.execute(f"SELECT event_id FROM {p.enriched_table}")]
+        landed = [r[0] for r in conn.execute(f"SELECT event_id FROM {plan.of(p).enriched_table}")]
         assert len(landed) == len(inputs) and set(landed) == {i.event_id for i in inputs}, "every scan, once"
         assert_totals_group_the_enriched_rows(conn, p)
     print(f"{source}: (rows before the start, at the kill, scans sent) {kills}; {len(inputs)} scans in all")

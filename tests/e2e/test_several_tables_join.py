@@ -55,7 +55,7 @@ def parcels(streamfold_setup: config.Settings, tmp_path: Path) -> Iterator[own.O
         yield made
     finally:
         p = made.pipeline
-        tables = (*plan.captured(p), *(p.aggregate_table(a) for a in p.aggregates))
+        tables = (*plan.of(p).captured, *(a.table for a in plan.of(p).aggregates))
         own.drop_installation(made.dsn, streamfold_setup.connect_url, p, tables)
 
 
@@ -63,21 +63,21 @@ def parcels(streamfold_setup: config.Settings, tmp_path: Path) -> Iterator[own.O
 GROUPED = {"status": "status", "sender.country": "sender_country", "depot.region": "depot_region"}
 
 
-def totals(conn: psycopg.Connection, p: pf.Pipeline, aggregate: pf.Aggregate) -> list[tuple]:
-    keys = ", ".join(aggregate.group_by)
-    return sorted(conn.execute(f"SELECT {keys}, count FROM {p.aggregate_table(aggregate)}").fetchall())
+def totals(conn: psycopg.Connection, aggregate: plan.AggregatePlan) -> list[tuple]:
+    keys = ", ".join(key.column for key in aggregate.keys)
+    return sorted(conn.execute(f"SELECT {keys}, count FROM {aggregate.table}").fetchall())
 
 
 def assert_totals_group_the_enriched_rows(conn: psycopg.Connection, p: pf.Pipeline) -> None:
     """Every aggregate of the example holds exactly what a GROUP BY over the enriched table gives, every
     row: no event counted twice or missed."""
-    for aggregate in p.aggregates:
+    for aggregate, resolved in zip(p.aggregates, plan.of(p).aggregates, strict=True):
         columns = ", ".join(GROUPED[ref] for ref in aggregate.group_by.values())
         grouped = conn.execute(
-            f"SELECT {columns}, count(*) FROM {p.enriched_table} GROUP BY {columns}"
+            f"SELECT {columns}, count(*) FROM {plan.of(p).enriched_table} GROUP BY {columns}"
         ).fetchall()
         assert grouped, aggregate.name
-        assert totals(conn, p, aggregate) == sorted(grouped), aggregate.name
+        assert totals(conn, resolved) == sorted(grouped), aggregate.name
 
 
 def scan(parcel: int, t_ms: int, depot: str, status: str) -> tuple[str, bytes]:
@@ -91,12 +91,12 @@ def commit_ms(bootstrap: str, p: pf.Pipeline, table: str, op: str) -> int:
     """The commit time Debezium recorded for the one `op` change of `table` (schema.name) in the CDC topic."""
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        for m in read_all(bootstrap, p.cdc_topic):
+        for m in read_all(bootstrap, plan.of(p).cdc_topic):
             source = m.value.get("source", {}) if isinstance(m.value, dict) else {}
             if f"{source.get('schema')}.{source.get('table')}" == table and m.value["op"] == op:
                 return int(source["ts_ms"])
         time.sleep(1)
-    raise AssertionError(f"no {op} of {table} in {p.cdc_topic}")
+    raise AssertionError(f"no {op} of {table} in {plan.of(p).cdc_topic}")
 
 
 def test_three_tables_join_each_at_the_events_time(parcels: own.OwnPipeline, streamfold_setup) -> None:
@@ -133,7 +133,7 @@ def test_three_tables_join_each_at_the_events_time(parcels: own.OwnPipeline, str
     with parcels.connect() as conn:
         rows = conn.execute(
             f"SELECT status, parcel_service, sender_country, sender_tier, depot_city, depot_region, "
-            f"{complete} FROM {p.enriched_table}"
+            f"{complete} FROM {plan.of(p).enriched_table}"
         ).fetchall()
     got: dict[str, Any] = {r[0]: r[1:] for r in rows}
     want = {
@@ -149,10 +149,10 @@ def test_three_tables_join_each_at_the_events_time(parcels: own.OwnPipeline, str
     # The profile's history and changelog, as a one-table file's: each parcel version the join stored.
     with parcels.connect() as conn:
         history = conn.execute(
-            f"SELECT id, op, sender_id, service, valid_to FROM {p.versions_view} ORDER BY id"
+            f"SELECT id, op, sender_id, service, valid_to FROM {plan.of(p).histories[0].view} ORDER BY id"
         ).fetchall()
         at_move = conn.execute(
-            f"SELECT service FROM {p.profile_at_function}(7, to_timestamp({moved} / 1000.0))"
+            f"SELECT service FROM {plan.of(p).histories[0].function}(7, to_timestamp({moved} / 1000.0))"
         ).fetchall()
     assert history == [(7, "c", 1, "express", None), (8, "c", 999, "standard", None),
                        (9, "c", None, "economy", None)]  # fmt: skip
@@ -172,29 +172,33 @@ def test_three_tables_join_each_at_the_events_time(parcels: own.OwnPipeline, str
     assert before_move == [("DE",)]
     # `explain` names each further table's key and its version at the event's time.
     with parcels.connect() as conn:
-        ids = dict(conn.execute(f"SELECT status, event_id FROM {p.enriched_table}").fetchall())
+        ids = dict(conn.execute(f"SELECT status, event_id FROM {plan.of(p).enriched_table}").fetchall())
     said = {status: parcels.streamfold("explain", ids[status]).stdout for status in ("at_move", "at_close")}
     assert re.search(
         r"sender \(profile\.sender_id = 1\): at its time valid .* op u, .*country=FR", said["at_move"]
     )
     assert re.search(r"depot \(event\.depot = HAM\): at its time .*city=Hamburg", said["at_move"])
     assert re.search(r"depot \(event\.depot = BER\): at its time .* op d, .*deleted", said["at_close"])
-    changelog = read_all(bootstrap, p.changelog_topic)
+    changelog = read_all(bootstrap, plan.of(p).changelog_topic)
     assert sorted({(m.key, m.value["service"]) for m in changelog}) == [  # once per source's query
         (7, "express"), (8, "standard"), (9, "economy")]  # fmt: skip
     # Totals by columns of two further tables (sender.country x depot.region), if_missing for no row.
-    [per_place] = [a for a in p.aggregates if "sender.country" in a.group_by.values()]
+    [per_place] = [
+        r
+        for a, r in zip(p.aggregates, plan.of(p).aggregates, strict=True)
+        if "sender.country" in a.group_by.values()
+    ]
     with parcels.connect() as conn:
         assert_totals_group_the_enriched_rows(conn, p)
-        stored = totals(conn, p, per_place)
+        stored = totals(conn, per_place)
     assert stored == [
         ("DE", "north", 2), ("FR", "east", 2), ("FR", "north", 2), ("FR", "unknown", 2),
         ("unknown", "north", 4),
     ]  # fmt: skip
     # Its compacted topic: the latest totals per key (`country|region`), as the table holds them.
-    latest = {m.raw_key: m.value for m in read_all(bootstrap, p.aggregate_topic(per_place))}
+    latest = {m.raw_key: m.value for m in read_all(bootstrap, per_place.topic)}
     assert latest == {f"{c}|{r}".encode(): {"country": c, "region": r, "count": n} for c, r, n in stored}
     # PII never left the database: not in the CDC topic nor the enriched records.
-    for topic in (p.cdc_topic, p.enriched_topic):
+    for topic in (plan.of(p).cdc_topic, plan.of(p).enriched_topic):
         raw = b"".join(m.raw_value or b"" for m in read_all(bootstrap, topic))
         assert raw and b"example.com" not in raw and b"Edna" not in raw and b"+49" not in raw, topic

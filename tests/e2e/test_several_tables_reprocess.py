@@ -68,7 +68,7 @@ def test_a_version_of_a_three_table_file_joins_as_the_live_one(
         bootstrap, p.events.kafka_topic, [scan(7, moved - 1, "HAM", "before"), scan(7, moved, "HAM", "at")]
     )
     made.streamfold("run", "--source", "kafka", "--once")
-    live = joined(made, p.enriched_table)
+    live = joined(made, plan.of(p).enriched_table)
     assert live == [
         ("at", "express", "FR", "gold", "Hamburg", "north"),
         ("before", "express", "DE", "gold", "Hamburg", "north"),
@@ -76,16 +76,18 @@ def test_a_version_of_a_three_table_file_joins_as_the_live_one(
 
     made.streamfold("reprocess", "--version", "v2")
     v2 = v.versioned(p, "v2")
-    sp.wait_until(lambda: len(joined(made, v2.enriched_table)) == len(live), 600, "v2 rebuilt every scan")
-    assert joined(made, v2.enriched_table) == live
+    sp.wait_until(
+        lambda: len(joined(made, plan.of(v2).enriched_table)) == len(live), 600, "v2 rebuilt every scan"
+    )
+    assert joined(made, plan.of(v2).enriched_table) == live
     sp.wait_until(lambda: made.versions()["v2"]["caught_up"], 300, "v2 caught up")
 
     assert "now read v2" in " ".join(made.streamfold("swap", "v2").stderr.split())
-    assert joined(made, p.enriched_table) == live, "the users' name reads v2"
+    assert joined(made, plan.of(p).enriched_table) == live, "the users' name reads v2"
     sender, v2_sender = plan.histories(p)[1], plan.histories(v2)[1]
     with made.connect() as conn:  # a further table's history view and function read v2's table too
         definition = conn.execute("SELECT pg_get_viewdef(%s::regclass)", (sender.view,)).fetchone()
         now = conn.execute(f"SELECT country FROM {sender.function}(1, now())").fetchall()
     assert definition and v2_sender.table.split(".")[1] in definition[0] and now == [("FR",)]
     made.streamfold("swap", "live")
-    assert joined(made, p.enriched_table) == live
+    assert joined(made, plan.of(p).enriched_table) == live

@@ -157,29 +157,35 @@ def create(admin_dsn: str, home: Path, kinesis_only: bool = False) -> OwnPipelin
 def drop(own: OwnPipeline, connect_url: str) -> None:
     """The connector, its slot, publication and tables: nothing keeps WAL or rows after the test."""
     p = own.pipeline
-    tables = (*plan.captured(p), *(p.aggregate_table(a) for a in p.aggregates))
+    tables = (*plan.of(p).captured, *(a.table for a in plan.of(p).aggregates))
     drop_installation(own.dsn, connect_url, p, tables)
 
 
 def drop_installation(dsn: str, connect_url: str, p: pf.Pipeline, tables: tuple[str, ...]) -> None:
     """A pipeline's connector, slot, publication, history functions, enriched and history tables, and
     `tables` (the captured ones, aggregates), so that nothing keeps WAL or rows after a test."""
-    requests.delete(f"{connect_url}/connectors/{p.connector}", timeout=30, auth=config.connect_auth())
+    requests.delete(
+        f"{connect_url}/connectors/{plan.of(p).connector}", timeout=30, auth=config.connect_auth()
+    )
     with psycopg.connect(dsn, autocommit=True) as conn:
         for _ in range(60):
             slot = conn.execute(
-                "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (p.slot,)
+                "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (plan.of(p).slot,)
             ).fetchone()
             if slot is None or not slot[0]:
                 break
             time.sleep(1)
         if slot is not None:
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (p.slot,))
-        conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(p.publication)))
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (plan.of(p).slot,))
+        conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(plan.of(p).publication)))
         histories = plan.histories(p)  # the profile's, and a file's further tables'
         for history in histories:
             conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.SQL(history.function)))
-        for table in (*tables, p.enriched_table, *(h.table for h in histories)):  # each history's view too
+        for table in (
+            *tables,
+            plan.of(p).enriched_table,
+            *(h.table for h in histories),
+        ):  # each history's view too
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.SQL(table)))
         conn.execute("DELETE FROM streamfold.pipelines WHERE name = %s", (p.name,))
 
@@ -229,8 +235,8 @@ Versions = dict[str, list[tuple[int, int, dict[str, Any] | None]]]
 def history(bootstrap: str, pipeline: pf.Pipeline) -> tuple[Versions, set[str]]:
     """Every key's versions (valid_from, lsn, columns or None for a delete) from the CDC topic, and the
     CDC records the reference fold rejects, by dead-letter id."""
-    spec, versions, dead = plan.profile_spec(pipeline), {}, set()
-    for topic in (pipeline.cdc_topic, pipeline.heartbeat_topic):
+    spec, versions, dead = plan.of(pipeline).profile_spec, {}, set()
+    for topic in (plan.of(pipeline).cdc_topic, plan.of(pipeline).heartbeat_topic):
         for m in read_all(bootstrap, topic):
             try:
                 folded = parse_envelope(m.topic, m.raw_key, m.raw_value, spec)
@@ -265,7 +271,7 @@ class Expected:
 
 
 def expected(inputs: list[Input], versions: Versions, cdc_dead: set[str], pipeline: pf.Pipeline) -> Expected:
-    now_ms, spec = int(time.time() * 1000), pipeline.event_spec()
+    now_ms, spec = int(time.time() * 1000), plan.of(pipeline).event_spec
     rows, dead = {}, set(cdc_dead)
     for item in inputs:
         try:
@@ -284,15 +290,16 @@ def actual_rows(
 ) -> dict[str, tuple[str, str, str, bool, Decimal | None, int]]:
     cur = conn.execute(
         "SELECT event_id, customer_id::text, profile_country, profile_tier, profile_vip, profile_credit, "
-        f"views FROM {pipeline.enriched_table}"
+        f"views FROM {plan.of(pipeline).enriched_table}"
     )
     return {row[0]: tuple(row[1:]) for row in cur}  # type: ignore[misc]
 
 
 def dead_letters(conn: psycopg.Connection, pipeline: pf.Pipeline) -> set[str]:
     """The pipeline's dead letters: those of its events and CDC topics (the table is shared)."""
+    resolved = plan.of(pipeline)
     sources = [f"kafka:{pipeline.events.kafka_topic}", f"kinesis:{pipeline.events.kinesis_stream}",
-               f"kafka:{pipeline.cdc_topic}", f"kafka:{pipeline.heartbeat_topic}"]  # fmt: skip
+               f"kafka:{resolved.cdc_topic}", f"kafka:{resolved.heartbeat_topic}"]  # fmt: skip
     rows = conn.execute(
         "SELECT dead_letter_id FROM streamfold.dead_letters WHERE source = ANY(%s)", (sources,)
     )
@@ -307,7 +314,7 @@ def assert_matches(conn: psycopg.Connection, want: Expected, pipeline: pf.Pipeli
     wrong = {e: (got[e], want.rows[e]) for e in want.rows if got[e] != want.rows[e]}
     assert not wrong, f"{len(wrong)} events joined wrong, e.g. {list(wrong.items())[:3]}"
     # The file's first three aggregates (a test may add more, counted from then on).
-    country, path_vip, tier = (pipeline.aggregate_table(a) for a in pipeline.aggregates[:3])
+    country, path_vip, tier = (a.table for a in plan.of(pipeline).aggregates[:3])
     checks = {
         country: ("country, count, ms_total", "profile_country, sum(views), sum(ms_on_page)", "1"),
         path_vip: ("path, vip, count", "path, profile_vip, sum(views)", "1, 2"),
@@ -316,7 +323,9 @@ def assert_matches(conn: psycopg.Connection, want: Expected, pipeline: pf.Pipeli
     for table, (columns, from_rows, by) in checks.items():
         totals = set(conn.execute(f"SELECT {columns} FROM {table}").fetchall())
         sums = set(
-            conn.execute(f"SELECT {from_rows} FROM {pipeline.enriched_table} GROUP BY {by}").fetchall()
+            conn.execute(
+                f"SELECT {from_rows} FROM {plan.of(pipeline).enriched_table} GROUP BY {by}"
+            ).fetchall()
         )
         assert totals == sums, table
     (views,) = conn.execute(f"SELECT coalesce(sum(views), 0) FROM {tier}").fetchone()

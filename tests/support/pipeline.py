@@ -36,8 +36,8 @@ from tests.support import kinesalite
 from tests.support.kafka import Message, read_all
 
 # The default pipeline file's specs (the demo's clicks and public.users).
-DEFAULT_EVENT_SPEC = pf.load().event_spec()
-DEFAULT_PROFILE_SPEC = plan.profile_spec(pf.load())
+DEFAULT_EVENT_SPEC = plan.of(pf.load()).event_spec
+DEFAULT_PROFILE_SPEC = plan.of(pf.load()).profile_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 NEVER = -(2**63)

@@ -11,10 +11,11 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_reader
 
+from common import plan
 from pipeline import avro_outputs, sink_spec
 from tests.unit.test_sink_pipelines import OUTPUT, PIPELINE
 
-SPEC = sink_spec.sink_spec(PIPELINE, OUTPUT)
+SPEC = sink_spec.sink_spec(plan.of(PIPELINE), OUTPUT)
 
 
 def fields(schema: dict[str, Any]) -> dict[str, Any]:

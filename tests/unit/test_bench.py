@@ -412,11 +412,10 @@ def test_the_three_table_file_chains_a_table_and_looks_one_up_each_ten_times_sma
     clicks = list(generate.clicks(generate.ClickSpec(count=200, users=100_000, pipeline=p)))
     assert {c[tables_path.LOOKUP_FIELD] for c in clicks} <= set(range(1, 1_001))
     # Its outputs are its own: it is set up and runs beside the default file on the same stack.
-    names = ("name", "cdc_topic", "connector", "slot", "publication", "enriched_table", "enriched_topic")
-    assert all(getattr(p, n) != getattr(default, n) for n in names)
-    assert not {p.aggregate_table(a) for a in p.aggregates} & {
-        default.aggregate_table(a) for a in default.aggregates
-    }
+    names = ("cdc_topic", "connector", "slot", "publication", "enriched_table", "enriched_topic")
+    assert p.name != default.name
+    assert all(getattr(plan.of(p), n) != getattr(plan.of(default), n) for n in names)
+    assert not {a.table for a in plan.of(p).aggregates} & {a.table for a in plan.of(default).aggregates}
 
 
 def test_a_query_of_another_pipeline_file_reads_its_clicks_and_its_own_cdc_topic():

@@ -47,7 +47,7 @@ def envelope(op: str, before=None, after=None, ts_ms=1_000, lsn=42, snapshot: st
 
 KEY = json.dumps({"userid": "alice"}).encode()
 # The default pipeline file's profile spec (the demo's public.users).
-DEFAULT_PROFILE_SPEC = plan.profile_spec(pf.load())
+DEFAULT_PROFILE_SPEC = plan.of(pf.load()).profile_spec
 FOLDED_COLUMNS = folded_columns(DEFAULT_PROFILE_SPEC)
 
 

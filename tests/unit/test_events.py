@@ -8,13 +8,14 @@ import pytest
 from pyspark.sql.types import StructType
 
 from common import pipeline_file as pf
+from common import plan
 from pipeline import records
 from pipeline.events import MAX_RECORD_BYTES, parse, parse_type, parsed_columns
 from spec.events import Event, JsonFloat, Rejected, epoch_seconds_ms, parse_event
 from tests.support import records as support_records
 
 # The default pipeline file's event spec (the demo's clicks).
-DEFAULT_EVENT_SPEC = pf.load().event_spec()
+DEFAULT_EVENT_SPEC = plan.of(pf.load()).event_spec
 
 NOW = 1_763_800_000_000
 GOOD = {"userid": "User_1", "url": "/home", "device_id": "mobile", "ip": "10.0.0.1", "event_time": NOW - 5}

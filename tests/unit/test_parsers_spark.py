@@ -36,7 +36,7 @@ from spec.envelopes import MISSING, UNAVAILABLE, BadEnvelope, Change, Progress, 
 from spec.events import ISO_TIME, MAX_MICROS, MIN_MICROS, Event, Rejected, parse_event
 
 # The default pipeline file's event spec (the demo's clicks).
-DEFAULT_EVENT_SPEC = pf.load().event_spec()
+DEFAULT_EVENT_SPEC = plan.of(pf.load()).event_spec
 
 pytestmark = pytest.mark.spark
 
@@ -519,7 +519,7 @@ def test_plain_envelope_fast_path_folds_only_what_parse_envelope_folds(spark: Sp
     assert taken > len(real) + (valid - len(real)) // 10, (taken, valid)
 
 
-DEFAULT_SPEC = plan.profile_spec(pf.load())
+DEFAULT_SPEC = plan.of(pf.load()).profile_spec
 
 
 @dataclass

@@ -38,8 +38,8 @@ aggregates:
 
 def test_the_default_file_names_the_demo_pipeline():
     assert DEFAULT.profile.table == "public.users"
-    assert DEFAULT.cdc_topic == names.CDC_USERS_TOPIC
-    assert (DEFAULT.connector, DEFAULT.slot, DEFAULT.publication) == (
+    assert plan.of(DEFAULT).cdc_topic == names.CDC_USERS_TOPIC
+    assert (plan.of(DEFAULT).connector, plan.of(DEFAULT).slot, plan.of(DEFAULT).publication) == (
         names.CONNECTOR_NAME,
         names.SLOT_NAME,
         names.PUBLICATION_NAME,
@@ -48,15 +48,15 @@ def test_the_default_file_names_the_demo_pipeline():
         names.CLICKS_TOPIC,
         names.CLICKS_STREAM,
     )
-    assert (DEFAULT.enriched_table, DEFAULT.enriched_topic) == (
+    assert (plan.of(DEFAULT).enriched_table, plan.of(DEFAULT).enriched_topic) == (
         names.ENRICHED_CLICKS_TABLE,
         names.USER_CLICKS_TOPIC,
     )
-    assert (DEFAULT.changelog_topic, DEFAULT.dead_letters_topic) == (
+    assert (plan.of(DEFAULT).changelog_topic, plan.of(DEFAULT).dead_letters_topic) == (
         names.USERS_CHANGELOG_TOPIC,
         names.DLQ_TOPIC,
     )
-    assert [(DEFAULT.aggregate_table(a), DEFAULT.aggregate_topic(a)) for a in DEFAULT.aggregates] == [
+    assert [(a.table, a.topic) for a in plan.of(DEFAULT).aggregates] == [
         (names.CLICKS_PER_REGION_TABLE, names.CLICKS_PER_REGION_TOPIC),
         (names.URL_REGION_TABLE, names.URL_REGION_TOPIC),
     ]
@@ -86,14 +86,14 @@ def test_the_default_files_sink_tables_are_the_migrated_ones():
         names.ENRICHED_CLICKS_TABLE,
         names.CLICKS_PER_REGION_TABLE,
         names.URL_REGION_TABLE,
-        DEFAULT.history_table,
+        plan.of(DEFAULT).histories[0].table,
     }
     for name, table in derived.tables.items():
         assert _shape(table) == _shape(tables.metadata.tables[name]), name
 
 
 def test_the_default_specs_are_todays_contract():
-    assert DEFAULT.event_spec() == {
+    assert plan.of(DEFAULT).event_spec == {
         "key": {"field": "userid", "type": "text"},
         "fields": [{"name": n, "type": "text", "required": True} for n in ("url", "device_id", "ip")],
         "time": {"field": "event_time", "format": "epoch_ms"},
@@ -103,7 +103,7 @@ def test_the_default_specs_are_todays_contract():
         "max_future_ms": 60_000,
         "max_key_bytes": 1024,
     }
-    profile = plan.profile_spec(DEFAULT)
+    profile = plan.of(DEFAULT).profile_spec
     assert profile["key"] == {"column": "userid", "type": "text"}
     assert [c["name"] for c in profile["columns"]] == ["regionid", "gender", "interests", "registertime"]
     assert [c.get("max_bytes") for c in profile["columns"]] == [1024, None, None, None]
@@ -112,9 +112,12 @@ def test_the_default_specs_are_todays_contract():
 
 def test_a_users_own_pipeline_gets_names_and_tables_from_its_file():
     pipeline = pf.parse(MINIMAL)
-    assert pipeline.cdc_topic == "cdc.public.customers"
-    assert (pipeline.connector, pipeline.slot) == ("streamfold-customers", "streamfold_customers")
-    assert (pipeline.enriched_table, pipeline.changelog_topic) == (
+    assert plan.of(pipeline).cdc_topic == "cdc.public.customers"
+    assert (plan.of(pipeline).connector, plan.of(pipeline).slot) == (
+        "streamfold-customers",
+        "streamfold_customers",
+    )
+    assert (plan.of(pipeline).enriched_table, plan.of(pipeline).changelog_topic) == (
         "streamfold.enriched_events",
         "customers_changelog",
     )

@@ -20,6 +20,7 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
+from common import plan
 from common.names import BEGINNING_OF_TIME_MS
 from db import history, schema
 from pipeline import records
@@ -86,7 +87,7 @@ def change_row(key: str, v: Version) -> dict[str, Any]:
         records.CHANGE_LSN: v.lsn,
         "profile_valid_from_ms": v.valid_from_ms,
         **{
-            profile_column(DEFAULT, c): None if x is UNAVAILABLE else x
+            profile_column(plan.of(DEFAULT), c): None if x is UNAVAILABLE else x
             for c, x in zip(COLUMNS, v.profile, strict=True)
         },
     }
@@ -135,7 +136,7 @@ def stored(dsn: str) -> dict[str, list[tuple]]:
     with psycopg.connect(dsn) as conn:
         query = (
             f"SELECT userid, {ms('valid_from')}, {ms('valid_to')}, op, lsn, incomplete, {', '.join(COLUMNS)}"
-            f" FROM {DEFAULT.versions_view} ORDER BY userid, valid_from, lsn"
+            f" FROM {plan.of(DEFAULT).histories[0].view} ORDER BY userid, valid_from, lsn"
         )
         for row in conn.execute(query):
             out[row[0]].append(tuple(row[1:]))
@@ -156,7 +157,8 @@ def expected(versions: list[Version]) -> list[tuple]:
 
 def profile_at(conn: psycopg.Connection, key: str, ms: int) -> tuple | None:
     rows = conn.execute(
-        f"SELECT lsn, {', '.join(COLUMNS)} FROM {DEFAULT.profile_at_function}(%s, %s)", (key, at(ms))
+        f"SELECT lsn, {', '.join(COLUMNS)} FROM {plan.of(DEFAULT).histories[0].function}(%s, %s)",
+        (key, at(ms)),
     ).fetchall()
     assert len(rows) <= 1
     return rows[0] if rows else None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from common import config, names
+from common import config, names, plan
 from common import pipeline_file as pf
 from connectors import setup
 from db import capture
@@ -90,8 +90,9 @@ def test_the_heartbeat_commits_only_while_the_table_and_its_columns_are_publishe
     """A capture that was lost (db/capture.py) stops the heartbeat, so CDC progress stops where it did."""
     captured = {"public.users": ("userid", "regionid", "it's")}
     query = setup.connector_config(settings, captured)["heartbeat.action.query"]
+    beat = capture.heartbeat_id(plan.of(settings.pipeline))
     assert query == (
-        f"INSERT INTO streamfold.cdc_heartbeat (id, ts) SELECT {capture.heartbeat_id(settings.pipeline)}, "
+        f"INSERT INTO streamfold.cdc_heartbeat (id, ts) SELECT {beat}, "
         "now() WHERE EXISTS (SELECT 1 FROM "
         "pg_publication_tables WHERE pubname = 'streamfold_users' AND schemaname = 'public' AND "
         "tablename = 'users' AND attnames @> ARRAY['userid', 'regionid', 'it''s']::name[]) "
@@ -156,7 +157,7 @@ def test_every_table_of_the_file_is_captured_into_the_one_cdc_topic(settings: co
     assert cfg["snapshot.select.statement.overrides.ops.depots"] == "SELECT code, city FROM ops.depots"
     routed = r"shop\.streamfold\.cdc_heartbeat|shop\.crm\.plans|shop\.ops\.depots"
     assert cfg["transforms.heartbeatToProfiles.regex"] == routed
-    assert cfg["transforms.heartbeatToProfiles.replacement"] == pipeline.cdc_topic
+    assert cfg["transforms.heartbeatToProfiles.replacement"] == plan.of(pipeline).cdc_topic
     query = cfg["heartbeat.action.query"]
     assert query.count("EXISTS (SELECT 1 FROM pg_publication_tables") == 3
     assert "tablename = 'depots' AND attnames @> ARRAY['code', 'city']::name[]" in query

@@ -83,7 +83,12 @@ def test_each_join_has_its_own_history_the_profiles_under_its_former_names() -> 
     pipeline = scans()
     histories = plan.histories(pipeline)
     assert [(h.table, h.view, h.function, h.kind) for h in histories[:2]] == [
-        (pipeline.history_table, pipeline.versions_view, pipeline.profile_at_function, "change"),
+        (
+            plan.of(pipeline).histories[0].table,
+            plan.of(pipeline).histories[0].view,
+            plan.of(pipeline).histories[0].function,
+            "change",
+        ),
         (
             "streamfold.sender_history_scans",
             "streamfold.sender_versions_scans",
@@ -98,7 +103,7 @@ def test_a_one_table_file_compiles_to_the_profile_alone() -> None:
     pipeline = pf.load(pf.DEFAULT_PATH)
     assert pipeline.tables == {}
     assert [j.name for j in plan.joins(pipeline)] == ["profile"]
-    assert plan.captured(pipeline) == {
+    assert plan.of(pipeline).captured == {
         "public.users": ("userid", "regionid", "gender", "interests", "registertime")
     }
 

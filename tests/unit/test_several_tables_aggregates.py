@@ -64,7 +64,7 @@ def test_the_aggregate_table_types_a_tables_column_and_keys_it_as_the_profiles()
 def test_the_sink_reads_each_key_from_its_tables_prefixed_output_column() -> None:
     pipeline = per_place()
     output = records.join_output(pipeline)
-    [spec] = sink_spec.aggregate_specs(pipeline, output)
+    [spec] = sink_spec.aggregate_specs(plan.of(pipeline), output)
     keys = [(k["column"], output.fieldNames()[k["ordinal"]], k["type"], k["md5"]) for k in spec["keys"]]
     assert keys == [
         ("country", "sender_country", "text", False),
@@ -104,7 +104,7 @@ def test_a_too_long_value_of_a_tables_text_key_is_a_dead_letter(spark: SparkSess
 def test_a_one_table_files_fold_spec_is_the_profiles_alone() -> None:
     pipeline = pf.load(pf.DEFAULT_PATH)
     assert cdc_fold.tables_spec(pipeline) == {
-        "tables": [{"table": pipeline.profile.table, "spec": plan.profile_spec(pipeline)}]
+        "tables": [{"table": pipeline.profile.table, "spec": plan.of(pipeline).profile_spec}]
     }
 
 

@@ -35,7 +35,7 @@ def test_a_column_with_if_missing_is_never_null_in_the_enriched_table() -> None:
 def test_the_sink_lands_each_tables_column_from_its_output_column() -> None:
     pipeline = scans()
     output = records.join_output(pipeline)
-    spec = sink_spec.sink_spec(pipeline, output)
+    spec = sink_spec.sink_spec(plan.of(pipeline), output)
     landed = {c["name"]: (output.fieldNames()[c["ordinal"]], c["type"]) for c in spec["enriched"]["columns"]}
     types = {
         join.output(name): column.type

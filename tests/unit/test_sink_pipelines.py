@@ -24,7 +24,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from common import names
+from common import names, plan
 from common import pipeline_file as pf
 from db import pipeline_tables, schema
 from pipeline import sink_spec, sinks
@@ -202,7 +202,7 @@ def frame(spark: SparkSession, rows: list[dict], order: list[str], partitions: i
 
 
 def spec(batch: DataFrame) -> str:
-    return sink_spec.sink_spec_json(PIPELINE, batch.schema)
+    return sink_spec.sink_spec_json(plan.of(PIPELINE), batch.schema)
 
 
 @pytest.fixture()
@@ -213,7 +213,7 @@ def tables(dsn: str) -> str:
 
 
 def test_the_spec_reads_columns_by_name_and_types_them() -> None:
-    built = sink_spec.sink_spec(PIPELINE, OUTPUT)
+    built = sink_spec.sink_spec(plan.of(PIPELINE), OUTPUT)
     at = OUTPUT.fieldNames()
     assert built["kind_ordinal"] == 0
     assert [(c["name"], at[c["ordinal"]], c["type"]) for c in built["enriched"]["columns"]] == [
@@ -261,7 +261,9 @@ def test_the_spec_reads_columns_by_name_and_types_them() -> None:
         ("score_total", "score"),
     ]
     with pytest.raises(ValueError, match="the join's output has no column 'profile_tags'"):
-        sink_spec.sink_spec(PIPELINE, StructType([f for f in OUTPUT.fields if f.name != "profile_tags"]))
+        sink_spec.sink_spec(
+            plan.of(PIPELINE), StructType([f for f in OUTPUT.fields if f.name != "profile_tags"])
+        )
 
 
 @pytest.mark.parametrize("key", ["tags", "attrs"])
@@ -513,7 +515,10 @@ def test_integer_keys_timestamps_and_special_numbers_land_as_their_types(
     spark: SparkSession, dsn: str, bootstrap: str
 ) -> None:
     pipeline_tables.metadata(EDGES).create_all(schema.engine(dsn))
-    fresh_topics(bootstrap, (EDGES.enriched_topic, EDGES.changelog_topic, EDGES.dead_letters_topic))
+    fresh_topics(
+        bootstrap,
+        (plan.of(EDGES).enriched_topic, plan.of(EDGES).changelog_topic, plan.of(EDGES).dead_letters_topic),
+    )
     rows = [
         ("event", f"kafka:readings:0:{i}", sensor, 1_767_225_600_000 + i, value, 1, level, seen, -1, True)
         + (None,) * 6
@@ -521,9 +526,9 @@ def test_integer_keys_timestamps_and_special_numbers_land_as_their_types(
         for i, (sensor, value, level, seen) in enumerate(EDGE_VALUES)
     ]
     batch = spark.createDataFrame(rows, StructType([StructField(n, t) for n, t in EDGE_COLUMNS]))
-    assert set(land(batch, dsn, bootstrap, spec=sink_spec.sink_spec_json(EDGES, batch.schema)).values()) == {
-        (True, "COPY")
-    }
+    assert set(
+        land(batch, dsn, bootstrap, spec=sink_spec.sink_spec_json(plan.of(EDGES), batch.schema)).values()
+    ) == {(True, "COPY")}
     with psycopg.connect(dsn) as conn:
         stored = conn.execute(
             """SELECT sensor, value::text, profile_level::text, profile_seen::text, profile_valid_from::text

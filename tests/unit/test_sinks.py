@@ -25,7 +25,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from common import config, names
+from common import config, names, plan
 from db import schema
 from pipeline import records, retry, sink_spec, sinks
 from stack import lifecycle
@@ -201,7 +201,7 @@ def fresh_topics(bootstrap: str, wanted: tuple[str, ...] = SINK_TOPICS) -> None:
 # default pipeline file's sink spec for it.
 OUTPUT = records.join_output(DEFAULT)
 FIELDS = list(OUTPUT.fieldNames())
-SPEC = sink_spec.sink_spec_json(DEFAULT, OUTPUT)
+SPEC = sink_spec.sink_spec_json(plan.of(DEFAULT), OUTPUT)
 
 
 def clicks(n: int, start: int = 0, url: str = "https://e.com/") -> list[dict]:

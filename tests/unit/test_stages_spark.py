@@ -209,7 +209,9 @@ def test_the_spark_stages_join_as_the_model_does(spark: SparkSession, tmp_path: 
             assert r.released_by_max_wait is False, f"{where}: released by CDC progress"
             seen[r.event_id] = want[r.event_id]
         passed = sorted((r.event_id, r.source) for r in got if r.kind == "reject")
-        assert passed == sorted((x["event_id"], f"kafka:{PIPELINE.cdc_topic}") for x in rejects), where
+        assert passed == sorted((x["event_id"], f"kafka:{plan.of(PIPELINE).cdc_topic}") for x in rejects), (
+            where
+        )
     assert len(seen) == EVENTS, f"seed {SEED}: every event once"
     drifted = {
         f"{c.table}.{name}: {v.reason}"

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from common import config
+from common import config, plan
 from common import pipeline_file as pf
 from common import versions as v
 from db import schema
@@ -93,19 +93,25 @@ def published(conn: psycopg.Connection, p: pf.Pipeline) -> list[str]:
     row = conn.execute(
         "SELECT array(SELECT c FROM unnest(attnames) c WHERE has_column_privilege(%s, %s, c, 'SELECT'))"
         " FROM pg_publication_tables WHERE pubname = %s AND tablename = %s",
-        (config.DEBEZIUM_ROLE, p.profile.table, p.publication, p.profile.table_name),
+        (config.DEBEZIUM_ROLE, p.profile.table, plan.of(p).publication, p.profile.table_name),
     ).fetchone()
     assert row is not None
     return list(row[0])
 
 
 def users_names(p: pf.Pipeline) -> list[str]:
-    return [p.enriched_table, *(p.aggregate_table(a) for a in p.aggregates), p.versions_view]
+    return [
+        plan.of(p).enriched_table,
+        *(a.table for a in plan.of(p).aggregates),
+        plan.of(p).histories[0].view,
+    ]
 
 
 def profile_at(conn: psycopg.Connection, p: pf.Pipeline) -> list[str]:
     """The columns of what the users' function answers."""
-    cursor = conn.execute(sql.SQL("SELECT * FROM {}(1, now())").format(sql.SQL(p.profile_at_function)))
+    cursor = conn.execute(
+        sql.SQL("SELECT * FROM {}(1, now())").format(sql.SQL(plan.of(p).histories[0].function))
+    )
     return [c.name for c in cursor.description or []]
 
 
@@ -123,21 +129,23 @@ def test_setup_after_swaps_keeps_the_users_names_on_the_current_version(admin: s
     swap(admin, live, "v2", v2)
     with psycopg.connect(admin, autocommit=True) as conn:
         swapped = kinds_and_oids(conn, users_names(live))
-        assert "profile_notes" in registry.columns(conn, live.enriched_table)
-        assert "notes" in registry.columns(conn, live.versions_view)  # the history's view follows the swap
+        assert "profile_notes" in registry.columns(conn, plan.of(live).enriched_table)
+        assert "notes" in registry.columns(
+            conn, plan.of(live).histories[0].view
+        )  # the history's view follows the swap
         assert "notes" in profile_at(conn, live)
-        assert "profile_notes" not in registry.columns(conn, f"{live.enriched_table}__live")
+        assert "profile_notes" not in registry.columns(conn, f"{plan.of(live).enriched_table}__live")
     assert setup(admin, live) == []  # the live file's tables are __live now; nothing else changes
     with psycopg.connect(admin, autocommit=True) as conn:
         assert kinds_and_oids(conn, users_names(live)) == swapped
-        assert "profile_notes" in registry.columns(conn, live.enriched_table)
+        assert "profile_notes" in registry.columns(conn, plan.of(live).enriched_table)
         assert "notes" in published(conn, live)  # v2's job still gets its column from the live file's setup
     assert schema.shared_capture(admin, live)[live.profile.table][-1] == "notes"  # and so does the connector
 
     swap(admin, live, v.LIVE, None)  # the rollback
     with psycopg.connect(admin, autocommit=True) as conn:
-        assert "profile_notes" not in registry.columns(conn, live.enriched_table)
-        assert "notes" not in registry.columns(conn, live.versions_view)
+        assert "profile_notes" not in registry.columns(conn, plan.of(live).enriched_table)
+        assert "notes" not in registry.columns(conn, plan.of(live).histories[0].view)
         assert "notes" not in profile_at(conn, live)
 
     # The live file gains the column and an aggregate while live is current: the users' names show them.
@@ -147,11 +155,13 @@ def test_setup_after_swaps_keeps_the_users_names_on_the_current_version(admin: s
     )
     bigger = pf.load(grown)
     changes = setup(admin, bigger)
-    assert f"created table {bigger.aggregate_table(bigger.aggregates[-1])}__live" in changes, changes
+    assert f"created table {plan.of(bigger).aggregates[-1].table}__live" in changes, changes
     with psycopg.connect(admin, autocommit=True) as conn:
-        assert "profile_notes" in registry.columns(conn, live.enriched_table)
-        assert "notes" in registry.columns(conn, live.versions_view) and "notes" in profile_at(conn, live)
-        assert registry.columns(conn, bigger.aggregate_table(bigger.aggregates[-1]))[0] == "notes"
+        assert "profile_notes" in registry.columns(conn, plan.of(live).enriched_table)
+        assert "notes" in registry.columns(conn, plan.of(live).histories[0].view) and "notes" in profile_at(
+            conn, live
+        )
+        assert registry.columns(conn, plan.of(bigger).aggregates[-1].table)[0] == "notes"
         grown_names = kinds_and_oids(conn, users_names(bigger))
         (readable,) = conn.execute(
             "SELECT bool_and(has_table_privilege(%s, n, 'SELECT')) FROM unnest(%s::text[]) n",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from common import pipeline_file as pf
+from common import plan
 from common import versions as v
 from db import versions as registry
 
@@ -15,20 +16,20 @@ DEFAULT = pf.load(pf.DEFAULT_PATH)
 def test_a_version_renames_every_output_and_keeps_every_input() -> None:
     got = v.versioned(DEFAULT, "v2")
     assert got.name == "clicks__v2"
-    assert got.enriched_table == "streamfold.enriched_clicks__v2"
-    assert [got.aggregate_table(a) for a in got.aggregates] == [
+    assert plan.of(got).enriched_table == "streamfold.enriched_clicks__v2"
+    assert [a.table for a in plan.of(got).aggregates] == [
         "streamfold.clicks_per_region__v2",
         "streamfold.url_region_click_count__v2",
     ]
-    assert got.history_table == "streamfold.profile_history_clicks__v2"
-    outputs = {got.enriched_topic, got.changelog_topic, got.dead_letters_topic}
+    assert plan.of(got).histories[0].table == "streamfold.profile_history_clicks__v2"
+    outputs = {plan.of(got).enriched_topic, plan.of(got).changelog_topic, plan.of(got).dead_letters_topic}
     assert outputs == {"user_clicks.v2", "users_changelog.v2", "clicks_dlq.v2"}
-    assert [got.aggregate_topic(a) for a in got.aggregates] == [
+    assert [a.topic for a in plan.of(got).aggregates] == [
         "clicks_per_region.v2",
         "url_region_click_count.v2",
     ]
     inputs = ("cdc_topic", "heartbeat_topic", "connector", "slot", "publication")
-    assert [getattr(got, n) for n in inputs] == [getattr(DEFAULT, n) for n in inputs]
+    assert [getattr(plan.of(got), n) for n in inputs] == [getattr(plan.of(DEFAULT), n) for n in inputs]
     assert got.events == DEFAULT.events and got.profile == DEFAULT.profile
     assert v.query_name(got) == "clicks__v2-kafka"
 
@@ -36,7 +37,11 @@ def test_a_version_renames_every_output_and_keeps_every_input() -> None:
 def test_defaulted_input_names_do_not_follow_the_versions_name() -> None:
     bare = DEFAULT.model_copy(update={"outputs": pf.Outputs()})
     got = v.versioned(bare, "v2")
-    assert (got.connector, got.slot, got.publication) == (bare.connector, bare.slot, bare.publication)
+    assert (plan.of(got).connector, plan.of(got).slot, plan.of(got).publication) == (
+        plan.of(bare).connector,
+        plan.of(bare).slot,
+        plan.of(bare).publication,
+    )
 
 
 @pytest.mark.parametrize("name", ["", "V2", "2v", "a-b", "live", "a__b", "x" * 17])
@@ -58,13 +63,15 @@ def test_the_users_names_map_to_the_versions_tables() -> None:
         "streamfold.url_region_click_count": "streamfold.url_region_click_count__v2",
     }
     moved = v.moved_live(DEFAULT)
-    assert moved.name == DEFAULT.name and moved.enriched_topic == DEFAULT.enriched_topic  # same checkpoint
+    assert (
+        moved.name == DEFAULT.name and plan.of(moved).enriched_topic == plan.of(DEFAULT).enriched_topic
+    )  # same checkpoint
     assert v.users_tables(moved, v.LIVE)["streamfold.enriched_clicks"] == "streamfold.enriched_clicks__live"
 
 
 def test_once_the_live_tables_moved_each_version_writes_its_own() -> None:
     v2 = v.versioned(DEFAULT, "v2")
-    assert v.physical(DEFAULT, v.LIVE, None).enriched_table == "streamfold.enriched_clicks__live"
+    assert plan.of(v.physical(DEFAULT, v.LIVE, None)).enriched_table == "streamfold.enriched_clicks__live"
     assert v.physical(DEFAULT, "v2", v2) == v2
     with pytest.raises(v.VersionError, match="no version 'v3' of clicks"):
         v.physical(DEFAULT, "v3", None)
