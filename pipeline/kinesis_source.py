@@ -31,10 +31,10 @@ batch's end is still every readable shard read to its tip within `maxRecordsPerB
 first error (an outage, say), which `latestOffset()` then meets and waits out as without the thread.
 `readAheadWhileRunning=false` turns it off.
 
-Trigger.AvailableNow: a Python source cannot implement SupportsTriggerAvailableNow in Spark 4.0, so Spark
-falls back to a single batch: `maxRecordsPerBatch` then caps the whole run, and a run that finds a batch
-left uncommitted by a crash only replays that batch. To drain everything available, run a processing-time
-trigger and stop after `query.processAllAvailable()`.
+Trigger.AvailableNow: the reader implements SupportsTriggerAvailableNow with a single batch, since Kinesis
+cannot tell where a shard's records end without reading them: `maxRecordsPerBatch` then caps the whole run.
+A run that finds a batch left uncommitted by a crash replays it, then reads one batch from its end. To drain
+everything available, run a processing-time trigger and stop after `query.processAllAvailable()`.
 
 Resharding: new shards are found with ListShards on every batch. A child shard is read only once all its
 parents are closed and read to their end. When a parent finishes and its child starts within one batch,
@@ -67,6 +67,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from common import kinesis
@@ -529,6 +530,7 @@ class Prefetch:
     cursors and cache."""
 
     def __init__(self, reader: KinesisStreamReader, start: States) -> None:
+        self.origin = dict(start)
         self.ahead = ReadAhead(dict(start))
         self.stopping = threading.Event()
         self.thread = threading.Thread(
@@ -549,21 +551,24 @@ class Prefetch:
         return self.ahead
 
 
-class KinesisStreamReader(DataSourceStreamReader):
+class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Driver side: decides batch ends by reading ahead, and hands what it read to the batch's partitions.
     Executor side: `read()` hands Spark a partition's embedded rows and fetches the rest of its planned
     range, as Arrow batches.
 
-    Spark 4.0 calls `latestOffset()` without a start, so the reader remembers the end it returned last.
-    A restarted query first gets `partitions(last, last)` for the last logged batch (Spark's
-    setLatestSeenOffset), which tells the reader where to go on. Spark plans each batch once, right after
-    the `latestOffset()` that ended it, in the same long-lived Python process.
+    Spark calls `latestOffset(start, limit)` with the previous batch's end (the checkpoint's after a
+    restart, `initialOffset()` for a new query), and the reader reads on from that `start`: it keeps no
+    position of its own across calls. Spark plans each batch once, right after the `latestOffset()` that
+    ended it, in the same long-lived Python process; the read-ahead thread started there is used only
+    when the next `start` is that batch's end.
     """
 
     def __init__(self, options: ReaderOptions) -> None:
         self.options = options
         self._initial: States | None = None
-        self._position: States | None = None
+        self._anchored = False
+        self._available_now = False
+        self._target: States | None = None
         self._client: Any = None
         self._cursors: dict[str, ShardCursor] = {}
         self._cache = ReadAheadCache(options.max_cached_bytes)
@@ -606,30 +611,42 @@ class KinesisStreamReader(DataSourceStreamReader):
                 }
         return self._initial
 
-    def latestOffset(self) -> dict[str, Any]:
-        if self._position is None:
-            self._position = self.initial_states()
-            if self.options.starting == "LATEST":
-                # The first batch is empty and ends at the LATEST anchor, so the anchor is in the offset
-                # log; a replay of batch 0 after a crash recomputes a later anchor and still reads nothing.
-                return encode_offset(self._position)
-        ahead = self._finish_prefetch() or ReadAhead(dict(self._position))
-        self._position = self.read_ahead(ahead).states
-        return encode_offset(self._position)
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow (`streamfold run --once`): one batch, read from its start as any other (so
+        `maxRecordsPerBatch` caps the whole run); its end is the run's target, which every later
+        `latestOffset()` returns."""
+        self._available_now = True
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The next batch's end, read ahead from `start`. `limit` is always ReadAllAvailable (the default
+        read limit): the cap is the reader's own `maxRecordsPerBatch`, as for every trigger."""
+        if self._target is not None:
+            return encode_offset(self._target)
+        states = decode_offset(start)
+        # A new LATEST query's first batch is empty and ends at its anchor, so the anchor is in the offset
+        # log; a replay of batch 0 after a crash recomputes a later anchor and still reads nothing.
+        end = states if self._anchor(states) else self.read_ahead(self._continue_from(states)).states
+        if self._available_now:
+            self._target = end
+        return encode_offset(end)
+
+    def _anchor(self, start: States) -> bool:
+        """Whether `start` is this query's own new LATEST anchor, not yet returned as a batch end."""
+        fresh = not self._anchored and self._initial is not None and start == self._initial
+        self._anchored = True
+        return self.options.starting == "LATEST" and fresh
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KinesisPartition]:
         # Normally latestOffset() has stopped the thread already; a batch planned again (a replay) drops
         # what it read: its records start at the last end, not at this batch's start.
         self._finish_prefetch()
-        if self._position is None:
-            self._position = decode_offset(end)
         groups = plan_segments(decode_offset(start), decode_offset(end))
         # The cache holds at most maxCachedBytesPerBatch in all, so only the task cap can bind here.
         embedded = (self._cache.embed_task(group, TASK_CACHED_BYTES_MAX) for group in groups)
         planned = [KinesisPartition(self.options, segments) for segments in embedded]
         self._cache.clear()  # the next batch starts where this one ends
-        if self.options.read_ahead_while_running:
-            self._prefetch = Prefetch(self, self._position)
+        if self.options.read_ahead_while_running and self._target is None:
+            self._prefetch = Prefetch(self, decode_offset(end))
             self._prefetch.thread.start()
         return planned
 
@@ -639,6 +656,14 @@ class KinesisStreamReader(DataSourceStreamReader):
     def _finish_prefetch(self) -> ReadAhead | None:
         prefetch, self._prefetch = self._prefetch, None
         return prefetch.finish() if prefetch else None
+
+    def _continue_from(self, start: States) -> ReadAhead:
+        """The read-ahead thread's progress when it started at `start`, else a new read-ahead from there."""
+        prefetch = self._prefetch
+        ahead = self._finish_prefetch()
+        if ahead is not None and prefetch is not None and prefetch.origin == start:
+            return ahead
+        return ReadAhead(dict(start))
 
     def read(self, partition: KinesisPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return arrow_batches(self.rows(partition))

@@ -102,7 +102,7 @@ JOIN_JAR = "streamfold-join.jar"
 LOCAL_MASTER = {
     "spark.hadoop.fs.file.impl": "io.streamfold.fs.ForklessLocalFileSystem",
     "spark.sql.streaming.checkpointFileManagerClass": (
-        "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
     ),
     # Shuffle files of a local master never leave the machine (the page cache, mostly): compressing and
     # checksumming them is CPU for nothing.

@@ -88,6 +88,13 @@ if [ ! -f .venv/.installed ] || [ requirements.txt -nt .venv/.installed ] || [ p
   .venv/bin/pip install -q --no-deps -e .
   touch .venv/.installed
 fi
+# The JVM builds (the join operator below, jvm-realtime/) compile against pyspark's own jars: one
+# manifest-only jar names them (Maven Central has no spark-catalyst or spark-sql-api 4.3.0).
+classpath_jar=lib/pyspark-classpath.jar
+if [ ! -f "$classpath_jar" ] || [ .venv/.installed -nt "$classpath_jar" ]; then
+  say "pyspark's jars -> $classpath_jar"
+  .venv/bin/python scripts/pyspark_classpath.py "$classpath_jar" >/dev/null
+fi
 
 # --- JVM artifacts, one pom ----------------------------------------------------------------------
 copy_jars() {  # profile, output dir
@@ -132,7 +139,8 @@ fi
 # --- the join operator (Java, jvm/), built by the same pom into lib/spark ------------------------
 # Its JUnit suite (jvm/src/test) is `make test-jvm`, not a step of the build.
 join_jar=lib/spark/streamfold-join.jar
-if [ ! -f "$join_jar" ] || [ pom.xml -nt "$join_jar" ] || [ -n "$(find jvm/src/main -newer "$join_jar" -type f)" ]; then
+if [ ! -f "$join_jar" ] || [ pom.xml -nt "$join_jar" ] || [ "$classpath_jar" -nt "$join_jar" ] \
+  || [ -n "$(find jvm/src/main -newer "$join_jar" -type f)" ]; then
   say "mvn -P join package -> $join_jar"
   mvn -q -P join package -Dmaven.test.skip=true
   cp target/streamfold-join.jar "$join_jar"

@@ -45,7 +45,7 @@ CODE_DIRS = ("common", "streamfold", "pipeline", "connectors", "db")
 HOST_ONLY = ("stack", "tests")
 # The Dockerfile's service targets, and the stages only the builds use.
 TARGETS = {"postgres", "kafka", "kinesis", "registry", "pipeline"}
-BUILD_STAGES = {"build", "jars", "venv", "jdk", "npm"}
+BUILD_STAGES = {"build", "jars", "venv", "join", "jdk", "npm"}
 # Services from the pipeline image: which run streamfold's commands, which run its executors (the cluster
 # file's workers, named as the native stack's: stack/spark.py worker_names), which only schedule.
 PIPELINE_IMAGE = "streamfold/pipeline"
@@ -498,7 +498,11 @@ def test_images_install_from_the_version_files_as_the_bootstrap_does() -> None:
         assert re.search(
             rf"\bmvn -q -P {profile} dependency:copy-dependencies -DincludeScope=runtime\b", jars
         )
-    assert "mvn -q -P join package" in jars and "mvn -q -P join package" in bootstrap
+    join = " ".join(runs(by_stage["join"]))
+    assert "mvn -q -P join package" in join and "mvn -q -P join package" in bootstrap
+    # the operator compiles against the venv's pyspark jars, named by the same script in both
+    assert "scripts/pyspark_classpath.py" in join and "scripts/pyspark_classpath.py" in bootstrap
+    assert stages(DOCKERFILE)["join"][0] == ("FROM", "venv AS join")
     assert any(re.search(r"\bpip install -q -r /tmp/requirements\.txt\b", r) for r in runs(by_stage["venv"]))
     assert any(r.startswith("npm ci ") for r in runs(by_stage["npm"])) and "npm ci " in bootstrap
 
@@ -570,7 +574,7 @@ def test_dockerignore_sends_what_the_images_copy_and_no_secrets() -> None:
     ]
     allowed = {r[1:].rstrip("/") for r in rules if r.startswith("!")}
     for source in copied_sources(DOCKERFILE):
-        assert source.split("/")[0] in allowed, f"the Dockerfile copies {source}"
+        assert {source.split("/")[0], source.rstrip("/")} & allowed, f"the Dockerfile copies {source}"
     assert "compose/.env" in rules[rules.index("!compose") :]
     assert not allowed & set(HOST_ONLY), "the host's launchers are no part of any image"
     assert not list(COMPOSE.rglob("*.py")), "compose/ holds the Docker files only"

@@ -1,7 +1,8 @@
 """The Kinesis source reads the next batch ahead while a batch runs (pipeline/kinesis_source.py), against a
-real kinesalite. The tests play Spark's calls on the driver: `latestOffset()` ends a batch, `partitions()`
-plans it (and starts the read-ahead thread). The reader's client is the real one behind `Watched`, which
-counts what GetRecords served on each thread and lets a test act before the thread's pages."""
+real kinesalite. The tests play Spark's calls on the driver: `latestOffset(start, limit)` ends a batch,
+`partitions()` plans it (and starts the read-ahead thread). The reader's client is the real one behind
+`Watched`, which counts what GetRecords served on each thread and lets a test act before the thread's
+pages."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from pipeline.kinesis_source import KinesisStreamReader, ReaderOptions
 from pipeline.retry import RETRY_ENV
@@ -28,6 +30,7 @@ SHARD_0, SHARD_1 = "0", str(2**127)  # explicit hash keys in each half of a two-
 GUARD_S = 60  # only so that a broken stop fails the test instead of hanging it
 
 Offset = dict[str, Any]
+ALL = ReadAllAvailable()  # the reader's default read limit, which Spark passes back
 Shards = tuple[range, range]  # the records of shard 0, of shard 1
 
 
@@ -111,7 +114,7 @@ def plan_first_batch(url: str, made: KinesisStreamReader, first: Shards, then: S
     for the read-ahead thread to find); returns batch 1's end."""
     put(url, SHARD_0, first[0])
     put(url, SHARD_1, first[1])
-    end = made.latestOffset()
+    end = made.latestOffset(made.initialOffset(), ALL)
     put(url, SHARD_0, then[0])
     put(url, SHARD_1, then[1])
     assert sorted(plan(made, made.initialOffset(), end)) == [*first[0], *first[1]]
@@ -141,7 +144,7 @@ def test_records_read_while_a_batch_runs_join_the_next_batch_and_its_cache(
     assert kept(made) == [*range(5, 10), *range(105, 110)]
     assert pickle.loads(pickle.dumps(made))._prefetch is None  # Spark may pickle the reader meanwhile
     put(endpoint, SHARD_1, range(110, 112))  # after the thread ended: latestOffset reads them
-    second_end = made.latestOffset()
+    second_end = made.latestOffset(first_end, ALL)
     assert plan(made, first_end, second_end) == [*range(5, 10), *range(105, 112)]  # shard by shard, in order
     assert watched.served == {"MainThread": 12, THREAD: 10}  # each record once
 
@@ -163,7 +166,7 @@ def test_latest_offset_stops_the_read_ahead_after_its_page_and_reads_on(
     made = reader(endpoint, watched)
     first_end = plan_first_batch(endpoint, made, (range(0, 5), range(0)), (range(5, 10), range(100, 105)))
     in_first_page.wait()
-    second_end = made.latestOffset()
+    second_end = made.latestOffset(first_end, ALL)
     assert watched.read_ahead_pages == 1  # the first shard's page, then it stopped
     assert plan(made, first_end, second_end) == [*range(5, 10), *range(100, 105)]
     assert watched.served == {"MainThread": 10, THREAD: 5}
@@ -199,7 +202,7 @@ def test_an_outage_stops_the_read_ahead_and_latest_offset_waits_it_out(
     retries = logging.getLogger("pipeline.retry")
     retries.addHandler(handler := RelayUpOnRetry())
     try:
-        second_end = made.latestOffset()
+        second_end = made.latestOffset(first_end, ALL)
     finally:
         retries.removeHandler(handler)
         relay.down()
@@ -216,26 +219,54 @@ def test_the_batch_limit_counts_what_the_thread_read(endpoint: str, reader: Read
         endpoint, made, (range(0, 3), range(100, 103)), (range(3, 8), range(103, 108))
     )
     read_ahead_thread(made).join()
-    second_end = made.latestOffset()
+    second_end = made.latestOffset(first_end, ALL)
     assert plan(made, first_end, second_end) == [*range(3, 6), *range(103, 106)]  # 6, shared fairly
     read_ahead_thread(made).join()
-    third_end = made.latestOffset()
+    third_end = made.latestOffset(second_end, ALL)
     assert plan(made, second_end, third_end) == [6, 7, 106, 107]
     assert watched.served[THREAD] == 10 and watched.served["MainThread"] == 6
 
 
 @pytest.mark.timeout(GUARD_S)
-def test_a_restarted_reader_reads_ahead_from_the_last_logged_end(endpoint: str, reader: Reader) -> None:
+def test_a_restarted_reader_reads_from_the_last_logged_end(endpoint: str, reader: Reader) -> None:
     before_crash = reader(endpoint, Watched(endpoint))
     put(endpoint, SHARD_0, range(0, 5))
-    logged_end = before_crash.latestOffset()
+    logged_end = before_crash.latestOffset(before_crash.initialOffset(), ALL)
     put(endpoint, SHARD_0, range(5, 10))
     watched = Watched(endpoint)
-    made = reader(endpoint, watched)  # a new driver: Spark first plans the last logged batch's end
-    assert plan(made, logged_end, logged_end) == []
+    made = reader(endpoint, watched)  # a new driver: Spark asks for the batch after the logged end
+    assert plan(made, logged_end, made.latestOffset(logged_end, ALL)) == [*range(5, 10)]
+    assert watched.served == {"MainThread": 5}
+
+
+@pytest.mark.timeout(GUARD_S)
+def test_a_read_ahead_from_another_end_is_not_used(endpoint: str, reader: Reader) -> None:
+    """The thread reads on from the end of the batch just planned; a `start` elsewhere (Spark's own
+    offsets rule) reads from there, and the thread's records are not used."""
+    watched = Watched(endpoint)
+    made = reader(endpoint, watched)
+    first_end = plan_first_batch(endpoint, made, (range(0, 5), range(0)), (range(5, 10), range(0)))
     read_ahead_thread(made).join()
-    assert plan(made, logged_end, made.latestOffset()) == [*range(5, 10)]
-    assert watched.served == {THREAD: 5}
+    assert kept(made) == [*range(5, 10)]
+    elsewhere = made.latestOffset(made.initialOffset(), ALL)
+    assert elsewhere != first_end
+    assert plan(made, made.initialOffset(), elsewhere) == [*range(10)]
+    assert watched.served == {"MainThread": 15, THREAD: 5}
+
+
+@pytest.mark.timeout(GUARD_S)
+def test_available_now_runs_one_batch_from_its_start(endpoint: str, reader: Reader) -> None:
+    """Trigger.AvailableNow: the first batch's end is the run's target; later records wait for the next run,
+    and no read-ahead runs meanwhile."""
+    watched = Watched(endpoint)
+    made = reader(endpoint, watched, maxRecordsPerBatch="3")
+    made.prepareForTriggerAvailableNow()
+    put(endpoint, SHARD_0, range(0, 5))
+    target = made.latestOffset(made.initialOffset(), ALL)
+    assert plan(made, made.initialOffset(), target) == [0, 1, 2]  # the cap holds for the whole run
+    assert made._prefetch is None
+    put(endpoint, SHARD_0, range(5, 10))
+    assert made.latestOffset(target, ALL) == target  # nothing more: the run ends
 
 
 @pytest.mark.timeout(GUARD_S)
@@ -243,11 +274,11 @@ def test_the_read_ahead_while_a_batch_runs_can_be_turned_off(endpoint: str, read
     watched = Watched(endpoint)
     made = reader(endpoint, watched, readAheadWhileRunning="false")
     put(endpoint, SHARD_0, range(0, 5))
-    first_end = made.latestOffset()
+    first_end = made.latestOffset(made.initialOffset(), ALL)
     put(endpoint, SHARD_0, range(5, 10))
     plan(made, made.initialOffset(), first_end)
     assert made._prefetch is None
-    assert plan(made, first_end, made.latestOffset()) == [*range(5, 10)]
+    assert plan(made, first_end, made.latestOffset(first_end, ALL)) == [*range(5, 10)]
     assert watched.served == {"MainThread": 10}
     with pytest.raises(ValueError, match="readAheadWhileRunning"):
         ReaderOptions.parse({"streamName": STREAM, "readAheadWhileRunning": "no"})

@@ -133,9 +133,11 @@ def test_the_sessions_temporary_files_are_private(spark: SparkSession):
     their owner may enter, whatever the umask of the process that started the session (pytest's: 022)."""
     rows = spark.range(2000).select((F.col("id") % 7).alias("k")).groupBy("k").count().collect()
     assert len(rows) == 7  # a shuffle wrote its files under the block manager's folders
-    jvm = spark.sparkContext._jvm  # noqa: SLF001 - no Python API for the block manager's folders
-    block_manager = jvm.org.apache.spark.SparkEnv.get().blockManager()
-    local_dirs = [Path(str(d)) for d in block_manager.diskBlockManager().localDirs()]
+    # The block manager's folders are blockmgr-* in each spark.local.dir (py4j cannot reach SparkEnv on 4.3).
+    roots = [Path(d) for d in spark.conf.get("spark.local.dir").split(",")]
+    local_dirs = [d for root in roots for d in root.glob("blockmgr-*")]
+    assert local_dirs, f"no blockmgr-* under {roots}"
+    jvm = spark.sparkContext._jvm  # noqa: SLF001 - no Python API for the JVM's temporary folder
     temp = Path(str(jvm.java.lang.System.getProperty("java.io.tmpdir")))
     for folder in [*local_dirs, temp]:
         assert folder.stat().st_mode & 0o077 == 0, f"{folder} is open to others"
