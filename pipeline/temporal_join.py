@@ -37,11 +37,12 @@ one waits under the bucket's event-time timer. An event released by max_wait rat
 not complete (the file's complete column is false). The CDC source is read and parsed once per batch for
 all of this.
 
-Under Trigger.AvailableNow the `rate` source makes Spark 4.0 run a single batch per
+Under Trigger.AvailableNow the `rate` source makes Spark run a single batch per
 run (no trailing no-data batch, SPARK-45178): see run_until_drained for `--once`.
 
-What this relies on in Spark 4.0: the union of watermarked and plain streams drives TWS EventTime timers;
-late rows reach handleInputRows; a timer registered below the watermark fires in the same batch.
+What this relies on in Spark (the unit tests hold it on the pinned pyspark): the union of watermarked and
+plain streams drives TWS EventTime timers; late rows reach handleInputRows; a timer registered below the
+watermark fires in the same batch.
 """
 
 from __future__ import annotations
