@@ -196,7 +196,7 @@ def test_images_come_from_the_base_and_the_version_files(stack: Compose) -> None
     assert f"connect-runtime-{props['kafka.version']}.jar" in jars
     assert f"debezium-connector-postgres-{props['debezium.version']}.jar" in jars
     spark_jars = image_run(stack, "pipeline", "ls /app/lib/spark")
-    assert f"spark-sql-kafka-0-10_2.13-{props['spark.version']}.jar" in spark_jars
+    assert f"spark-sql-kafka-0-10_2.13-{props['spark.kafka.version']}.jar" in spark_jars
     assert f"postgresql-{props['postgresql.jdbc.version']}.jar" in spark_jars
     assert "streamfold-join.jar" in spark_jars
 
