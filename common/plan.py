@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from common import names
 from common import pipeline_file as pf
 from common.limits import MAX_KEY_BYTES
 
@@ -224,7 +225,7 @@ def _places(pipeline: pf.Pipeline) -> dict[str, str]:
     out, table_name = pipeline.outputs, pipeline.profile.table_name
     return {
         "cdc_topic": f"{out.cdc_topic_prefix}.{pipeline.profile.table}",
-        "heartbeat_topic": f"__debezium-heartbeat.{out.cdc_topic_prefix}",
+        "heartbeat_topic": f"{names.HEARTBEAT_TOPIC_PREFIX}.{out.cdc_topic_prefix}",
         "connector": out.connector or f"streamfold-{table_name}",
         "slot": out.slot or f"streamfold_{table_name}",
         "publication": out.publication or f"streamfold_{table_name}",
