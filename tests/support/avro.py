@@ -33,6 +33,8 @@ __all__ = [
     "through_registry_outage",
 ]
 
+REQUEST_TIMEOUT_S = 30
+
 # The highest id the wire format can carry: no test registers that many schemas.
 UNKNOWN_ID = 2**31 - 1
 
@@ -65,12 +67,17 @@ def registry_client() -> SchemaRegistryClient:
     """confluent-kafka's client of the registry the settings name (STREAMFOLD_REGISTRY_*), with its login."""
     login = config.registry_auth()
     assert login is not None, "the stack's registry asks for a login"
-    return SchemaRegistryClient({"url": config.registry_url(), "basic.auth.user.info": ":".join(login)})
+    # A bounded request: without a timeout a registry that never answers holds a test until pytest's.
+    return SchemaRegistryClient(
+        {"url": config.registry_url(), "basic.auth.user.info": ":".join(login), "timeout": REQUEST_TIMEOUT_S}
+    )
 
 
 def decoded(registry: SchemaRegistryClient, bootstrap: str, topic: str) -> list[tuple[str, Any]]:
     """Every record of a topic, its key as text and its value read by AvroDeserializer (None: a tombstone)."""
-    read = AvroDeserializer(registry)
+    # The subject from the topic, as streamfold registers it: the default strategy would first ask the
+    # registry for the topic's associations, an API Apicurio does not have (404), one request per topic.
+    read = AvroDeserializer(registry, conf={"subject.name.strategy.type": "TOPIC"})
     context = SerializationContext(topic, MessageField.VALUE)
     return [
         (m.raw_key.decode() if m.raw_key else "", read(m.raw_value, context) if m.raw_value else None)
