@@ -131,8 +131,17 @@ def root_cause(message: str) -> str:
 
 
 # `--conf` keys besides spark.*: a typo must fail loudly rather than silently keep a default.
-JOB_KEYS = ("join.mode", "join.max_wait", "join.version_retention", "trigger.interval")
+JOB_KEYS = (
+    "join.mode",
+    "join.max_wait",
+    "join.version_retention",
+    "trigger.interval",
+    "trigger.batch_duration",
+)
 DEFAULT_TRIGGER = "500ms"
+# Real-time mode's batch: how often offsets and state commit (rows move as they arrive), and how much a
+# restart after a failure replays (docs/decisions/realtime-mode.md).
+DEFAULT_BATCH_DURATION = "30s"
 
 
 def check_conf(conf: dict[str, str]) -> None:
@@ -147,6 +156,40 @@ def trigger_ms(conf: dict[str, str]) -> int:
         return parse_duration_ms(conf.get("trigger.interval", DEFAULT_TRIGGER))
     except ValueError as exc:
         raise JobError(f"trigger.interval: {exc}") from None
+
+
+def batch_duration_ms(conf: dict[str, str]) -> int:
+    """Real-time mode's batch duration (trigger.batch_duration)."""
+    try:
+        duration = parse_duration_ms(conf.get("trigger.batch_duration", DEFAULT_BATCH_DURATION))
+    except ValueError as exc:
+        raise JobError(f"trigger.batch_duration: {exc}") from None
+    if duration <= 0:
+        raise JobError("trigger.batch_duration: must be > 0")
+    return duration
+
+
+def check_realtime(pipeline: pf.Pipeline, source: str, once: bool, conf: dict[str, str]) -> None:
+    """What real-time mode cannot run, refused before any service is asked anything, one line each."""
+    if source != "kafka":
+        raise JobError(
+            f"--mode realtime reads Kafka events only: the {source} source is a Python data source, which "
+            "Spark's real-time mode cannot run; run it with --mode micro_batch"
+        )
+    if once:
+        raise JobError(
+            "--once runs micro-batches (a real-time batch has no planned end): drop --mode realtime"
+        )
+    if pipeline.tables:
+        raise JobError(
+            "--mode realtime joins the profile table only: a pipeline file with `tables` runs with "
+            "--mode micro_batch"
+        )
+    batch_duration_ms(conf)
+    # The rest of real-time mode is built (topology.realtime_frame, realtime_writer); its sink is not.
+    raise JobError(
+        "--mode realtime has no PostgreSQL sink yet (issue 67, item 4): run with --mode micro_batch"
+    )
 
 
 def check_jars() -> None:
@@ -189,13 +232,17 @@ def run(
     echo: Callable[[str], None] = print,
     start_ms: int | None = None,
     state_dir: Path | None = None,
+    mode: str | None = None,
 ) -> None:
     """start_ms: where a new checkpoint starts on the events (default: the earliest retained).
     state_dir: the job's lock and job status file, the home unless a version's job runs beside the live
-    one (streamfold/reprocess.py); every job's checkpoint is under the home's checkpoints/, by query name."""
+    one (streamfold/reprocess.py); every job's checkpoint is under the home's checkpoints/, by query name.
+    mode: micro_batch or realtime (`run --mode`); None: the pipeline file's run.mode."""
     checkpoints = settings.home / "checkpoints"
     state = state_dir or settings.home
     check_conf(conf)
+    if (mode or settings.pipeline.run.mode) == pf.REALTIME:
+        check_realtime(settings.pipeline, source, once, conf)
     check_jars()
     preflight.check_plan(settings.pipeline)
     registry = events.registry_for(settings.pipeline)  # before any service: a missing setting says so first
