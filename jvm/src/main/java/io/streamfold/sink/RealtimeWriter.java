@@ -128,7 +128,12 @@ public final class RealtimeWriter extends ForeachWriter<Row> {
     try {
       if (error == null) {
         groups.close();
-        LOG.info("real-time sink, {}: {}", task, stats);
+        // One line per task and batch is noise; one that met rows already there says a replay happened.
+        if (stats.deduplicated > 0) {
+          LOG.info("real-time sink, {}: {}", task, stats);
+        } else {
+          LOG.debug("real-time sink, {}: {}", task, stats);
+        }
       } else {
         groups.abandon();  // the task failed: its rows come again from the uncommitted offsets
       }
