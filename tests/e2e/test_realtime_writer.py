@@ -1,0 +1,178 @@
+"""The real-time mode's sink (io.streamfold.sink.RealtimeWriter) across kill -9: a query in Spark's real-time
+mode (tests/support/realtime_writer_job.py) is killed while rows stream through it and restarted on its
+checkpoint; every event is then in Postgres once, every dead letter once, every aggregate total is the sum
+over the enriched rows, and each aggregate topic's last record per key is the total in Postgres."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from common import names
+from tests.support import pipeline as sp
+from tests.support.kafka import read_all
+from tests.support.traffic import kafka_sender
+
+pytestmark = pytest.mark.e2e
+
+EVENTS = 6_000
+REJECTS = 120
+# While the query runs, records are sent CHUNK at a time, PAUSE_S apart (~500 a second), so that the kill
+# finds rows streaming in.
+CHUNK = 50
+PAUSE_S = 0.1
+
+
+def job(sandbox: sp.Sandbox, checkpoint: Path, log: Path) -> subprocess.Popen:
+    """The real-time query, in its own process group so that a kill takes its JVM too."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.support.realtime_writer_job", sandbox.clicks_topic, str(checkpoint)],
+        stdout=log.open("a"),
+        stderr=subprocess.STDOUT,
+        env=sandbox.env(),
+        cwd=sp.ROOT,
+        start_new_session=True,
+    )
+
+
+def inputs(tag: str) -> list[tuple[str, bytes]]:
+    """Events of a few users over a few regions and urls of this run's own, with rejects among them."""
+    rng = random.Random(67)
+    regions = [f"rt-{tag}-region-{i}" for i in range(4)]
+    out: list[tuple[str, bytes]] = []
+    for i in range(EVENTS):
+        uid = f"rt-{tag}-user-{rng.randrange(40)}"
+        event = {
+            "kind": "event",
+            "uid": uid,
+            "url": f"/rt/{tag}/{rng.randrange(25)}",
+            "region": rng.choice(regions),
+            "clicks": rng.randrange(1, 4),
+            "time_ms": 1_700_000_000_000 + i,
+        }
+        out.append((uid, json.dumps(event).encode()))
+        if i % (EVENTS // REJECTS) == 0:
+            out.append((uid, json.dumps({"kind": "reject", "error": "not a click"}).encode()))
+    return out
+
+
+def count(sandbox: sp.Sandbox, table: str) -> int:
+    with sandbox.connect() as conn:
+        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def landed(sandbox: sp.Sandbox) -> int:
+    return count(sandbox, names.ENRICHED_CLICKS_TABLE)
+
+
+def commits(checkpoint: Path) -> list[int]:
+    """The batches the query has committed (their offsets are final)."""
+    return sorted(int(p.name) for p in (checkpoint / "commits").glob("*") if p.name.isdigit())
+
+
+def send_while_running(send, records: list[tuple[str, bytes]]) -> threading.Thread:
+    def run() -> None:
+        for start in range(0, len(records), CHUNK):
+            send(records[start : start + CHUNK])
+            time.sleep(PAUSE_S)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def expected(sandbox: sp.Sandbox, bootstrap: str) -> tuple[dict[str, tuple[str, str, int]], set[str]]:
+    """Every record of the input as the query reads it: the events' rows by event_id, the rejects' ids."""
+    rows: dict[str, tuple[str, str, int]] = {}
+    dead: set[str] = set()
+    for item in sp.kafka_inputs(bootstrap, sandbox.clicks_topic):
+        record = json.loads(item.payload or b"{}")
+        if record["kind"] == "event":
+            rows[item.event_id] = (record["uid"], record["region"], record["clicks"])
+        else:
+            dead.add(item.event_id)
+    return rows, dead
+
+
+def published_totals(bootstrap: str, tag: str) -> dict[str, int]:
+    """The last clicks_per_region record of each of this run's regions."""
+    last: dict[str, int] = {}
+    for message in read_all(bootstrap, names.CLICKS_PER_REGION_TOPIC):
+        key = (message.raw_key or b"").decode()
+        if key.startswith(f"rt-{tag}-") and message.raw_value is not None:
+            last[key] = json.loads(message.raw_value)["clicks"]
+    return last
+
+
+def stored_totals(conn: psycopg.Connection, tag: str) -> dict[str, int]:
+    rows = conn.execute(
+        f"SELECT region, clicks FROM {names.CLICKS_PER_REGION_TABLE} WHERE region LIKE %s", (f"rt-{tag}-%",)
+    ).fetchall()
+    return dict(rows)
+
+
+def test_kill_9_mid_stream_lands_every_row_once(streamfold_setup, tmp_path_factory):
+    home = tmp_path_factory.mktemp("realtime")
+    sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, "realtime_writer", home)
+    bootstrap = streamfold_setup.kafka_bootstrap
+    tag = uuid.uuid4().hex[:8]
+    records = inputs(tag)
+    send = kafka_sender(bootstrap, sandbox.clicks_topic)
+    checkpoint, log = home / "checkpoint", home / "job.log"
+    half = len(records) // 2
+    send(records[:half])
+
+    first = job(sandbox, checkpoint, log)
+    try:
+        sp.wait_until(lambda: commits(checkpoint), 300, "a committed batch")
+        sender = send_while_running(send, records[half:])
+        # Killed while rows stream in: some of the second half landed, in a batch not yet committed.
+        sp.wait_until(lambda: landed(sandbox) > EVENTS * 0.6, 300, "rows of the second half", poll_s=0.2)
+    finally:
+        sp.kill9(first)
+    at_kill, committed = landed(sandbox), commits(checkpoint)
+    sender.join()
+
+    second = job(sandbox, checkpoint, log)
+    try:
+        sp.wait_until(lambda: landed(sandbox) >= EVENTS, 300, "every event in Postgres")
+        rows, dead = expected(sandbox, bootstrap)
+        assert len(rows) == EVENTS
+        sp.wait_until(lambda: count(sandbox, names.DEAD_LETTERS_TABLE) >= len(dead), 120, "every dead letter")
+        with sandbox.connect() as conn:
+            want_totals = stored_totals(conn, tag)
+        # The aggregate topic gets each group's totals right after its commit: its last records catch up.
+        sp.wait_until(lambda: published_totals(bootstrap, tag) == want_totals, 120, "the aggregate topic")
+        # A batch that ends after everything landed: its tasks have closed and logged what they met.
+        sp.wait_until(lambda: commits(checkpoint)[-1] > committed[-1] + 1, 120, "a batch after the restart")
+    finally:
+        sp.kill9(second)
+
+    with sandbox.connect() as conn:
+        assert sp.actual_rows(conn) == rows
+        stored, distinct = conn.execute(
+            f"SELECT count(*), count(DISTINCT event_id) FROM {names.ENRICHED_CLICKS_TABLE}"
+        ).fetchone()
+        assert stored == distinct == EVENTS
+        per_region = Counter()
+        for _, region, clicks in rows.values():
+            per_region[region] += clicks
+        assert stored_totals(conn, tag) == dict(per_region)
+        sp.assert_totals_of_rows(conn)
+        stored_dead = {d for (d,) in conn.execute(f"SELECT dead_letter_id FROM {names.DEAD_LETTERS_TABLE}")}
+        assert stored_dead == dead
+    replays = [line for line in log.read_text().splitlines() if "deduplicated" in line]
+    print(
+        f"real-time sink: {at_kill} of {EVENTS} events landed at the kill, batches {committed} committed; "
+        f"{len(dead)} dead letters; tasks that met replayed rows: {replays}"
+    )
