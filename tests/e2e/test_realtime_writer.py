@@ -18,7 +18,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from common import names
+from common import names, plan
+from common import pipeline_file as pf
+from pipeline import aggregates, records
+from pipeline.sink_spec import sink_spec
 from tests.support import pipeline as sp
 from tests.support.kafka import read_all
 from tests.support.traffic import kafka_sender
@@ -80,10 +83,10 @@ def commits(checkpoint: Path) -> list[int]:
     return sorted(int(p.name) for p in (checkpoint / "commits").glob("*") if p.name.isdigit())
 
 
-def send_while_running(send, records: list[tuple[str, bytes]]) -> threading.Thread:
+def send_while_running(send, remaining: list[tuple[str, bytes]]) -> threading.Thread:
     def run() -> None:
-        for start in range(0, len(records), CHUNK):
-            send(records[start : start + CHUNK])
+        for start in range(0, len(remaining), CHUNK):
+            send(remaining[start : start + CHUNK])
             time.sleep(PAUSE_S)
 
     thread = threading.Thread(target=run, daemon=True)
@@ -104,14 +107,30 @@ def expected(sandbox: sp.Sandbox, bootstrap: str) -> tuple[dict[str, tuple[str, 
     return rows, dead
 
 
-def published_totals(bootstrap: str, tag: str) -> dict[str, int]:
-    """The last clicks_per_region record of each of this run's regions."""
-    last: dict[str, int] = {}
-    for message in read_all(bootstrap, names.CLICKS_PER_REGION_TOPIC):
+def published(bootstrap: str, topic: str, tag: str) -> dict[str, str]:
+    """An aggregate topic's last record (key, value) per key of this run's."""
+    last: dict[str, str] = {}
+    for message in read_all(bootstrap, topic):
         key = (message.raw_key or b"").decode()
-        if key.startswith(f"rt-{tag}-") and message.raw_value is not None:
-            last[key] = json.loads(message.raw_value)["clicks"]
+        if tag in key and message.raw_value is not None:
+            last[key] = message.raw_value.decode()
     return last
+
+
+def current_records(conn: psycopg.Connection, tag: str) -> dict[str, dict[str, str]]:
+    """Per aggregate topic, the records the micro-batch driver would publish for this run's keys
+    (pipeline/aggregates.py), from the totals in Postgres."""
+    pipeline = pf.load()
+    spec = sink_spec(plan.of(pipeline), records.join_output(pipeline))
+    out: dict[str, dict[str, str]] = {}
+    for aggregate in spec["aggregates"]:
+        columns = ", ".join(k["column"] for k in aggregate["keys"])
+        keys = conn.execute(
+            f"SELECT {columns} FROM {aggregate['table']} WHERE region LIKE %s", (f"rt-{tag}-%",)
+        ).fetchall()
+        rows = aggregates.current_totals(conn, aggregate, [tuple(k) for k in keys])
+        out[aggregate["topic"]] = dict(aggregates.record(aggregate, row) for row in rows)
+    return out
 
 
 def stored_totals(conn: psycopg.Connection, tag: str) -> dict[str, int]:
@@ -126,16 +145,16 @@ def test_kill_9_mid_stream_lands_every_row_once(streamfold_setup, tmp_path_facto
     sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, "realtime_writer", home)
     bootstrap = streamfold_setup.kafka_bootstrap
     tag = uuid.uuid4().hex[:8]
-    records = inputs(tag)
+    sent = inputs(tag)
     send = kafka_sender(bootstrap, sandbox.clicks_topic)
     checkpoint, log = home / "checkpoint", home / "job.log"
-    half = len(records) // 2
-    send(records[:half])
+    half = len(sent) // 2
+    send(sent[:half])
 
     first = job(sandbox, checkpoint, log)
     try:
         sp.wait_until(lambda: commits(checkpoint), 300, "a committed batch")
-        sender = send_while_running(send, records[half:])
+        sender = send_while_running(send, sent[half:])
         # Killed while rows stream in: some of the second half landed, in a batch not yet committed.
         sp.wait_until(lambda: landed(sandbox) > EVENTS * 0.6, 300, "rows of the second half", poll_s=0.2)
     finally:
@@ -150,9 +169,11 @@ def test_kill_9_mid_stream_lands_every_row_once(streamfold_setup, tmp_path_facto
         assert len(rows) == EVENTS
         sp.wait_until(lambda: count(sandbox, names.DEAD_LETTERS_TABLE) >= len(dead), 120, "every dead letter")
         with sandbox.connect() as conn:
-            want_totals = stored_totals(conn, tag)
-        # The aggregate topic gets each group's totals right after its commit: its last records catch up.
-        sp.wait_until(lambda: published_totals(bootstrap, tag) == want_totals, 120, "the aggregate topic")
+            want = current_records(conn, tag)
+        # Each aggregate topic gets a group's totals right after its commit: its last records catch up with
+        # the totals in Postgres, in the driver's very records.
+        for topic, last in want.items():
+            sp.wait_until(lambda t=topic, w=last: published(bootstrap, t, tag) == w, 120, topic)
         # A batch that ends after everything landed: its tasks have closed and logged what they met.
         sp.wait_until(lambda: commits(checkpoint)[-1] > committed[-1] + 1, 120, "a batch after the restart")
     finally:
