@@ -1,7 +1,8 @@
 """The real-time mode's sink (io.streamfold.sink.RealtimeWriter) across kill -9: a query in Spark's real-time
 mode (tests/support/realtime_writer_job.py) is killed while rows stream through it and restarted on its
-checkpoint; every event is then in Postgres once, every dead letter once, every aggregate total is the sum
-over the enriched rows, and each aggregate topic's last record per key is the total in Postgres."""
+checkpoint; every event is then in Postgres once, every dead letter and profile version once, every
+aggregate total is the sum over the enriched rows, and each aggregate topic's last record per key is the
+total in Postgres, as the micro-batch driver writes it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -30,6 +32,8 @@ pytestmark = pytest.mark.e2e
 
 EVENTS = 6_000
 REJECTS = 120
+CHANGES = 100
+HISTORY_TABLE = "streamfold.profile_history_clicks"
 # While the query runs, records are sent CHUNK at a time, PAUSE_S apart (~500 a second), so that the kill
 # finds rows streaming in.
 CHUNK = 50
@@ -66,6 +70,16 @@ def inputs(tag: str) -> list[tuple[str, bytes]]:
         out.append((uid, json.dumps(event).encode()))
         if i % (EVENTS // REJECTS) == 0:
             out.append((uid, json.dumps({"kind": "reject", "error": "not a click"}).encode()))
+        if i % (EVENTS // CHANGES) == 1:
+            change = {
+                "kind": "change",
+                "uid": uid,
+                "region": rng.choice(regions),
+                "op": "u",
+                "lsn": 1_000 + i,
+                "valid_from_ms": event["time_ms"],
+            }
+            out.append((uid, json.dumps(change).encode()))
     return out
 
 
@@ -94,17 +108,30 @@ def send_while_running(send, remaining: list[tuple[str, bytes]]) -> threading.Th
     return thread
 
 
-def expected(sandbox: sp.Sandbox, bootstrap: str) -> tuple[dict[str, tuple[str, str, int]], set[str]]:
-    """Every record of the input as the query reads it: the events' rows by event_id, the rejects' ids."""
-    rows: dict[str, tuple[str, str, int]] = {}
-    dead: set[str] = set()
+@dataclass
+class Expected:
+    """Every record of the input as the query reads it: the events' rows by event_id, the rejects' ids, and
+    each user's profile versions (valid_from, lsn, region) in their order."""
+
+    rows: dict[str, tuple[str, str, int]] = field(default_factory=dict)
+    dead: set[str] = field(default_factory=set)
+    history: dict[str, list[tuple[int, int, str | None]]] = field(default_factory=dict)
+
+
+def expected(sandbox: sp.Sandbox, bootstrap: str) -> Expected:
+    want = Expected()
     for item in sp.kafka_inputs(bootstrap, sandbox.clicks_topic):
         record = json.loads(item.payload or b"{}")
         if record["kind"] == "event":
-            rows[item.event_id] = (record["uid"], record["region"], record["clicks"])
+            want.rows[item.event_id] = (record["uid"], record["region"], record["clicks"])
+        elif record["kind"] == "change":
+            version = (record["valid_from_ms"], record["lsn"], record["region"])
+            want.history.setdefault(record["uid"], []).append(version)
         else:
-            dead.add(item.event_id)
-    return rows, dead
+            want.dead.add(item.event_id)
+    for versions in want.history.values():
+        versions.sort()
+    return want
 
 
 def published(bootstrap: str, topic: str, tag: str) -> dict[str, str]:
@@ -165,14 +192,16 @@ def test_kill_9_mid_stream_lands_every_row_once(streamfold_setup, tmp_path_facto
     second = job(sandbox, checkpoint, log)
     try:
         sp.wait_until(lambda: landed(sandbox) >= EVENTS, 300, "every event in Postgres")
-        rows, dead = expected(sandbox, bootstrap)
-        assert len(rows) == EVENTS
-        sp.wait_until(lambda: count(sandbox, names.DEAD_LETTERS_TABLE) >= len(dead), 120, "every dead letter")
+        want = expected(sandbox, bootstrap)
+        sent_counts = (len(want.rows), len(want.dead), sum(map(len, want.history.values())))
+        assert sent_counts == (EVENTS, REJECTS, CHANGES)
+        sp.wait_until(lambda: count(sandbox, names.DEAD_LETTERS_TABLE) >= REJECTS, 120, "every dead letter")
+        sp.wait_until(lambda: count(sandbox, HISTORY_TABLE) >= CHANGES, 120, "every profile version")
         with sandbox.connect() as conn:
-            want = current_records(conn, tag)
+            last_records = current_records(conn, tag)
         # Each aggregate topic gets a group's totals right after its commit: its last records catch up with
         # the totals in Postgres, in the driver's very records.
-        for topic, last in want.items():
+        for topic, last in last_records.items():
             sp.wait_until(lambda t=topic, w=last: published(bootstrap, t, tag) == w, 120, topic)
         # A batch that ends after everything landed: its tasks have closed and logged what they met.
         sp.wait_until(lambda: commits(checkpoint)[-1] > committed[-1] + 1, 120, "a batch after the restart")
@@ -180,20 +209,21 @@ def test_kill_9_mid_stream_lands_every_row_once(streamfold_setup, tmp_path_facto
         sp.kill9(second)
 
     with sandbox.connect() as conn:
-        assert sp.actual_rows(conn) == rows
+        assert sp.actual_rows(conn) == want.rows
         stored, distinct = conn.execute(
             f"SELECT count(*), count(DISTINCT event_id) FROM {names.ENRICHED_CLICKS_TABLE}"
         ).fetchone()
         assert stored == distinct == EVENTS
         per_region = Counter()
-        for _, region, clicks in rows.values():
+        for _, region, clicks in want.rows.values():
             per_region[region] += clicks
         assert stored_totals(conn, tag) == dict(per_region)
         sp.assert_totals_of_rows(conn)
         stored_dead = {d for (d,) in conn.execute(f"SELECT dead_letter_id FROM {names.DEAD_LETTERS_TABLE}")}
-        assert stored_dead == dead
+        assert stored_dead == want.dead
+        assert sp.stored_history(conn, list(want.history)) == want.history
     replays = [line for line in log.read_text().splitlines() if "deduplicated" in line]
     print(
         f"real-time sink: {at_kill} of {EVENTS} events landed at the kill, batches {committed} committed; "
-        f"{len(dead)} dead letters; tasks that met replayed rows: {replays}"
+        f"tasks that met replayed rows: {replays}"
     )

@@ -4,7 +4,8 @@ for tests/e2e/test_realtime_writer.py, run as its own process so that the test c
     python -m tests.support.realtime_writer_job TOPIC CHECKPOINT
 
 It reads TOPIC with the project's real-time Kafka source (`streamfold-kafka`), turns each record (a JSON
-object: kind "event" with uid, url, region, clicks and time_ms, or kind "reject" with error) into a row of
+object: kind "event" with uid, url, region, clicks and time_ms; kind "change", a profile version, with uid,
+region, op, lsn and valid_from_ms; or kind "reject" with error) into a row of
 the join's output shape (pipeline.records.join_output) by Spark SQL expressions only (no Python in the
 plan), and lands the rows as the default pipeline's sink spec lays them out, in STREAMFOLD_PG_DSN. The join
 is not under test: an event row carries its region as given.
@@ -43,6 +44,9 @@ INPUT = StructType(
         StructField("clicks", IntegerType()),
         StructField("time_ms", LongType()),
         StructField("error", StringType()),
+        StructField("op", StringType()),
+        StructField("lsn", LongType()),
+        StructField("valid_from_ms", LongType()),
     ]
 )
 
@@ -70,11 +74,13 @@ def join_output_rows(records_df: DataFrame, output: StructType) -> DataFrame:
         "device_type": F.lit("mobile"),
         "clicks": r["clicks"],
         "user_regionid": r["region"],
-        "profile_valid_from_ms": F.lit(-1),
+        "profile_valid_from_ms": F.coalesce(r["valid_from_ms"], F.lit(-1)),
         "profile_complete": F.lit(True),
         "error": r["error"],
         "source": F.concat(F.lit("kafka:"), F.col("topic")),
         "payload": F.col("value"),
+        "change_op": r["op"],
+        "change_lsn": r["lsn"],
         "cdc_progress_ms": r["time_ms"],
         "released_by_max_wait": F.lit(False),
     }
