@@ -109,30 +109,10 @@ final class Groups<T> implements AutoCloseable {
   /** Flushes what is left and stops the flusher; throws its error if a flush failed. */
   @Override
   public void close() throws InterruptedException {
-    stop(true);
-  }
-
-  /** Stops the flusher without flushing what it has not started (the task failed: its rows come again). */
-  void abandon() throws InterruptedException {
-    stop(false);
-  }
-
-  private void stop(boolean flushRest) throws InterruptedException {
     lock.lock();
     try {
       closing = true;
-      if (flushRest) {
-        seal();
-      } else {
-        List<T> inFlight = flushing ? sealed.peek() : null;
-        sealed.clear();
-        open = new ArrayList<>();
-        buffered = 0;
-        if (inFlight != null) {
-          sealed.add(inFlight);
-          buffered = inFlight.size();
-        }
-      }
+      seal();
       changed.signalAll();
     } finally {
       lock.unlock();
@@ -144,6 +124,30 @@ final class Groups<T> implements AutoCloseable {
     } finally {
       lock.unlock();
     }
+  }
+
+  /**
+   * Stops the flusher without waiting and without flushing what it has not started (the task failed: its
+   * rows come again). A group being flushed is interrupted where it waits (an outage's backoff); if it
+   * commits anyway, its rows are found there when they come again.
+   */
+  void abandon() {
+    lock.lock();
+    try {
+      closing = true;
+      List<T> inFlight = flushing ? sealed.peek() : null;
+      sealed.clear();
+      open = new ArrayList<>();
+      buffered = 0;
+      if (inFlight != null) {
+        sealed.add(inFlight);
+        buffered = inFlight.size();
+      }
+      changed.signalAll();
+    } finally {
+      lock.unlock();
+    }
+    flusher.interrupt();
   }
 
   /** Whether the open group is due at `now`: its oldest row has waited maxWaitMs. */

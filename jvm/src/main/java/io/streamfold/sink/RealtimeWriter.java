@@ -43,8 +43,9 @@ public final class RealtimeWriter extends ForeachWriter<Row> {
   /** process() blocks while this many rows wait to be written. */
   static final int MAX_BUFFERED = 10 * GROUP_ROWS;
 
-  /** A spec resolved against the join's output, per executor JVM: every task of a query shares it. */
-  private record Prepared(Layout layout, PgWriter.Statements sql, AggregateTopics aggregates) {}
+  /** A spec resolved against the join's output, per executor JVM: every task of a query shares it. `topics`
+   * names the group's Kafka topics in the retries' log lines. */
+  private record Prepared(Layout layout, PgWriter.Statements sql, AggregateTopics aggregates, String topics) {}
 
   private record PreparedKey(String spec, StructType schema) {}
 
@@ -57,9 +58,6 @@ public final class RealtimeWriter extends ForeachWriter<Row> {
   private final RecordSender.Target kafka;
   private final String spec;
   private final long retryMs;
-  private final int groupRows;
-  private final long groupWaitMs;
-  private final int maxBuffered;
 
   private transient Groups<Row> groups;
   private transient volatile Prepared prepared;
@@ -67,15 +65,11 @@ public final class RealtimeWriter extends ForeachWriter<Row> {
   private transient String task;
   private transient Stats stats;
 
-  private RealtimeWriter(PgWriter.Target pg, RecordSender.Target kafka, String spec, long retryMs, int groupRows,
-      long groupWaitMs, int maxBuffered) {
+  private RealtimeWriter(PgWriter.Target pg, RecordSender.Target kafka, String spec, long retryMs) {
     this.pg = pg;
     this.kafka = kafka;
     this.spec = spec;
     this.retryMs = retryMs;
-    this.groupRows = groupRows;
-    this.groupWaitMs = groupWaitMs;
-    this.maxBuffered = maxBuffered;
     SinkSpec parsed = SinkSpec.parse(spec);  // on the driver: a bad spec fails the query's start
     AggregateTopics.of(parsed);
   }
@@ -89,20 +83,14 @@ public final class RealtimeWriter extends ForeachWriter<Row> {
   public static RealtimeWriter of(String spec, String jdbcUrl, String user, String password, String bootstrap,
       String saslJaas, int maxRequestBytes, int kafkaTimeoutMs, long retryMs) {
     return new RealtimeWriter(new PgWriter.Target(jdbcUrl, user, password),
-        new RecordSender.Target(bootstrap, saslJaas, maxRequestBytes, kafkaTimeoutMs), spec, retryMs, GROUP_ROWS,
-        GROUP_WAIT_MS, MAX_BUFFERED);
-  }
-
-  /** This writer with groups of other bounds (rows, oldest row's wait, rows buffered). */
-  public RealtimeWriter withGroups(int rows, long waitMs, int buffered) {
-    return new RealtimeWriter(pg, kafka, spec, retryMs, rows, waitMs, buffered);
+        new RecordSender.Target(bootstrap, saslJaas, maxRequestBytes, kafkaTimeoutMs), spec, retryMs);
   }
 
   @Override
   public boolean open(long partitionId, long epochId) {
     task = "partition " + partitionId + " epoch " + epochId;
     stats = new Stats();
-    groups = new Groups<>("streamfold-realtime-writer-" + partitionId, groupRows, groupWaitMs, maxBuffered,
+    groups = new Groups<>("streamfold-realtime-writer-" + partitionId, GROUP_ROWS, GROUP_WAIT_MS, MAX_BUFFERED,
         this::write);
     return true;
   }
@@ -153,7 +141,9 @@ public final class RealtimeWriter extends ForeachWriter<Row> {
     toInternal = ExpressionEncoder.apply(schema).createSerializer();
     prepared = PREPARED.computeIfAbsent(new PreparedKey(spec, schema), k -> {
       Layout layout = Layout.of(spec, schema);
-      return new Prepared(layout, PgWriter.Statements.of(layout.spec), AggregateTopics.of(layout.spec));
+      SinkSpec s = layout.spec;
+      String topics = String.join(", ", s.enriched().topic(), s.changelog().topic(), s.deadLetters().topic());
+      return new Prepared(layout, PgWriter.Statements.of(s), AggregateTopics.of(s), topics);
     });
   }
 
@@ -165,9 +155,7 @@ public final class RealtimeWriter extends ForeachWriter<Row> {
       rows.add(toInternal.apply(row));
     }
     String path = PgWriter.landIdempotent(pg, p.sql(), rows, retryMs);
-    SinkSpec s = p.layout().spec;
-    RecordSender.sendAll(kafka, String.join(", ", s.enriched().topic(), s.changelog().topic(),
-        s.deadLetters().topic()), rows.records, retryMs);
+    RecordSender.sendAll(kafka, p.topics(), rows.records, retryMs);
     if (rows.events() > 0 && rows.totals.length > 0) {
       synchronized (AGGREGATES_IN_ORDER) {
         List<ProducerRecord<byte[], byte[]>> totals = PgWriter.read(pg, p.sql(), retryMs,
