@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +51,17 @@ def job(sandbox: sp.Sandbox, checkpoint: Path, log: Path) -> subprocess.Popen:
         cwd=sp.ROOT,
         start_new_session=True,
     )
+
+
+def running(query: subprocess.Popen, log: Path, predicate: Callable[[], object]) -> Callable[[], object]:
+    """`predicate`, failing at once if the query's process has exited (its log's end says why)."""
+
+    def check() -> object:
+        if query.poll() is not None:
+            raise AssertionError(f"the query exited with {query.returncode}: {log.read_text()[-3000:]}")
+        return predicate()
+
+    return check
 
 
 def inputs(tag: str) -> list[tuple[str, bytes]]:
@@ -180,10 +192,11 @@ def test_kill_9_mid_stream_lands_every_row_once(streamfold_setup, tmp_path_facto
 
     first = job(sandbox, checkpoint, log)
     try:
-        sp.wait_until(lambda: commits(checkpoint), 300, "a committed batch")
+        sp.wait_until(running(first, log, lambda: commits(checkpoint)), 300, "a committed batch")
         sender = send_while_running(send, sent[half:])
         # Killed while rows stream in: some of the second half landed, in a batch not yet committed.
-        sp.wait_until(lambda: landed(sandbox) > EVENTS * 0.6, 300, "rows of the second half", poll_s=0.2)
+        second_half = running(first, log, lambda: landed(sandbox) > EVENTS * 0.6)
+        sp.wait_until(second_half, 300, "rows of the second half", poll_s=0.2)
     finally:
         sp.kill9(first)
     at_kill, committed = landed(sandbox), commits(checkpoint)
@@ -191,7 +204,7 @@ def test_kill_9_mid_stream_lands_every_row_once(streamfold_setup, tmp_path_facto
 
     second = job(sandbox, checkpoint, log)
     try:
-        sp.wait_until(lambda: landed(sandbox) >= EVENTS, 300, "every event in Postgres")
+        sp.wait_until(running(second, log, lambda: landed(sandbox) >= EVENTS), 300, "every event in Postgres")
         want = expected(sandbox, bootstrap)
         sent_counts = (len(want.rows), len(want.dead), sum(map(len, want.history.values())))
         assert sent_counts == (EVENTS, REJECTS, CHANGES)
