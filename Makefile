@@ -32,12 +32,11 @@ unit: setup
 	$(MAKE) --no-print-directory test-jvm
 	$(VENV)/pytest tests/unit -q
 
-# The Java code's JUnit suites (jvm/src/test, the real-time Kafka source in jvm-realtime/ without its broker
-# test, and the bench's Kafka Streams app in jvm-kstreams/): Maven and a JDK only, no broker, seconds. Not
-# quiet, so that Surefire's count of tests run shows.
+# The Java code's JUnit suites (jvm/src/test without the real-time Kafka source's broker test, and the
+# bench's Kafka Streams app in jvm-kstreams/): Maven and a JDK only, no broker, seconds. Not quiet, so that
+# Surefire's count of tests run shows.
 test-jvm:
 	mvn --no-transfer-progress -P join test
-	mvn --no-transfer-progress -f jvm-realtime/pom.xml test
 	mvn --no-transfer-progress -f jvm-kstreams/pom.xml test
 
 # Own temp dir, as the suites below: another pytest session makes /tmp/pytest-of-$USER private (0700) when

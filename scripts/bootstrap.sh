@@ -88,7 +88,7 @@ if [ ! -f .venv/.installed ] || [ requirements.txt -nt .venv/.installed ] || [ p
   .venv/bin/pip install -q --no-deps -e .
   touch .venv/.installed
 fi
-# The JVM builds (the join operator below, jvm-realtime/) compile against pyspark's own jars: one
+# The JVM build (the join operator's jar below) compiles against pyspark's own jars: one
 # manifest-only jar names them (Maven Central has no spark-catalyst or spark-sql-api 4.3.0).
 classpath_jar=lib/pyspark-classpath.jar
 if [ ! -f "$classpath_jar" ] || [ .venv/.installed -nt "$classpath_jar" ]; then

@@ -1,8 +1,8 @@
 """Writes a manifest-only jar whose Class-Path names every jar of the installed pyspark (its jars/ folder).
 
-Maven Central has no spark-catalyst or spark-sql-api 4.3.0, so the JVM code (pom.xml's join profile,
-jvm-realtime/pom.xml) compiles and runs its JUnit suites against the jars pyspark ships, through this one
-jar as a system-scoped dependency: javac and the test JVM both follow a jar's Class-Path.
+Maven Central has no spark-catalyst or spark-sql-api 4.3.0, so the JVM code (pom.xml's join profile)
+compiles and runs its JUnit suite against the jars pyspark ships, through this one jar as a
+system-scoped dependency: javac and the test JVM both follow a jar's Class-Path.
 
     .venv/bin/python scripts/pyspark_classpath.py [TARGET]    (default: lib/pyspark-classpath.jar)
 

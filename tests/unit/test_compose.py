@@ -557,12 +557,10 @@ def test_requirements_and_pom_exist_once() -> None:
         for p in REPO.rglob("*")
         if p.name in {"requirements.txt", "pom.xml"} and not skip & set(p.relative_to(REPO).parts)
     ]
-    # jvm-kstreams/pom.xml builds the bench's Kafka Streams contender and jvm-realtime/pom.xml the real-time
-    # Kafka source (not in the job yet), in no image; their Kafka is held to pom.xml's by
-    # tests/unit/test_bench.py.
+    # jvm-kstreams/pom.xml builds the bench's Kafka Streams contender, in no image; its Kafka is held to
+    # pom.xml's by tests/unit/test_bench.py.
     assert sorted(map(str, copies)) == [
         "jvm-kstreams/pom.xml",
-        "jvm-realtime/pom.xml",
         "pom.xml",
         "requirements.txt",
     ]

@@ -1,6 +1,7 @@
-"""The JVM code compiles against the jars pyspark ships (pom.xml's join profile, jvm-realtime/pom.xml),
-through the manifest-only jar scripts/pyspark_classpath.py writes: the job finds the same jars on Spark's
-classpath at run time, at the version the code was compiled and tested with."""
+"""The JVM code (pom.xml's join profile: the join operator, the sink, the real-time Kafka source) compiles
+against the jars pyspark ships, through the manifest-only jar scripts/pyspark_classpath.py writes: the job
+finds the same jars on Spark's classpath at run time, at the version the code was compiled and tested
+with."""
 
 from __future__ import annotations
 

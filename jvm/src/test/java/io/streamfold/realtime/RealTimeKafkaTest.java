@@ -71,7 +71,7 @@ class RealTimeKafkaTest {
     spark =
         SparkSession.builder()
             .master("local[4]")
-            .appName("jvm-realtime-test")
+            .appName("realtime-kafka-test")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.sql.streaming.stateStore.checkpointFormatVersion", "2")
