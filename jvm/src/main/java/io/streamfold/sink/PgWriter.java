@@ -31,7 +31,8 @@ import org.postgresql.copy.CopyManager;
  * and takes the deduplicating path (a staging table, `ON CONFLICT DO NOTHING`, totals folded from the rows
  * actually inserted). Either way the totals equal the sums over the enriched table in every committed
  * state. Dead letters and the profile versions of the history table land in the same transaction. An outage is waited out (Retry): the ledger makes a
- * retry safe. The statements come from the sink spec (Statements).
+ * retry safe. The statements come from the sink spec (Statements). The real-time sink (RealtimeWriter) lands
+ * its groups through the same transaction without the claim (landIdempotent): idempotent by event_id alone.
  */
 public final class PgWriter {
   /** Where to write: a JDBC URL and the writer role's credentials. */
@@ -181,13 +182,44 @@ public final class PgWriter {
    */
   static String land(Target target, Statements sql, String ledger, long batchId, int partition, PartitionRows rows,
       long budgetMs) {
+    long landed = rows.events() + rows.dead();
+    return retrying(target, sql, budgetMs,
+        conn -> claim(conn, ledger, batchId, partition, landed) ? write(conn, sql, rows) : "replay");
+  }
+
+  /**
+   * Lands a group of rows in one transaction without a ledger claim (real-time mode, RealtimeWriter: rows
+   * are not replayed in fixed partitions): idempotent by the rows' own keys instead. An event_id already
+   * there sends the whole group down the deduplicating path, whose totals come from the rows inserted;
+   * dead letters skip a dead_letter_id already there, history versions replace theirs. Returns "COPY" or
+   * "deduplicated"; retried through an outage for up to budgetMs (a retry of a group that did commit
+   * finds every event_id there and adds nothing).
+   */
+  static String landIdempotent(Target target, Statements sql, PartitionRows rows, long budgetMs) {
+    return retrying(target, sql, budgetMs, conn -> write(conn, sql, rows));
+  }
+
+  /**
+   * Reads in a transaction of its own (the current totals RealtimeWriter publishes after a commit), retried
+   * through an outage for up to budgetMs.
+   */
+  static <R> R read(Target target, Statements sql, long budgetMs, Work<R> read) {
+    return retrying(target, sql, budgetMs, read);
+  }
+
+  /** The statements of one transaction, before its commit. */
+  interface Work<R> {
+    R run(Connection conn) throws SQLException, IOException;
+  }
+
+  private static <R> R retrying(Target target, Statements sql, long budgetMs, Work<R> work) {
     Pool pool = new Pool(target, sql.session());
     return Retry.retrying("Postgres", budgetMs, PgWriter::isTransient, () -> {
       Connection conn = borrow(pool);
       try {
-        String path = transaction(conn, sql, ledger, batchId, partition, rows);
+        R result = transaction(conn, work);
         IDLE.get(pool).push(conn);
-        return path;
+        return result;
       } catch (Exception e) {
         discard(conn);
         throw e;
@@ -195,24 +227,11 @@ public final class PgWriter {
     });
   }
 
-  private static String transaction(Connection conn, Statements sql, String ledger, long batchId, int partition,
-      PartitionRows rows) throws SQLException, IOException {
+  private static <R> R transaction(Connection conn, Work<R> work) throws SQLException, IOException {
     try {
-      String path = "replay";
-      if (claim(conn, ledger, batchId, partition, rows.events() + rows.dead())) {
-        path = rows.events() == 0 ? "empty" : writeEvents(conn, sql, rows);
-        if (rows.dead() > 0) {
-          copy(conn, "pg_temp.batch_dead_letters", rows.deadCsv);
-          execute(conn, sql.insertDeadLetters());
-        }
-        for (int h = 0; h < sql.copyHistories().size(); h++) {
-          if (!rows.hasHistory(h)) continue;
-          copy(conn, sql.copyHistories().get(h), rows.historyCsv(h));
-          execute(conn, sql.insertHistories().get(h));
-        }
-      }
+      R result = work.run(conn);
       conn.commit();
-      return path;
+      return result;
     } catch (SQLException | IOException | RuntimeException e) {
       try {
         conn.rollback();
@@ -221,6 +240,21 @@ public final class PgWriter {
       }
       throw e;
     }
+  }
+
+  /** The rows' statements: events and their totals, dead letters, history versions. */
+  private static String write(Connection conn, Statements sql, PartitionRows rows) throws SQLException, IOException {
+    String path = rows.events() == 0 ? "empty" : writeEvents(conn, sql, rows);
+    if (rows.dead() > 0) {
+      copy(conn, "pg_temp.batch_dead_letters", rows.deadCsv);
+      execute(conn, sql.insertDeadLetters());
+    }
+    for (int h = 0; h < sql.copyHistories().size(); h++) {
+      if (!rows.hasHistory(h)) continue;
+      copy(conn, sql.copyHistories().get(h), rows.historyCsv(h));
+      execute(conn, sql.insertHistories().get(h));
+    }
+    return path;
   }
 
   private static boolean claim(Connection conn, String ledger, long batchId, int partition, long rows)
