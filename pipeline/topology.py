@@ -28,9 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+from pyspark.sql.streaming import StreamingQuery
 
 from common import pipeline_file as pf
 from common import plan
@@ -159,14 +160,19 @@ def realtime_frame(
     return f"{pipeline.name}-kafka{REALTIME_SUFFIX}", joined
 
 
-def realtime_writer(frame: DataFrame, name: str, checkpoints: Path, batch_ms: int) -> DataStreamWriter:
-    """The query in real-time mode, ready for its sink: output mode update, a batch every batch_ms (how often
-    offsets and state commit; rows move as they arrive). The sink must be one real-time mode allows: a JVM
-    ForeachWriter (through frame._jdf), Kafka or the console."""
-    return (
-        frame.writeStream.queryName(name)
+def start_realtime(
+    frame: DataFrame, name: str, checkpoints: Path, batch_ms: int, sink: Any
+) -> StreamingQuery:
+    """The query in real-time mode into `sink`, a JVM ForeachWriter (sinks.realtime_writer): output mode
+    update, a batch every batch_ms (how often offsets and state commit; rows move as they arrive)."""
+    jvm: Any = frame.sparkSession._jvm
+    query = (
+        frame._jdf.writeStream()
+        .queryName(name)
         .option("checkpointLocation", str(checkpoints / name))
         .outputMode("update")
-        # pyspark 4.3.0 takes realTime, but its typing overloads do not name it.
-        .trigger(realTime=f"{batch_ms} milliseconds")  # type: ignore[call-overload]
+        .trigger(jvm.org.apache.spark.sql.streaming.Trigger.RealTime(f"{batch_ms} milliseconds"))
+        .foreach(sink)
+        .start()
     )
+    return StreamingQuery(query)
