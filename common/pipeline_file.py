@@ -345,6 +345,15 @@ class Join(_Strict):
     version_retention: Annotated[Duration, Field(gt=0)] = 7 * 86_400_000
 
 
+MICRO_BATCH, REALTIME = "micro_batch", "realtime"
+
+
+class Run(_Strict):
+    # micro_batch: Spark micro-batches (every source); realtime: Spark's real-time mode, Kafka events only
+    # (docs/decisions/realtime-mode.md). `streamfold run --mode` overrides it.
+    mode: Literal["micro_batch", "realtime"] = "micro_batch"
+
+
 class Enriched(_Strict):
     """The enriched table and topic, and their column names (each defaults to the field's own name)."""
 
@@ -404,6 +413,7 @@ class Pipeline(_Strict):
     events: Events
     cdc: Cdc = Cdc()
     join: Join = Join()
+    run: Run = Run()
     outputs: Outputs = Outputs()
     aggregates: list[Aggregate] = Field(default_factory=list)
     sample: Sample = Sample()

@@ -32,7 +32,7 @@ _RESTART = (
 
 
 # What may change without `setup`: the join settings (`run --conf` overrides them too) and the sample data.
-_FREE = {"join", "sample"}
+_FREE = {"join", "run", "sample"}
 
 
 class IncompatibleChange(pf.PipelineFileError):

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import psycopg
@@ -23,7 +24,7 @@ from common import pipeline_file as pf
 from common.config import Settings
 from common.versions import moved_live
 from db import pipeline_schema, schema, versions
-from pipeline import avro_outputs, events, preflight, status_files, topology
+from pipeline import avro_outputs, events, preflight, sinks, status_files, topology
 from pipeline import spark as spark_session
 from pipeline.join_config import JoinConfig, parse_duration_ms
 from pipeline.temporal_join import run_until_drained
@@ -131,8 +132,17 @@ def root_cause(message: str) -> str:
 
 
 # `--conf` keys besides spark.*: a typo must fail loudly rather than silently keep a default.
-JOB_KEYS = ("join.mode", "join.max_wait", "join.version_retention", "trigger.interval")
+JOB_KEYS = (
+    "join.mode",
+    "join.max_wait",
+    "join.version_retention",
+    "trigger.interval",
+    "trigger.batch_duration",
+)
 DEFAULT_TRIGGER = "500ms"
+# Real-time mode's batch: how often offsets and state commit (rows move as they arrive), and how much a
+# restart after a failure replays (docs/decisions/realtime-mode.md).
+DEFAULT_BATCH_DURATION = "30s"
 
 
 def check_conf(conf: dict[str, str]) -> None:
@@ -147,6 +157,41 @@ def trigger_ms(conf: dict[str, str]) -> int:
         return parse_duration_ms(conf.get("trigger.interval", DEFAULT_TRIGGER))
     except ValueError as exc:
         raise JobError(f"trigger.interval: {exc}") from None
+
+
+def batch_duration_ms(conf: dict[str, str]) -> int:
+    """Real-time mode's batch duration (trigger.batch_duration)."""
+    try:
+        duration = parse_duration_ms(conf.get("trigger.batch_duration", DEFAULT_BATCH_DURATION))
+    except ValueError as exc:
+        raise JobError(f"trigger.batch_duration: {exc}") from None
+    if duration <= 0:
+        raise JobError("trigger.batch_duration: must be > 0")
+    return duration
+
+
+def check_realtime(pipeline: pf.Pipeline, source: str, once: bool, conf: dict[str, str]) -> None:
+    """What real-time mode cannot run, refused before any service is asked anything, one line each."""
+    if source != "kafka":
+        raise JobError(
+            f"--mode realtime reads Kafka events only: the {source} source is a Python data source, which "
+            "Spark's real-time mode cannot run; run it with --mode micro_batch"
+        )
+    if once:
+        raise JobError(
+            "--once runs micro-batches (a real-time batch has no planned end): drop --mode realtime"
+        )
+    if pipeline.tables:
+        raise JobError(
+            "--mode realtime joins the profile table only: a pipeline file with `tables` runs with "
+            "--mode micro_batch"
+        )
+    if pipeline.outputs.format == "avro" and pipeline.aggregates:
+        raise JobError(
+            "--mode realtime publishes JSON aggregate topics only: with outputs.format avro and aggregates, "
+            "run with --mode micro_batch"
+        )
+    batch_duration_ms(conf)
 
 
 def check_jars() -> None:
@@ -189,13 +234,18 @@ def run(
     echo: Callable[[str], None] = print,
     start_ms: int | None = None,
     state_dir: Path | None = None,
+    mode: str | None = None,
 ) -> None:
     """start_ms: where a new checkpoint starts on the events (default: the earliest retained).
     state_dir: the job's lock and job status file, the home unless a version's job runs beside the live
-    one (streamfold/reprocess.py); every job's checkpoint is under the home's checkpoints/, by query name."""
+    one (streamfold/reprocess.py); every job's checkpoint is under the home's checkpoints/, by query name.
+    mode: micro_batch or realtime (`run --mode`); None: the pipeline file's run.mode."""
     checkpoints = settings.home / "checkpoints"
     state = state_dir or settings.home
     check_conf(conf)
+    realtime = (mode or settings.pipeline.run.mode) == pf.REALTIME
+    if realtime:
+        check_realtime(settings.pipeline, source, once, conf)
     check_jars()
     preflight.check_plan(settings.pipeline)
     registry = events.registry_for(settings.pipeline)  # before any service: a missing setting says so first
@@ -213,7 +263,10 @@ def run(
     with exclusive(state / "run.lock"):
         # The JVM listener (pipeline/spark.py) prints a line per batch and writes status/<query>.json.
         status = {spark_session.STATUS_DIR_CONF: str(status_files.status_dir(settings.home))}
-        spark = spark_session.session(f"streamfold-{source}", {**conf, **status})
+        session_conf = {**conf, **status}
+        if realtime:
+            session_conf = spark_session.realtime_conf(session_conf)
+        spark = spark_session.session(f"streamfold-{source}", session_conf)
         if not once:
             # `docker compose stop` and process managers send SIGTERM, people Ctrl-C: stop the query
             # cleanly. After the session: SparkContext installs its own SIGINT handler, which calls the JVM
@@ -222,22 +275,29 @@ def run(
             signal.signal(signal.SIGTERM, stop)
             signal.signal(signal.SIGINT, stop)
         status_files.write_job(state, source, spark)
-        clicks = topology.flow(spark, settings, source, join, registry, once, start_ms)
-        partition_new_checkpoint(spark, checkpoints / clicks.name, conf, echo)
+        if realtime:
+            name, start = realtime_query(spark, settings, join, registry, checkpoints, conf)
+        else:
+            clicks = topology.flow(spark, settings, source, join, registry, once, start_ms)
+            name, start = clicks.name, partial(topology.start, gate.guarded(clicks), checkpoints, interval_ms)
+        partition_new_checkpoint(spark, checkpoints / name, conf, echo, realtime)
         try:
             if once:
                 run_once(spark, clicks, checkpoints, echo)
             else:
-                query = topology.start(gate.guarded(clicks), checkpoints, interval_ms)
+                query = start()
                 echo(f"[green]started[/] {query.name} ({query.id})")
                 echo(f"running {query.name}; Ctrl-C stops")
                 echo(f"Spark UI {spark.sparkContext.uiWebUrl}, Prometheus metrics under /metrics/prometheus")
                 stalls = StallReporter(echo)
-                waiting = status_files.WaitingClicks(state, checkpoints / clicks.name, echo)
+                waiting = status_files.WaitingClicks(state, checkpoints / name, echo)
 
                 def on_poll() -> None:
-                    stalls.check(spark.streams.active)
-                    waiting.refresh(spark)
+                    # A real-time batch is one long phase, and its state is committed only at its end:
+                    # neither figure says anything there yet (docs/decisions/realtime-mode.md).
+                    if not realtime:
+                        stalls.check(spark.streams.active)
+                        waiting.refresh(spark)
 
                 stop.wait(spark, on_poll)
                 if stop.signal is not None:
@@ -253,21 +313,45 @@ def run(
             spark.stop()
 
 
+def realtime_query(
+    spark: SparkSession,
+    settings: Settings,
+    join: JoinConfig,
+    registry: events.Registry | None,
+    checkpoints: Path,
+    conf: dict[str, str],
+) -> tuple[str, Callable[[], StreamingQuery]]:
+    """The query in Spark's real-time mode (topology.realtime_frame), its name and how to start it, into
+    the real-time sink (sinks.realtime_writer)."""
+    name, frame = topology.realtime_frame(spark, settings, join, registry)
+    writer = sinks.realtime_writer(
+        spark, settings.writer_dsn, settings.kafka_bootstrap, settings.pipeline, frame.schema
+    )
+    return name, partial(topology.start_realtime, frame, name, checkpoints, batch_duration_ms(conf), writer)
+
+
 def partition_new_checkpoint(
-    spark: SparkSession, checkpoint: Path, conf: dict[str, str], echo: Callable[[str], None]
+    spark: SparkSession,
+    checkpoint: Path,
+    conf: dict[str, str],
+    echo: Callable[[str], None],
+    realtime: bool = False,
 ) -> None:
     """A new checkpoint gets as many state partitions as Spark has cores (at least 4), unless --conf names
-    them. An existing one keeps its own: Spark restores the number from the checkpoint's offset log (a
-    checkpoint whose first batch never wrote its offsets is new to Spark too)."""
+    them; in real-time mode 4, since each of its tasks holds a task slot for a whole batch, the sources'
+    beside the join's (pipeline/spark.py REALTIME_LOCAL_MASTER). An existing one keeps its own: Spark
+    restores the number from the checkpoint's offset log (a checkpoint whose first batch never wrote its
+    offsets is new to Spark too)."""
     logged = any(f.name.isdigit() for f in (checkpoint / "offsets").glob("*"))  # offsets/<batch id>
     if spark_session.SHUFFLE_PARTITIONS in conf or logged:
         return
-    partitions = spark_session.state_partitions(spark)
+    least = spark_session.MIN_STATE_PARTITIONS
+    partitions = least if realtime else spark_session.state_partitions(spark)
     spark.conf.set(spark_session.SHUFFLE_PARTITIONS, str(partitions))
+    why = "real-time mode's" if realtime else f"the cores Spark has, at least {least}"
     echo(
-        f"a new checkpoint with {partitions} state partitions, fixed from now on (the cores Spark has, at "
-        f"least {spark_session.MIN_STATE_PARTITIONS}; --conf {spark_session.SHUFFLE_PARTITIONS}=N on a new "
-        "checkpoint chooses)"
+        f"a new checkpoint with {partitions} state partitions, fixed from now on ({why}; --conf "
+        f"{spark_session.SHUFFLE_PARTITIONS}=N on a new checkpoint chooses)"
     )
 
 

@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 import psycopg
 from confluent_kafka import KafkaException
 from psycopg.conninfo import conninfo_to_dict
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQueryManager
 from pyspark.sql.types import StructType
 
@@ -231,25 +231,40 @@ def land(
     """Land every partition of a batch of the join's output as the sink spec (JSON) lays it out, on the
     executors (Landing.java); one report per partition."""
     jvm: Any = batch.sparkSession._jvm
-    login = config.kafka_login()
     reports = jvm.io.streamfold.sink.Landing.land(
-        batch._jdf,
-        spec,
-        pg.url,
-        pg.user,
-        pg.password,
-        bootstrap,
-        config.scram_jaas(login) if login else "",
-        KAFKA_MAX_REQUEST_BYTES,
-        kafka_attempt_ms,
-        ledger,
-        batch_id,
-        int(retry_s * 1000),
+        batch._jdf, spec, *targets(pg, bootstrap, kafka_attempt_ms), ledger, batch_id, int(retry_s * 1000)
     )
     return [
         Report(**{**r, "keys": {name: [tuple(k) for k in keys] for name, keys in r["keys"].items()}})
         for r in json.loads(reports)
     ]
+
+
+def targets(pg: JdbcTarget, bootstrap: str, kafka_attempt_ms: int) -> tuple[Any, ...]:
+    """The arguments Landing.land and RealtimeWriter.of share after the spec: PostgreSQL's JDBC URL and
+    login, then Kafka's bootstrap servers, SASL/SCRAM login (empty: none), request limit and attempt time."""
+    login = config.kafka_login()
+    jaas = config.scram_jaas(login) if login else ""
+    return (pg.url, pg.user, pg.password, bootstrap, jaas, KAFKA_MAX_REQUEST_BYTES, kafka_attempt_ms)
+
+
+def realtime_writer(
+    spark: SparkSession,
+    writer_dsn: str,
+    bootstrap: str,
+    pipeline: Pipeline,
+    output: StructType,
+) -> Any:
+    """The sink of Spark's real-time mode, which refuses foreachBatch: a JVM ForeachWriter for the join's
+    output `output` (io.streamfold.sink.RealtimeWriter) that lands `land`'s rows as the same sink spec lays
+    them out, idempotent by the rows' own keys, and publishes the aggregate topics itself
+    (docs/guarantees.md, "Exactly once in real-time mode")."""
+    jvm: Any = spark._jvm
+    pg = JdbcTarget.of(writer_dsn)
+    spec = json.dumps(sink_spec(plan.of(pipeline), output))
+    return jvm.io.streamfold.sink.RealtimeWriter.of(
+        spec, *targets(pg, bootstrap, KAFKA_ATTEMPT_MS), int(retry_budget_s() * 1000)
+    )
 
 
 class Sink:

@@ -29,6 +29,9 @@ FIRST_BATCH_OPTION = "firstBatchMaxOffsets"
 # partitions) are read by many tasks rather than 3 on 2 cores (the third ran alone), and a CDC snapshot
 # (one partition) is folded on every core rather than one.
 RECORDS_PER_TASK = 25_000
+# Spark's real-time mode reads Kafka with the project's own source (jvm/src/main/java/io/streamfold/realtime),
+# one topic per source.
+REALTIME_KAFKA = "streamfold-kafka"
 
 
 def _kafka(
@@ -62,6 +65,21 @@ def _kafka(
         # in flight at the log end: the broker holds that fetch for fetch.max.wait.ms (default 500 ms) on a
         # quiet partition (the CDC topics), and every batch would wait that long.
         .option("kafka.fetch.max.wait.ms", "10")
+        .load()
+    )
+
+
+def realtime_kafka(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
+    """One topic through the project's Kafka source for Spark's real-time mode (jvm/.../realtime), with the
+    columns of Spark's (no timestampType or headers), from the earliest retained record on a new
+    checkpoint. No read caps: a real-time batch is planned from its start only, and reads until its time
+    is up."""
+    return (
+        spark.readStream.format(REALTIME_KAFKA)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .options(**config.spark_kafka_options())
         .load()
     )
 
@@ -146,6 +164,13 @@ def cdc(
     return from_kafka_cdc(
         _kafka(spark, bootstrap, f"{resolved.cdc_topic},{resolved.heartbeat_topic}", max_records)
     )
+
+
+def realtime_cdc(spark: SparkSession, bootstrap: str, resolved: plan.Plan) -> DataFrame:
+    """The CDC topic alone, as change rows, for real-time mode: its heartbeat-table rows are CDC progress in
+    commit order with the changes. Debezium's heartbeat topic is not read: a task of its own in real-time
+    mode, its progress would reach the join ahead of changes still being read from the CDC topic."""
+    return from_kafka_cdc(realtime_kafka(spark, bootstrap, resolved.cdc_topic))
 
 
 def from_kafka_cdc(raw: DataFrame) -> DataFrame:

@@ -111,6 +111,28 @@ LOCAL_MASTER = {
 }
 
 
+# Settings for Spark's real-time mode (`streamfold run --mode realtime`, docs/decisions/realtime-mode.md).
+REALTIME = {
+    # How long a pipelined shuffle holds a partly filled buffer (Spark's default 50 ms set the p50 of a
+    # measured shuffle: 5 ms gave 3 ms). A core setting: the session's, never changed at run time.
+    "spark.shuffle.streaming.networkBufferMaxWaitTimeMs": "5",
+    # Real-time mode refuses checkpoint format v1 for a stateful query.
+    "spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
+}
+# A real-time batch runs all its stages at once, each task holding its slot for the whole batch: one per
+# source partition (the events topic's and the CDC topic's) plus one per state partition. local[*] on a
+# small machine has too few; these threads cover topics of up to 12 partitions over 4 state partitions.
+REALTIME_LOCAL_MASTER = "local[16]"
+
+
+def realtime_conf(conf: dict[str, str]) -> dict[str, str]:
+    """The session's settings for real-time mode, under conf's own: REALTIME, and a local master with
+    enough task slots unless one is chosen (--conf spark.master or STREAMFOLD_SPARK_MASTER)."""
+    chosen = conf.get("spark.master") or config.lookup("STREAMFOLD_SPARK_MASTER", "")
+    slots = {} if chosen else {"spark.master": REALTIME_LOCAL_MASTER}
+    return {**REALTIME, **slots, **conf}
+
+
 # Settings for any other master (a cluster). Executors take the jars from spark.jars and the Python code
 # from a zip the driver ships (code_zip); the Python environment (pyspark, boto3, pyarrow) is the workers'
 # own: this checkout's venv on the native cluster, the pipeline image in compose. Spark's own worker daemon:

@@ -40,6 +40,11 @@ all of this.
 Under Trigger.AvailableNow the `rate` source makes Spark run a single batch per
 run (no trailing no-data batch, SPARK-45178): see run_until_drained for `--once`.
 
+Spark's real-time mode (temporal_join(..., realtime=True)) refuses the `rate` source and runs
+handleInputRows once per row: there is no watermark, every bucket gets the CDC progress at each heartbeat,
+and join.max_wait and version expiry run on processing-time timers once CDC progress stalls
+(TemporalJoin.applyRealTime, BucketJoinProcessor; docs/decisions/realtime-mode.md).
+
 What this relies on in Spark (the unit tests hold it on the pinned pyspark): the union of watermarked and
 plain streams drives TWS EventTime timers; late rows reach handleInputRows; a timer registered below the
 watermark fires in the same batch.
@@ -190,7 +195,9 @@ def _is_decimal(text: str) -> bool:
         return False
 
 
-def temporal_join(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: Pipeline) -> DataFrame:
+def temporal_join(
+    events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: Pipeline, realtime: bool = False
+) -> DataFrame:
     """Streaming events as the event parser returns them (event_id, the key, each field, the time in ms,
     the count, by position: records.click) and CDC rows (pipeline.cdc_fold.fold: kind "change" with the
     records.change columns, "truncate" (no key: every key's profile ends, spec/temporal_state.py), or
@@ -207,6 +214,10 @@ def temporal_join(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: 
     projection does not. The CDC rows likewise go through one path (watermark, then changes and progress
     fanned out in the JVM), and may carry CDC records that could not be folded (kind "error", with error,
     event_id and payload): they pass through as rejects of source `kafka:<the profile table's CDC topic>`.
+
+    realtime: for Spark's real-time mode, which refuses the `rate` source: no watermark; in event_time
+    mode the operator runs on processing-time timers for join.max_wait and version expiry, and every bucket
+    gets the CDC progress at each heartbeat (TemporalJoin.applyRealTime). The output rows are the same.
     """
     spark = events.sparkSession
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)  # required by transformWithState
@@ -218,14 +229,17 @@ def temporal_join(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: 
         # The batch's CDC progress, for the job's stall line (pipeline/cdc_stall.py): a metric Spark gathers
         # as the batch runs and reports in its progress, with no second pass over the rows.
         tagged_cdc = tagged_cdc.observe(CDC_PROGRESS_METRIC, F.max("progress_ms").alias("progress_ms"))
-        tagged_cdc = watermarked(spark, tagged_cdc, tagged, cfg.max_wait_ms)
-    joined = jvm.io.streamfold.join.TemporalJoin.apply(
-        _tag_events(events, pipeline, tagged, buckets)._jdf,
-        tagged_cdc._jdf,
-        cfg.mode,
-        cfg.version_retention_ms,
-        json.dumps(join_spec(pipeline)),
-    )
+        if not realtime:
+            tagged_cdc = watermarked(spark, tagged_cdc, tagged, cfg.max_wait_ms)
+    operator = jvm.io.streamfold.join.TemporalJoin
+    tagged_events = _tag_events(events, pipeline, tagged, buckets)
+    spec = json.dumps(join_spec(pipeline))
+    if realtime and cfg.mode != LATEST:
+        joined = operator.applyRealTime(
+            tagged_events._jdf, tagged_cdc._jdf, cfg.version_retention_ms, cfg.max_wait_ms, spec
+        )
+    else:
+        joined = operator.apply(tagged_events._jdf, tagged_cdc._jdf, cfg.mode, cfg.version_retention_ms, spec)
     return DataFrame(joined, spark)
 
 

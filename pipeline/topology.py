@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -69,19 +70,24 @@ def enrich(
     join: JoinConfig,
     pipeline: pf.Pipeline,
     registry: events.Registry | None = None,
+    realtime: bool = False,
 ) -> DataFrame:
     """Steps 2 and 3, whatever the sources: raw events (event_id, source, payload, now_ms) and raw CDC records
     (topic, key, value, event_id, written_ms) -> the join's output (records.join_output(pipeline)).
-    registry: where Avro events' schemas are read (events.registry_for), None for JSON events."""
+    registry: where Avro events' schemas are read (events.registry_for), None for JSON events.
+    realtime: the join for Spark's real-time mode (temporal_join); a file with `tables` has none yet."""
     resolved = plan.of(pipeline)
     parsed = events.parse(raw_clicks, resolved.event_spec, registry)  # events, and rejects with their error
     cdc_registry = cdc_fold.avro_registry(pipeline)  # cdc.format avro: Avro change events
+    if pipeline.tables and realtime:
+        raise ValueError("a pipeline file with `tables` runs in micro-batches only")
     if pipeline.tables:  # one stage per join (pipeline/stages.py); a one-table file keeps its one operator
         folded = cdc_fold.fold_tables(cdc_raw, cdc_fold.tables_spec(pipeline), cdc_registry)
         return stages.outputs(stages.join_tables(parsed, folded, join, pipeline), pipeline)
     changes = cdc_fold.fold(cdc_raw, resolved.profile_spec, cdc_registry)  # changes, progress, rejects
     # Rejects and changes ride through the join operator, so each source is read and parsed once per batch.
-    return temporal_join(parsed, changes, join, pipeline)  # enriched clicks, dead letters, changelog rows
+    # enriched clicks, dead letters, changelog rows
+    return temporal_join(parsed, changes, join, pipeline, realtime)
 
 
 def flow(
@@ -130,3 +136,43 @@ def start(flow: Flow, checkpoints: Path, interval_ms: int | None = None) -> Stre
     if interval_ms is None:
         return writer.trigger(availableNow=True).start()
     return writer.trigger(processingTime=f"{interval_ms} milliseconds").start()
+
+
+# Real-time mode's query name (its checkpoint folder): its own, since its sources' offsets and its
+# operator's timers are not the micro-batch query's (docs/decisions/realtime-mode.md, "Switching an
+# installation between the modes").
+REALTIME_SUFFIX = "-realtime"
+
+
+def realtime_frame(
+    spark: SparkSession, settings: Settings, join: JoinConfig, registry: events.Registry | None
+) -> tuple[str, DataFrame]:
+    """The query's name and the join's output for Spark's real-time mode: the events topic and the CDC topic
+    through the project's Kafka source (sources.realtime_kafka), from their earliest records on a new
+    checkpoint, joined by the real-time operator (temporal_join). Kafka events only."""
+    pipeline = settings.pipeline
+    topic = settings.clicks_topic
+    raw_clicks = sources.from_kafka_clicks(
+        sources.realtime_kafka(spark, settings.kafka_bootstrap, topic), topic
+    )
+    cdc_raw = sources.realtime_cdc(spark, settings.kafka_bootstrap, plan.of(pipeline))
+    joined = enrich(raw_clicks, cdc_raw, join, pipeline, registry, realtime=True)
+    return f"{pipeline.name}-kafka{REALTIME_SUFFIX}", joined
+
+
+def start_realtime(
+    frame: DataFrame, name: str, checkpoints: Path, batch_ms: int, sink: Any
+) -> StreamingQuery:
+    """The query in real-time mode into `sink`, a JVM ForeachWriter (sinks.realtime_writer): output mode
+    update, a batch every batch_ms (how often offsets and state commit; rows move as they arrive)."""
+    jvm: Any = frame.sparkSession._jvm
+    query = (
+        frame._jdf.writeStream()
+        .queryName(name)
+        .option("checkpointLocation", str(checkpoints / name))
+        .outputMode("update")
+        .trigger(jvm.org.apache.spark.sql.streaming.Trigger.RealTime(f"{batch_ms} milliseconds"))
+        .foreach(sink)
+        .start()
+    )
+    return StreamingQuery(query)

@@ -36,6 +36,11 @@ class Source(StrEnum):
     kinesis = "kinesis"
 
 
+class Mode(StrEnum):
+    micro_batch = "micro_batch"
+    realtime = "realtime"
+
+
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
@@ -276,6 +281,12 @@ def run(
         str | None,
         typer.Option(help="run (restart) the job of an output version `streamfold reprocess` made"),
     ] = None,
+    mode: Annotated[
+        Mode | None,
+        typer.Option(
+            help="micro_batch, or Spark's real-time mode (Kafka events); default: the file's run.mode"
+        ),
+    ] = None,
 ) -> None:
     """The Spark job: CDC fold, temporal join, aggregates, sinks."""
     from common.versions import VersionError
@@ -284,13 +295,14 @@ def run(
     settings = conf_pairs(conf)
     try:
         if version is not None:
-            if once or settings or source is not Source.kafka:
+            if once or settings or source is not Source.kafka or mode is not None:
                 fail("run --version takes no other option: the version's settings are those it was made with")
             from streamfold import reprocess
 
             reprocess.run_version(config.load(), version, echo=console.print)
         else:
-            job.run(config.load(), source.value, once=once, conf=settings, echo=console.print)
+            chosen = None if mode is None else mode.value
+            job.run(config.load(), source.value, once=once, conf=settings, echo=console.print, mode=chosen)
     except pf.PipelineFileError as exc:
         fail(str(exc), code=2)
     except (config.ConfigError, job.JobError, VersionError) as exc:

@@ -256,6 +256,7 @@ def run_version(settings: config.Settings, name: str, echo: Callable[[str], None
         echo=echo,
         start_ms=version.from_ms,
         state_dir=folder,
+        mode=pf.MICRO_BATCH,  # a version rebuilds from --from with the batch ledger's sink
     )
 
 

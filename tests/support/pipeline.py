@@ -99,12 +99,16 @@ class Sandbox:
         assert result.returncode == 0, result.stderr[-4000:]
         return result
 
-    def start(self, source: str, log: Path, conf: tuple[str, ...] = (), **env: str) -> subprocess.Popen:
-        """The continuous job, in its own process group so a kill takes the JVM and workers too."""
+    def start(
+        self, source: str, log: Path, conf: tuple[str, ...] = (), mode: str | None = None, **env: str
+    ) -> subprocess.Popen:
+        """The continuous job, in its own process group so a kill takes the JVM and workers too; mode: `run
+        --mode` (default: the pipeline file's)."""
         if source == "kinesis":
             self.stream()
         return subprocess.Popen(
             [sys.executable, "-m", "streamfold", "run", "--source", source]
+            + ([] if mode is None else ["--mode", mode])
             + [f"--conf={item}" for item in conf],
             stdout=log.open("a"),
             stderr=subprocess.STDOUT,

@@ -10,7 +10,16 @@ from rich.markup import escape
 from common import config
 from common import pipeline_file as pf
 from pipeline import job
-from pipeline.job import JobError, StallReporter, check_conf, exclusive, root_cause, trigger_ms
+from pipeline.job import (
+    JobError,
+    StallReporter,
+    batch_duration_ms,
+    check_conf,
+    check_realtime,
+    exclusive,
+    root_cause,
+    trigger_ms,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,3 +172,45 @@ def test_a_new_checkpoint_gets_at_least_4_state_partitions_an_existing_one_keeps
         assert spark.conf.get(shuffle) == "4"
     finally:
         spark.conf.set(shuffle, "2")  # the session's, for the other unit tests
+
+
+def test_realtime_mode_refuses_what_it_cannot_run_in_one_line():
+    default = pf.load(ROOT / pf.DEFAULT_FILE)
+    for source, once, expected in (
+        ("kinesis", False, "--mode realtime reads Kafka events only: the kinesis source"),
+        ("kafka", True, "--once runs micro-batches"),
+    ):
+        with pytest.raises(JobError, match=expected) as refused:
+            check_realtime(default, source, once, {})
+        assert "\n" not in str(refused.value)
+    parcels = pf.load(ROOT / "examples" / "parcels" / "pipeline.yaml")
+    with pytest.raises(JobError, match="a pipeline file with `tables` runs with --mode micro_batch"):
+        check_realtime(parcels, "kafka", False, {})
+    avro = default.model_copy(update={"outputs": default.outputs.model_copy(update={"format": "avro"})})
+    with pytest.raises(JobError, match="publishes JSON aggregate topics only"):
+        check_realtime(avro, "kafka", False, {})
+    check_realtime(default, "kafka", False, {})  # the default pipeline runs in real-time mode
+
+
+def test_realtime_batch_duration_defaults_to_30_s_and_parses():
+    assert batch_duration_ms({}) == 30_000
+    assert batch_duration_ms({"trigger.batch_duration": "5m"}) == 300_000
+    for bad in ("soon", "0s"):
+        with pytest.raises(JobError, match="trigger.batch_duration"):
+            batch_duration_ms({"trigger.batch_duration": bad})
+
+
+def test_a_new_real_time_checkpoint_gets_4_state_partitions_whatever_the_cores(spark, tmp_path, monkeypatch):
+    # Real-time mode's tasks hold their slots for a whole batch, the sources' beside the join's: the state
+    # partitions must not take every slot of REALTIME_LOCAL_MASTER.
+    monkeypatch.setattr(job.spark_session, "state_partitions", lambda _spark: 16)
+    said: list[str] = []
+    try:
+        job.partition_new_checkpoint(spark, tmp_path / "new", {}, said.append, realtime=True)
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
+        assert said == [
+            "a new checkpoint with 4 state partitions, fixed from now on (real-time mode's; --conf "
+            "spark.sql.shuffle.partitions=N on a new checkpoint chooses)"
+        ]
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")

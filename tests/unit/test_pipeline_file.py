@@ -328,3 +328,17 @@ def test_change_events_may_turn_avro_but_not_back():
     pipeline_schema.check_change(DEFAULT, avro)
     with pytest.raises(pf.PipelineFileError, match="cdc.format: changed from 'avro' to 'json'"):
         pipeline_schema.check_change(avro, DEFAULT)
+
+
+def test_the_run_mode_is_micro_batch_by_default_and_may_be_realtime():
+    assert DEFAULT.run.mode == pf.MICRO_BATCH
+    assert pf.parse(MINIMAL + "run: {mode: realtime}\n", "mine.yaml").run.mode == pf.REALTIME
+
+
+def test_a_bad_run_mode_names_its_line_and_the_modes():
+    with pytest.raises(pf.PipelineFileError) as refused:
+        pf.parse(MINIMAL + "run:\n  mode: fast\n", "mine.yaml")
+    line = len(MINIMAL.splitlines()) + 2
+    assert str(refused.value) == (
+        f"mine.yaml:{line}: run.mode: Input should be 'micro_batch' or 'realtime', got 'fast'"
+    )

@@ -5,6 +5,7 @@ import io.streamfold.join.UserHistory.Enriched;
 import io.streamfold.join.UserHistory.Version;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
@@ -40,6 +41,20 @@ import scala.jdk.javaapi.CollectionConverters;
  *
  * <p>Rows are read and written through BucketRows: the one-table join's (TableRows), or one stage's of the
  * join of several tables (StageRows), where this operator runs once per table over one wide row shape.
+ *
+ * <p>Two clocks. In micro-batches (TimeMode.EventTime) the watermark is Spark's, which the query's `rate`
+ * ticks and CDC progress move (pipeline/temporal_join.py), and the bucket's timer is an event-time timer.
+ * In Spark's real-time mode (TimeMode.ProcessingTime, maxWaitMs set) the query has no watermark: Spark
+ * calls handleInputRows once per input row, so an event whose time CDC progress has reached is released
+ * as it arrives, and a waiting one as soon as a progress row covering it reaches its bucket (one per
+ * heartbeat, TemporalJoin.cdcRows). The wall clock stands in for the ticks, but only while CDC progress
+ * stalls: once the bucket's progress has not moved for join.max_wait, the watermark is now - max_wait.
+ * (Events are read row by row here, not a batch at a time: with the micro-batches' now - max_wait, a
+ * backlog older than max_wait would be released as it is read, ahead of the changes still being read
+ * from the CDC topic.) The bucket's timer is a processing-time timer max_wait after the later of the event
+ * time it waits for (a waiting event's, or a version's expiry) and the progress's last move; Spark fires it
+ * after any input row of the partition once due. When the progress last moved is the task's memory: a new
+ * batch's task starts counting at its first row of the bucket.
  */
 final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   static final String VERSIONS = "versions";
@@ -52,15 +67,24 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
 
   private final boolean latestMode;
   private final long retentionMs;
+  /** Real-time mode's join.max_wait (processing-time timers); null in micro-batches (event-time timers). */
+  private final Long maxWaitMs;
   private final BucketRows rows;
   private final StateCodec codec;
   private transient MapState<String, Row> versions;
   private transient ValueState<Row> bucket;
   private transient Long firedMs;  // the timer Spark just fired (and already removed)
+  private transient Map<Integer, Long> progressMovedMs;  // real-time mode: bucket -> when its progress moved
 
   BucketJoinProcessor(boolean latestMode, long retentionMs, BucketRows rows) {
+    this(latestMode, retentionMs, rows, null);
+  }
+
+  /** maxWaitMs: real-time mode's event-time join, on processing-time timers (see the class comment). */
+  BucketJoinProcessor(boolean latestMode, long retentionMs, BucketRows rows, Long maxWaitMs) {
     this.latestMode = latestMode;
     this.retentionMs = retentionMs;
+    this.maxWaitMs = maxWaitMs;
     this.rows = rows;
     this.codec = new StateCodec(rows.fieldTypes(), rows.profileTypes());
   }
@@ -70,6 +94,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     versions = getHandle().getMapState(
         VERSIONS, Encoders.STRING(), Encoders.row(StateCodec.USER), TTLConfig.NONE());
     bucket = getHandle().getValueState(BUCKET, Encoders.row(StateCodec.BUCKET), TTLConfig.NONE());
+    progressMovedMs = new HashMap<>();
   }
 
   @Override
@@ -108,7 +133,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     }
     out.addAll(latestMode
         ? joinLatest(byKey, truncates)
-        : join(byKey, truncates, progressMs, timerValues.getCurrentWatermarkInMs()));
+        : join(key, byKey, truncates, progressMs, timerValues));
     return CollectionConverters.asScala(out.iterator());
   }
 
@@ -120,8 +145,29 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   public scala.collection.Iterator<Row> handleExpiredTimer(
       Integer key, TimerValues timerValues, ExpiredTimerInfo expiredTimerInfo) {
     firedMs = expiredTimerInfo.getExpiryTimeInMs();
-    List<Row> out = join(Collections.emptyMap(), List.of(), null, timerValues.getCurrentWatermarkInMs());
+    List<Row> out = join(key, Collections.emptyMap(), List.of(), null, timerValues);
     return CollectionConverters.asScala(out.iterator());
+  }
+
+  /**
+   * Spark's watermark in micro-batches; in real-time mode the wall clock's, now - max_wait, once the
+   * bucket's CDC progress has not moved for max_wait (see the class comment), else 0 (Spark's watermark
+   * before it has one: UserHistory expires versions relative to it, so it must not be Long.MIN_VALUE).
+   */
+  private long clockWatermarkMs(int key, TimerValues timerValues, boolean progressMoved) {
+    if (maxWaitMs == null) return timerValues.getCurrentWatermarkInMs();
+    long now = timerValues.getCurrentProcessingTimeInMs();
+    if (progressMoved) progressMovedMs.put(key, now);
+    long movedMs = progressMovedMs.computeIfAbsent(key, k -> now);
+    return now - movedMs >= maxWaitMs ? Math.max(0L, now - maxWaitMs) : 0L;
+  }
+
+  /** The timer that wakes the bucket when the watermark can reach wakeupMs (an event time). */
+  private Long timerMs(int key, Long wakeupMs) {
+    if (wakeupMs == null || maxWaitMs == null) return wakeupMs;
+    long from = Math.max(wakeupMs, progressMovedMs.get(key));
+    long at = from + maxWaitMs;
+    return at < from ? Long.MAX_VALUE : at;  // a wakeup near the end of time stays there
   }
 
   /**
@@ -130,15 +176,16 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
    * max(CDC progress, wall clock - max_wait) of the batches before, so the CDC progress of this batch
    * releases clicks one batch sooner, and a row released beyond the CDC progress (by max_wait) says so.
    */
-  private List<Row> join(
-      Map<String, Input> input, List<Version> truncates, Long batchProgressMs, long sparkWatermarkMs) {
+  private List<Row> join(int key, Map<String, Input> input, List<Version> truncates, Long batchProgressMs,
+      TimerValues timerValues) {
     Row stored = bucket.get();
     StateCodec.Bucket b = codec.decodeBucket(stored);
     Long progress = b.progressMs;
-    if (batchProgressMs != null && (progress == null || batchProgressMs > progress)) progress = batchProgressMs;
+    boolean moved = batchProgressMs != null && (progress == null || batchProgressMs > progress);
+    if (moved) progress = batchProgressMs;
     if (rows.keepsProgress()) b.progressMs = progress;
     long cdcMs = progress == null ? Long.MIN_VALUE : progress;
-    long watermarkMs = Math.max(sparkWatermarkMs, cdcMs);
+    long watermarkMs = Math.max(clockWatermarkMs(key, timerValues, moved), cdcMs);
     Set<String> due = new LinkedHashSet<>(input.keySet());
     b.pending.forEach((user, clicks) -> {
       if (anyReady(clicks, watermarkMs)) due.add(user);
@@ -170,9 +217,9 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       else b.expiries.put(user, next);
       for (Enriched e : joined) out.add(rows.event(user, e, e.click().eventTimeMs() <= cdcMs, progress));
     }
-    Long wakeup = b.nextWakeup();
-    reschedule(b.timerMs, wakeup);
-    b.timerMs = wakeup;
+    Long timer = timerMs(key, b.nextWakeup());
+    reschedule(b.timerMs, timer);
+    b.timerMs = timer;
     if (b.isEmpty()) {
       if (stored != null) bucket.clear();
     } else {

@@ -15,6 +15,8 @@ import org.apache.spark.sql.functions;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
 
 /**
  * The entry point PySpark calls (pipeline/temporal_join.py):
@@ -28,7 +30,8 @@ import org.apache.spark.sql.types.DataTypes;
  * output row per event, in the join spec's output schema (see OutputRows). Rejected records (kind
  * "reject", from either input) come out unchanged in the error, source and payload columns, and every
  * profile change comes out too (kind "change", change_op set), so each source is read and parsed once per
- * batch for the join, the dead letters and the changelog alike.
+ * batch for the join, the dead letters and the changelog alike. applyRealTime is apply's event-time join
+ * for Spark's real-time mode (docs/decisions/realtime-mode.md).
  */
 public final class TemporalJoin {
   /**
@@ -58,20 +61,31 @@ public final class TemporalJoin {
    * order), and an event released by join.max_wait instead is marked incomplete. Wall-clock
    * ticks only drive the watermark upstream: they are not CDC progress and end here. One pass, so the
    * CDC source is read and parsed once per batch for the changes, the progress and the watermark alike.
+   *
+   * <p>perHeartbeat (real-time mode, where a partition ends only with its batch): the progress read so
+   * far is also fanned out at each progress row (a heartbeat) that moves it, right where it stands among
+   * the changes, so each bucket gets it after every change committed before it.
    */
   static Dataset<Row> cdcRows(Dataset<Row> cdc, Fanout rows, boolean fanOutProgress) {
+    return cdcRows(cdc, rows, fanOutProgress, false);
+  }
+
+  static Dataset<Row> cdcRows(Dataset<Row> cdc, Fanout rows, boolean fanOutProgress, boolean perHeartbeat) {
     final int kind = cdc.schema().fieldIndex("kind");
     final int progress = cdc.schema().fieldIndex("progress_ms");
     MapPartitionsFunction<Row, Row> fanOut = it -> new Iterator<Row>() {
       private long max = Long.MIN_VALUE;
+      private long fanned = Long.MIN_VALUE;  // the progress fanned out at the last heartbeat
       private Row next;
       private int bucket = fanOutProgress ? 0 : BUCKETS;
       private Row truncate;  // being fanned out, to truncateBucket and up
       private int truncateBucket = BUCKETS;
+      private int heartbeatBucket = BUCKETS;  // a heartbeat's progress being fanned out, to this bucket and up
 
       @Override
       public boolean hasNext() {
         if (next == null && truncateBucket < BUCKETS) next = rows.forBucket(truncate, truncateBucket++);
+        if (next == null && heartbeatBucket < BUCKETS) next = rows.progress(heartbeatBucket++, fanned);
         while (next == null && it.hasNext()) {  // changes stream through; progress is only remembered
           Row r = it.next();
           String k = r.getString(kind);
@@ -86,6 +100,10 @@ public final class TemporalJoin {
             next = rows.forBucket(r, 0);
           } else if (change || TaggedRow.REJECT.equals(k)) {
             next = r;
+          } else if (perHeartbeat && TaggedRow.PROGRESS.equals(k) && max > fanned) {
+            fanned = max;
+            heartbeatBucket = 1;
+            next = rows.progress(0, max);
           }
         }
         if (next == null && max != Long.MIN_VALUE && bucket < BUCKETS) next = rows.progress(bucket++, max);
@@ -100,7 +118,9 @@ public final class TemporalJoin {
         return r;
       }
     };
-    return cdc.mapPartitions(fanOut, Encoders.row(cdc.schema()));
+    // The progress rows hold nulls where CDC rows may have none (lsn, source): in micro-batches the union with
+    // the ticks has made every column nullable already; in real-time mode there are no ticks.
+    return cdc.mapPartitions(fanOut, Encoders.row(perHeartbeat ? nullable(cdc.schema()) : cdc.schema()));
   }
 
   /**
@@ -120,16 +140,44 @@ public final class TemporalJoin {
     TaggedRow rows = new TaggedRow(events.schema(), spec);
     OutputRows output = new OutputRows(spec, rows);
     BucketJoinProcessor processor = new BucketJoinProcessor(latest, retentionMs, new TableRows(rows, output));
+    return joined(events.union(cdcRows(cdc, rows, !latest)), processor,
+        latest ? TimeMode.None() : TimeMode.EventTime(), output);
+  }
+
+  /** The tagged rows by bucket through the one-table operator. */
+  private static Dataset<Row> joined(
+      Dataset<Row> input, BucketJoinProcessor processor, TimeMode timeMode, OutputRows output) {
     // The key is a column, not a function of the row: groupByKey(function) would turn every row into a
     // Row object once for the key and again for the operator (a tenth of the job's CPU in a profile).
     UserDefinedFunction bucketOf = functions.udf((UDF1<String, Integer>) TaggedRow::bucketOf, DataTypes.IntegerType);
     Column bucket = functions.coalesce(functions.col("bucket"), bucketOf.apply(functions.col("key")));
-    Dataset<Row> tagged = events.union(cdcRows(cdc, rows, !latest)).withColumn("bucket", bucket);
+    Dataset<Row> tagged = input.withColumn("bucket", bucket);
     return tagged
         .groupBy(functions.col("bucket"))
         .as(Encoders.INT(), Encoders.row(tagged.schema()))
-        .transformWithState(processor, latest ? TimeMode.None() : TimeMode.EventTime(), OutputMode.Append(),
-            Encoders.row(output.schema()));
+        .transformWithState(processor, timeMode, OutputMode.Append(), Encoders.row(output.schema()));
+  }
+
+  /**
+   * apply's event-time join for Spark's real-time mode: `cdc` carries no watermark (the query has none:
+   * real-time mode refuses the `rate` source), CDC progress reaches every bucket at each heartbeat
+   * (cdcRows, perHeartbeat), and join.max_wait and version expiry run on processing-time timers
+   * (BucketJoinProcessor). The output rows are apply's.
+   */
+  public static Dataset<Row> applyRealTime(
+      Dataset<Row> events, Dataset<Row> cdc, long retentionMs, long maxWaitMs, String joinSpec) {
+    JoinSpec spec = JoinSpec.parse(joinSpec);
+    TaggedRow rows = new TaggedRow(events.schema(), spec);
+    OutputRows output = new OutputRows(spec, rows);
+    BucketJoinProcessor processor =
+        new BucketJoinProcessor(false, retentionMs, new TableRows(rows, output), maxWaitMs);
+    return joined(events.union(cdcRows(cdc, rows, true, true)), processor, TimeMode.ProcessingTime(), output);
+  }
+
+  private static StructType nullable(StructType schema) {
+    StructType out = new StructType();
+    for (StructField f : schema.fields()) out = out.add(f.name(), f.dataType(), true, f.metadata());
+    return out;
   }
 
   /**
