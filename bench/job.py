@@ -59,12 +59,14 @@ class JobRun:
         source: str = "kafka",
         env: dict[str, str] | None = None,
         pipeline: pf.Pipeline | None = None,
+        mode: str = pf.MICRO_BATCH,
     ) -> None:
         """`also`: process trees whose memory counts as the job's too (a cluster's workers); `env`: variables
         of this run's own (another pipeline file); `pipeline`: the file the job runs, when it is not the
-        default one (its query, CDC topic and enriched table)."""
+        default one (its query, CDC topic and enriched table); `mode`: `streamfold run --mode`."""
         self.bench = bench
         self.source = source
+        self.mode = mode
         self.pipeline = pipeline or pf.load()
         self.query = f"{self.pipeline.name}-{source}"  # as pipeline/topology.py names it
         self.conf = conf or {}
@@ -87,6 +89,7 @@ class JobRun:
                     "bench.job_runner",
                     str(self.progress_file),
                     self.source,
+                    self.mode,
                     *(f"{k}={v}" for k, v in self.conf.items()),
                 ],  # fmt: skip
                 stdout=out,
@@ -150,7 +153,27 @@ class JobRun:
             ).fetchall()
 
     def committed_rows(self) -> int:
+        if self.mode == pf.REALTIME:
+            return self.rows_landed()
         return sum(rows for _, rows, _ in self.commits())
+
+    def rows_landed(self) -> int:
+        """Rows in the enriched table: the real-time mode's sink keeps no batch ledger
+        (streamfold.sink_batches), its rows are their own record."""
+        with psycopg.connect(self.bench.admin_dsn) as conn:
+            row = conn.execute(f"SELECT count(*) FROM {plan.of(self.pipeline).enriched_table}").fetchone()
+        return row[0] if row else 0
+
+    def landed_span(self) -> tuple[datetime, datetime]:
+        """The commit times of the enriched table's first and last rows."""
+        with psycopg.connect(self.bench.admin_dsn) as conn:
+            row = conn.execute(
+                "SELECT min(pg_xact_commit_timestamp(xmin)), max(pg_xact_commit_timestamp(xmin)) "
+                f"FROM {plan.of(self.pipeline).enriched_table}"
+            ).fetchone()
+        if not row or row[0] is None:
+            raise RuntimeError(f"no rows in {plan.of(self.pipeline).enriched_table}")
+        return row[0], row[1]
 
     def wait_committed(
         self, target: int, timeout_s: float, on_progress: Callable[[int], None], poll_s: float = 2.0
@@ -169,6 +192,19 @@ class JobRun:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{total} of {target} clicks committed after {timeout_s:.0f}s")
             time.sleep(poll_s)
+
+    def wait_landed(
+        self, target: int, timeout_s: float, on_progress: Callable[[int], None], poll_s: float = 5.0
+    ) -> None:
+        """Wait until the enriched table has `target` rows (real-time mode: no batch ledger to read)."""
+        deadline = time.monotonic() + timeout_s
+        while (landed := self.rows_landed()) < target:
+            on_progress(landed)
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{landed} of {target} clicks landed after {timeout_s:.0f}s")
+            time.sleep(poll_s)
+        on_progress(landed)
 
     def wait_cdc_read(self, end_offset: int, timeout_s: float, poll_s: float = 2.0) -> int:
         """Wait until the job has read the CDC topic up to `end_offset`; returns that batch id."""
@@ -322,3 +358,26 @@ def dir_bytes(path: Path) -> int:
 def state_dir_bytes(run: JobRun) -> int:
     """The clicks query's state under its checkpoint (RocksDB snapshots of every retained version)."""
     return dir_bytes(run.home / "checkpoints" / run.query / "state")
+
+
+def realtime_throughput(
+    run: JobRun, clicks: int, timeout_s: float, on_progress: Callable[[int], None]
+) -> dict[str, Any]:
+    """Real-time mode: `clicks` rows landed, timed by their own commits. Its batches end on a timer, not
+    when the input is done, so the progress events cannot time the work: from start = launch -> the last
+    row's commit; steady = the first row's commit -> the last's."""
+    run.wait_landed(clicks, timeout_s, on_progress)
+    first, last = run.landed_span()
+    from_start = last.timestamp() - run.launched
+    steady = (last - first).total_seconds()
+    return {
+        "mode": run.mode,
+        "clicks": clicks,
+        "seconds": round(steady, 2),
+        "clicks_per_s": round(clicks / steady),
+        "seconds_from_start": round(from_start, 2),
+        "clicks_per_s_from_start": round(clicks / from_start),
+        "launch_to_first_output_s": round(first.timestamp() - run.launched, 1),
+        "unknown_region_clicks": run.unknown_region_clicks(),
+        **run.landed(),
+    }

@@ -72,6 +72,7 @@ VARIANTS = {
 KSTREAMS = "Kafka Streams (the seed's leftJoin, exactly-once v2, to Kafka only)"
 CONTENDERS = (
     ("streamfold (temporal join, Spark + RocksDB state)", ("streamfold",)),
+    ("streamfold in real-time mode (run --mode realtime; every click in the topic)", ("realtime",)),
     (KSTREAMS, ("kstreams",)),
     ("naive: PostgreSQL lookup per click", ("naive",)),
     ("limit: Spark Kafka read + click parser -> noop", ("spark", "parse")),
@@ -143,6 +144,107 @@ def headline_rows(results: dict[str, Any]) -> list[list[str]]:
     rows.append(row("CPU µs per click (its processes, launch -> end)", *cpu, str))
     unknown = [c.get("unknown_region_clicks") for c in (sf, ks)]
     rows.append(["clicks enriched UNKNOWN although their user existed", *(rate(u) for u in unknown), "-"])
+    return rows
+
+
+# connectors/debezium-postgres.json's heartbeat.interval.ms: how long CDC progress can lag a quiet table,
+# which a real-time join waits for and Kafka Streams (which joins by processing order) does not.
+HEARTBEAT_S = 0.2
+RSS_TARGET_MIB = 2048
+
+
+def met(ok: bool | None) -> str:
+    return "-" if ok is None else ("yes" if ok else "no")
+
+
+def at_most(value: float | None, limit: float | None) -> bool | None:
+    """value ≤ limit; a percentile beyond the grace time (None) is not; no limit (None): unknown."""
+    if limit is None:
+        return None
+    return value is not None and value <= limit
+
+
+def peak_rss(side: dict[str, Any]) -> float | None:
+    """The peak up to the throughput run's last commit where measured (the job goes on to the latency
+    windows), else the whole run's."""
+    return (side.get("memory_to_last_commit") or side.get("memory") or {}).get("peak_total_rss_mib")
+
+
+def realtime_rows(results: dict[str, Any]) -> list[list[str]]:
+    """The real-time mode beside the micro-batch mode and the fastest Kafka Streams, against its targets."""
+    rt, mb, ks = (results.get(k) or {} for k in ("realtime", "streamfold", "kstreams"))
+    if not rt:
+        return []
+    sides = (mb, rt, ks)
+    rt_rate, mb_rate = rt.get("clicks_per_s_from_start"), mb.get("clicks_per_s_from_start")
+    ks_first = ks.get("launch_to_first_output_s")
+    first_limit = None if ks_first is None else ks_first + 2
+    rows = [
+        [
+            "clicks/s from launch",
+            *(rate(s.get("clicks_per_s_from_start")) for s in sides),
+            "real-time ≥ 0.5x micro-batch",
+            met(None if not rt_rate or not mb_rate else rt_rate >= 0.5 * mb_rate),
+        ],
+        [
+            "launch -> first output visible",
+            *(duration(s.get("launch_to_first_output_s")) for s in sides),
+            "≤ Kafka Streams + 2 s, each mode",
+            met(
+                at_most(
+                    max(rt["launch_to_first_output_s"], mb.get("launch_to_first_output_s", 0)), first_limit
+                )
+            ),
+        ],
+        *latency_target_rows(rt, results.get("latency") or [], ks.get("latency") or []),
+        [
+            "peak RSS, MiB (throughput run)",
+            *(rate(peak_rss(s)) for s in sides),
+            f"real-time ≤ {RSS_TARGET_MIB}",
+            met(at_most(peak_rss(rt), RSS_TARGET_MIB)),
+        ],
+    ]
+    return rows
+
+
+def pct(window: dict[str, Any] | None, kind: str, q: int) -> float | None:
+    """A window's percentile (kind: click_latency or profile_latency); None without the window."""
+    return window[kind][f"p{q}_s"] if window else None
+
+
+def latency_target_rows(
+    rt: dict[str, Any], mb_windows: list[dict[str, Any]], ks_windows: list[dict[str, Any]]
+) -> list[list[str]]:
+    """Per offered load: click p50 and p99, profile p99, each mode's and Kafka Streams'."""
+    mb_at = {w["target_rate"]: w for w in mb_windows}
+    ks_at = {w["target_rate"]: w for w in ks_windows}
+    rows = []
+    for w in rt.get("latency") or []:
+        at = w["target_rate"]
+        mb, ks = mb_at.get(at), ks_at.get(at)
+        ks_p99 = pct(ks, "click_latency", 99)
+        p99_limit = None if ks_p99 is None else min(ks_p99 + HEARTBEAT_S, 0.5)
+        for label, kind, q, sides, target, limit in (
+            ("click p50", "click_latency", 50, (mb, w, ks), "≤ 0.15 s", 0.15),
+            (
+                "click p99",
+                "click_latency",
+                99,
+                (mb, w, ks),
+                f"≤ Kafka Streams + {HEARTBEAT_S} s, ≤ 0.5 s",
+                p99_limit,
+            ),
+            (
+                "profile change -> first joined click p99",
+                "profile_latency",
+                99,
+                (mb, w, None),
+                "≤ 0.5 s",
+                0.5,
+            ),
+        ):
+            shown = [seconds(pct(side, kind, q)) if side else "-" for side in sides]
+            rows.append([f"{label} at {at:,.0f}/s", *shown, target, met(at_most(pct(w, kind, q), limit))])
     return rows
 
 
@@ -477,6 +579,10 @@ TABLES = {
     "Headline: streamfold / Kafka Streams, the seed's system (same input and broker, same run)": (
         ["figure", "streamfold", "Kafka Streams", "streamfold / Kafka Streams"],
         headline_rows,
+    ),
+    "Real-time mode (run --mode realtime) beside the micro-batch mode and the fastest Kafka Streams": (
+        ["figure", "micro-batch", "real-time", "Kafka Streams", "target", "met"],
+        realtime_rows,
     ),
     "Throughput (same input, clicks per second)": (
         ["contender", "clicks", "seconds", "clicks/s", "streamfold / this"],

@@ -132,6 +132,7 @@ class Params:
     limits: bool
     kstreams: bool
     kstreams_variants: tuple[str, ...]
+    realtime: bool
     kinesis: bool
     avro: bool
     tables: bool
@@ -314,15 +315,20 @@ def latency_windows(bench: Bench, inputs: Inputs, run: job.JobRun, p: Params, of
         )
         inputs.cdc += window.updates
         offered += window.sent
-        window.breakdown = latency.breakdown(window.observed, run.progress(), run.commits())
+        if run.mode == pf.MICRO_BATCH:  # the breakdown reads the batches' ledger, which only it keeps
+            window.breakdown = latency.breakdown(window.observed, run.progress(), run.commits())
         windows.append(window.as_dict())
         c = window.clicks
         echo(f"  click latency p50 {c['p50_s']} s, p99 {c['p99_s']} s; kept up: {window.kept_up}")
-        echo_breakdown(window.breakdown)
+        if window.breakdown:
+            echo_breakdown(window.breakdown)
         if rate != p.rate and not window.kept_up:
             ticker = Ticker("backlog committed before the next window", offered, every_s=30)
             try:
-                run.wait_committed(offered, timeout_s=CATCH_UP_S, on_progress=ticker.update)
+                if run.mode == pf.REALTIME:
+                    run.wait_landed(offered, timeout_s=CATCH_UP_S, on_progress=ticker.update)
+                else:
+                    run.wait_committed(offered, timeout_s=CATCH_UP_S, on_progress=ticker.update)
             except TimeoutError:
                 echo(
                     f"  [yellow]the job did not catch up within {CATCH_UP_S} s: later windows start behind[/]"
@@ -386,6 +392,32 @@ def main_measurement(bench: Bench, inputs: Inputs, p: Params) -> dict[str, Any]:
         measured["kstreams"] = fastest
         measured["kstreams_variants"] = ks
     return measured
+
+
+def realtime_measurement(bench: Bench, inputs: Inputs, p: Params) -> dict[str, Any]:
+    """`streamfold run --mode realtime` from a fresh checkpoint over every click the topic holds (the main
+    run's and its latency windows'), then the same latency windows as the micro-batch mode's."""
+    offsets = stack.topic_offsets(bench.bootstrap)
+    clicks = sum(end - start for start, end in offsets.values())
+    echo(f"[bold]streamfold in real-time mode[/]: {clicks:,} clicks, a fresh checkpoint")
+    stack.truncate_sinks(bench)
+    run = job.JobRun(bench, "realtime", p.job_conf, mode=pf.REALTIME).__enter__()
+    try:
+        ticker = Ticker("clicks landed by streamfold (real-time mode)", clicks, every_s=15)
+        with CpuClock({"job": [run.pid]}) as clock:
+            result = job.realtime_throughput(run, clicks, max(1800, clicks / 100), ticker.update)
+        core_s = clock.between(run.launched, run.launched + result["seconds_from_start"])["core_s"]["job"]  # type: ignore[index]
+        result.update(cpu_core_s=core_s, cpu_us_per_click=round(core_s / clicks * 1e6, 1))
+        result["memory_to_last_commit"] = run.sampler.peaks.as_dict() if run.sampler else {}
+        echo(
+            f"  real-time mode: {result['clicks_per_s_from_start']:,} clicks/s from launch, "
+            f"{result['clicks_per_s']:,} steady; first output {result['launch_to_first_output_s']} s in"
+        )
+        result["latency"] = latency_windows(bench, inputs, run, p, clicks) if p.latency_seconds else []
+    finally:
+        run.__exit__()
+    result["memory"] = run.sampler.peaks.as_dict() if run.sampler else {}
+    return result
 
 
 # Clicks generated ahead of each timed put: the puts/s is the endpoint's and its client's. Generating
@@ -702,6 +734,8 @@ def measure(p: Params, results: dict[str, Any]) -> None:
         results["scaling"] = [scaling_step(bench, inputs, u, p) for u in p.scaling_users if u < p.users]
         results.update(main_measurement(bench, inputs, p))
         offsets = results.pop("input_offsets")
+        if p.realtime:  # before the Avro path, which empties the clicks topic
+            results["realtime"] = realtime_measurement(bench, inputs, p)
         if p.limits:
             results.update(limits(bench, offsets))
         if p.naive:
@@ -722,6 +756,7 @@ def measure(p: Params, results: dict[str, Any]) -> None:
             "streamfold_over_raw": _ratio(main, results.get("raw")),
             "streamfold_over_spark_read": _ratio(main, results.get("spark", {}).get("read")),
             "streamfold_over_kstreams": _ratio(main, results.get("kstreams")),
+            "realtime_over_micro_batch": _ratio(results.get("realtime"), main, "clicks_per_s_from_start"),
             "kinesis_over_kafka": _ratio(results.get("kinesis"), main),
             "avro_over_json": _ratio(results.get("avro"), main),
             "tables_over_one_table": _ratio(results.get("tables"), main),
@@ -741,10 +776,10 @@ def draw_charts(results: dict[str, Any], path: Path) -> bool:
     return True
 
 
-def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
+def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None, key: str = "clicks_per_s") -> float | None:
     if not a or not b:
         return None
-    return round(a["clicks_per_s"] / b["clicks_per_s"], 3)
+    return round(a[key] / b[key], 3)
 
 
 @app.command()
@@ -777,6 +812,9 @@ def main(
             "lean repartition), global (GlobalKTable), table (KTable)"
         ),
     ] = "lean,global",
+    skip_realtime: Annotated[
+        bool, typer.Option(help="no run of the same clicks through the real-time mode (run --mode realtime)")
+    ] = False,
     skip_kinesis: Annotated[bool, typer.Option(help="no run of the same clicks through Kinesis")] = False,
     skip_avro: Annotated[
         bool, typer.Option(help="no run of the same clicks as Avro events (events.format: avro)")
@@ -831,6 +869,7 @@ def main(
         limits=not skip_limits,
         kstreams=not skip_kstreams,
         kstreams_variants=variants,
+        realtime=not skip_realtime,
         kinesis=not skip_kinesis,
         avro=not skip_avro,
         tables=not skip_tables,

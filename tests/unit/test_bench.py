@@ -208,6 +208,40 @@ def test_the_headline_is_streamfold_beside_kafka_streams_with_their_ratio():
     assert "streamfold/Kafka Streams (users in a GlobalKTable): 0.40 steady, 0.25x from start" in text
 
 
+def test_the_realtime_mode_is_beside_the_micro_batch_mode_and_kafka_streams_against_its_targets():
+    results = {
+        "streamfold": {
+            "clicks_per_s_from_start": 100,
+            "launch_to_first_output_s": 12.0,
+            "memory": memory(1900),
+        },
+        "latency": [window(5000, 0.7, 1.1)],
+        "realtime": {
+            "clicks": 300,
+            "seconds": 5.0,
+            "clicks_per_s": 60,
+            "clicks_per_s_from_start": 40,
+            "launch_to_first_output_s": 8.0,
+            "memory_to_last_commit": memory(2100),
+            "latency": [window(5000, 0.1, 0.35), window(20000, 0.2, 0.6)],
+        },
+        "kstreams": {
+            "launch_to_first_output_s": 7.0,
+            "memory": memory(900),
+            "latency": [window(5000, 0.1, 0.2)],
+        },
+    }
+    rows = {row[0]: row[1:] for row in report.realtime_rows(results)}
+    assert rows["clicks/s from launch"] == ["100", "40", "-", "real-time ≥ 0.5x micro-batch", "no"]
+    assert rows["launch -> first output visible"][-1] == "no"  # the micro-batch mode's 12 s > 7 s + 2 s
+    assert rows["click p50 at 5,000/s"] == ["0.70 s", "0.10 s", "0.10 s", "≤ 0.15 s", "yes"]
+    assert rows["click p99 at 5,000/s"][:3] == ["1.10 s", "0.35 s", "0.20 s"]
+    assert rows["click p99 at 5,000/s"][-1] == "yes"  # 0.35 ≤ 0.2 + 0.2
+    assert rows["click p99 at 20,000/s"] == ["-", "0.60 s", "-", rows["click p99 at 5,000/s"][3], "-"]
+    assert rows["profile change -> first joined click p99 at 20,000/s"][-1] == "no"
+    assert rows["peak RSS, MiB (throughput run)"] == ["1,900", "2,100", "900", "real-time ≤ 2048", "no"]
+
+
 def test_every_kafka_streams_variant_is_a_row_and_the_faster_is_the_baseline():
     lean = {"variant": "lean", "clicks": 100, "seconds": 4.0, "clicks_per_s": 25}
     idiomatic = {"variant": "global", "clicks": 100, "seconds": 5.0, "clicks_per_s": 20}
