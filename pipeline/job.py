@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from pyspark.errors import StreamingQueryException
@@ -309,6 +310,8 @@ def run(
         except KeyboardInterrupt:
             echo("stopping")
         finally:
+            if realtime:
+                quiet_aborted_batch(spark)
             gate.stop(spark.streams.active, echo)
             spark.stop()
 
@@ -353,6 +356,20 @@ def partition_new_checkpoint(
         f"a new checkpoint with {partitions} state partitions, fixed from now on ({why}; --conf "
         f"{spark_session.SHUFFLE_PARTITIONS}=N on a new checkpoint chooses)"
     )
+
+
+QUIET_AT_STOP = ("org.apache.spark", "org.apache.kafka")
+
+
+def quiet_aborted_batch(spark: SparkSession) -> None:
+    """Before a real-time query stops: Spark aborts its open batch (uncommitted: a restart replays it, and
+    the real-time sink skips the rows it has), and logs every task's abort as an error with its stack
+    trace, some twenty of them on the default pipeline, and each source's Kafka consumer one more for its
+    interrupted close. Spark's and Kafka's logs end here; the job's own lines go on."""
+    jvm: Any = spark._jvm
+    log4j = jvm.org.apache.logging.log4j
+    for logger in QUIET_AT_STOP:
+        log4j.core.config.Configurator.setLevel(logger, log4j.Level.OFF)
 
 
 STOP_WAIT_S = 120  # for the batch being written, then for Spark to stop the query
