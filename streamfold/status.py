@@ -218,12 +218,16 @@ class Committed:
         self.sources = sources
 
     def kafka(self) -> Iterator[tuple[str, dict[str, int]]]:
-        """(topic, {partition: next offset to process}) for each Kafka source."""
+        """(topic, {partition: next offset to process}) for each Kafka source. Spark's connector writes
+        {topic: {partition: offset}}, real-time mode's streamfold-kafka {"topic": t, "partitions": {...}}."""
         for offsets in self.sources:
-            if isinstance(offsets, dict) and "v" not in offsets:
-                for topic, partitions in offsets.items():
-                    if isinstance(partitions, dict) and all(isinstance(o, int) for o in partitions.values()):
-                        yield topic, {str(p): o for p, o in partitions.items()}
+            if not isinstance(offsets, dict) or "v" in offsets:
+                continue
+            if isinstance(offsets.get("topic"), str) and isinstance(offsets.get("partitions"), dict):
+                offsets = {offsets["topic"]: offsets["partitions"]}
+            for topic, partitions in offsets.items():
+                if isinstance(partitions, dict) and all(isinstance(o, int) for o in partitions.values()):
+                    yield topic, {str(p): o for p, o in partitions.items()}
 
     def kinesis(self) -> Iterator[dict[str, Any]]:
         for offsets in self.sources:

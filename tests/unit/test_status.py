@@ -58,6 +58,17 @@ def test_the_newest_committed_batch_gives_the_processed_offsets(tmp_path):
     assert found["changelog"].batch_id is None
 
 
+def test_the_real_time_sources_offsets_are_read_like_sparks_connectors(tmp_path):
+    query = tmp_path / "clicks-kafka-realtime"
+    clicks = {"topic": "clicks", "partitions": {"0": 12, "1": 9}}
+    cdc = {"topic": "cdc.public.users", "partitions": {"0": 42}}
+    offset_log(query, 3, [clicks, cdc], committed=True)
+
+    found = committed_offsets(tmp_path)["clicks-kafka-realtime"]
+
+    assert dict(found.kafka()) == {"clicks": {"0": 12, "1": 9}, "cdc.public.users": {"0": 42}}
+
+
 def test_envelope_time_is_the_source_commit_time_and_anything_else_is_none():
     assert envelope_ts(b'{"op": "u", "source": {"ts_ms": 1763856000123}}') == 1763856000123
     for raw in (b"{not json", b'{"source": {}}', b"[]", b'{"source": {"ts_ms": "x"}}', b"\xff"):
