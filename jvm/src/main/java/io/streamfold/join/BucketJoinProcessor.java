@@ -10,6 +10,7 @@ import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.Set;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
@@ -55,6 +56,14 @@ import scala.jdk.javaapi.CollectionConverters;
  * time it waits for (a waiting event's, or a version's expiry) and the progress's last move; Spark fires it
  * after any input row of the partition once due. When the progress last moved is the task's memory: a new
  * batch's task starts counting at its first row of the bucket.
+ *
+ * <p>Real-time mode's per-row cost. Every input row is a call, and every CDC heartbeat reaches every bucket,
+ * so most calls bring only progress to a bucket with nothing it releases. The task keeps each bucket's decoded
+ * state it has read or written (a task's state partition is its own: no other writer), and a call that
+ * releases nothing and leaves the timer as it is writes nothing: the bucket's stored progress_ms may then
+ * lag the task's. That is safe: an event leaves once progress covers its time, and a stored progress is
+ * one that was read, so a new batch's task starting from it releases nothing early; it waits for the
+ * batch's first heartbeat instead (one per heartbeat interval).
  */
 final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   static final String VERSIONS = "versions";
@@ -75,6 +84,10 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   private transient ValueState<Row> bucket;
   private transient Long firedMs;  // the timer Spark just fired (and already removed)
   private transient Map<Integer, Long> progressMovedMs;  // real-time mode: bucket -> when its progress moved
+  private transient Map<Integer, Held> held;  // real-time mode: bucket -> its state as this task knows it
+
+  /** A bucket's state as the task knows it, and the row last read from or written to its ValueState. */
+  private record Held(StateCodec.Bucket bucket, Row stored) {}
 
   BucketJoinProcessor(boolean latestMode, long retentionMs, BucketRows rows) {
     this(latestMode, retentionMs, rows, null);
@@ -95,6 +108,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
         VERSIONS, Encoders.STRING(), Encoders.row(StateCodec.USER), TTLConfig.NONE());
     bucket = getHandle().getValueState(BUCKET, Encoders.row(StateCodec.BUCKET), TTLConfig.NONE());
     progressMovedMs = new HashMap<>();
+    held = new HashMap<>();
   }
 
   @Override
@@ -178,8 +192,9 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
    */
   private List<Row> join(int key, Map<String, Input> input, List<Version> truncates, Long batchProgressMs,
       TimerValues timerValues) {
-    Row stored = bucket.get();
-    StateCodec.Bucket b = codec.decodeBucket(stored);
+    Held known = heldBucket(key);
+    Row stored = known.stored();
+    StateCodec.Bucket b = known.bucket();
     Long progress = b.progressMs;
     boolean moved = batchProgressMs != null && (progress == null || batchProgressMs > progress);
     if (moved) progress = batchProgressMs;
@@ -219,14 +234,37 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     }
     Long timer = timerMs(key, b.nextWakeup());
     reschedule(b.timerMs, timer);
+    boolean onlyProgress = due.isEmpty() && truncates.isEmpty() && Objects.equals(timer, b.timerMs);
     b.timerMs = timer;
+    if (maxWaitMs != null && onlyProgress) return out;  // see the class comment: progress_ms may lag
+    store(key, b, stored);
+    return out;
+  }
+
+  /** The bucket's state: the task's copy in real-time mode, else read from its ValueState. */
+  private Held heldBucket(int key) {
+    Held known = maxWaitMs == null ? null : held.get(key);
+    if (known != null) return known;
+    Row stored = bucket.get();
+    known = new Held(codec.decodeBucket(stored), stored);
+    if (maxWaitMs != null) held.put(key, known);
+    return known;
+  }
+
+  /** Writes the bucket's state where it changed, and keeps what was written as the task's copy. */
+  private void store(int key, StateCodec.Bucket b, Row stored) {
+    Row written = stored;
     if (b.isEmpty()) {
       if (stored != null) bucket.clear();
+      written = null;
     } else {
       Row encoded = codec.encodeBucket(b);
-      if (!encoded.equals(stored)) bucket.update(encoded);
+      if (!encoded.equals(stored)) {
+        bucket.update(encoded);
+        written = encoded;
+      }
     }
-    return out;
+    if (maxWaitMs != null) held.put(key, new Held(b, written));
   }
 
   /** Kafka Streams' KStream-KTable join: the latest version, nothing waits, no timers. */
