@@ -59,9 +59,10 @@ import scala.jdk.javaapi.CollectionConverters;
  *
  * <p>Real-time mode's per-row cost. Every input row is a call, and every CDC heartbeat reaches every bucket,
  * so most calls bring only progress to a bucket with nothing it releases. The task keeps each bucket's decoded
- * state it has read or written (a task's state partition is its own: no other writer), and a call that
- * releases nothing and leaves the timer as it is writes nothing: the bucket's stored progress_ms may then
- * lag the task's. That is safe: an event leaves once progress covers its time, and a stored progress is
+ * state it has read or written (a task's state partition is its own: no other writer), and writes it only
+ * when a call changed its waiting events, an expiry or its timer: a heartbeat that releases nothing, a
+ * click released at once, a profile change of a user with no waiting event, write no bucket (the user's
+ * versions are their own state), and the bucket's stored progress_ms may then lag the task's. That is safe: an event leaves once progress covers its time, and a stored progress is
  * one that was read, so a new batch's task starting from it releases nothing early; it waits for the
  * batch's first heartbeat instead (one per heartbeat interval).
  */
@@ -209,6 +210,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       if (expiry <= watermarkMs) due.add(user);
     });
     List<Row> out = new ArrayList<>();
+    boolean changed = false;  // whether the bucket's waiting events or expiries change (see the class comment)
     for (String user : due) {
       Input in = input.getOrDefault(user, Input.NONE);
       List<Click> waiting = b.pending.remove(user);
@@ -216,9 +218,11 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       boolean quiet = in.changes().isEmpty() && truncates.isEmpty() && (expiry == null || expiry > watermarkMs)
           && !anyReady(in.clicks(), watermarkMs) && (waiting == null || !anyReady(waiting, watermarkMs));
       List<Click> pending = waiting == null ? new ArrayList<>() : waiting;
+      changed |= !pending.isEmpty();  // taken out and put back, its key moves in the bucket's order
       if (quiet) {  // the model would only park the new clicks: no need to read the user's versions
         pending.addAll(in.clicks());
         b.pending.put(user, pending);
+        changed |= waiting == null || !in.clicks().isEmpty();
         continue;
       }
       List<Version> before = loadVersions(user);
@@ -230,13 +234,14 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       Long next = history.nextExpiryMs(retentionMs);
       if (next == null) b.expiries.remove(user);
       else b.expiries.put(user, next);
+      changed |= !history.pending.isEmpty() || !Objects.equals(next, expiry);
       for (Enriched e : joined) out.add(rows.event(user, e, e.click().eventTimeMs() <= cdcMs, progress));
     }
     Long timer = timerMs(key, b.nextWakeup());
     reschedule(b.timerMs, timer);
-    boolean onlyProgress = due.isEmpty() && truncates.isEmpty() && Objects.equals(timer, b.timerMs);
+    changed |= !Objects.equals(timer, b.timerMs);
     b.timerMs = timer;
-    if (maxWaitMs != null && onlyProgress) return out;  // see the class comment: progress_ms may lag
+    if (maxWaitMs != null && !changed) return out;  // see the class comment: progress_ms may lag
     store(key, b, stored);
     return out;
   }

@@ -194,4 +194,23 @@ class RealTimeJoinTest {
     assertEquals(true, get(released.get(0), "complete"));
     assertEquals(1_600L, get(released.get(0), "cdc_progress_ms"));
   }
+
+  @Test
+  void aClickReleasedAtOnceWritesNoBucket() {
+    feed(change("u1", 1_000, 1, "asia"), NOW);
+    feed(progress(1_500), NOW);
+    Row written = storedBucket();
+    feed(progress(1_600), NOW + 50);  // the task's progress: the stored one lags it
+    assertEquals(List.of("asia"), feed(click("e1", "u1", 1_200), NOW + 100).stream()
+        .map(r -> get(r, "profile_regionid")).toList());
+    assertTrue(written == storedBucket(), "not written again");
+  }
+
+  @Test
+  void aParkedClickIsStoredForTheNextTask() {
+    feed(progress(1_500), NOW);
+    feed(click("e1", "u1", 2_000), NOW + 100);
+    nextTask();
+    assertEquals(List.of("e1"), feed(progress(2_000), NOW + 200).stream().map(r -> get(r, "event_id")).toList());
+  }
 }
