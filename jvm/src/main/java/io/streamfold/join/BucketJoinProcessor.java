@@ -61,10 +61,12 @@ import scala.jdk.javaapi.CollectionConverters;
  * so most calls bring only progress to a bucket with nothing it releases. The task keeps each bucket's decoded
  * state it has read or written (a task's state partition is its own: no other writer), and writes it only
  * when a call changed its waiting events, an expiry or its timer: a heartbeat that releases nothing, a
- * click released at once, a profile change of a user with no waiting event, write no bucket (the user's
- * versions are their own state), and the bucket's stored progress_ms may then lag the task's. That is safe: an event leaves once progress covers its time, and a stored progress is
- * one that was read, so a new batch's task starting from it releases nothing early; it waits for the
- * batch's first heartbeat instead (one per heartbeat interval).
+ * click released at once, a profile change of a user whose waiting events stay, write no bucket (the user's
+ * versions are their own state). The stored bucket's keys may then be in another order than the task's
+ * copy (a key advanced moves to the end), which changes nothing: each key is advanced on its own. And its
+ * progress_ms may lag the task's, which is safe: an event leaves once progress covers its time, and a
+ * stored progress is one that was read, so a new batch's task starting from it releases nothing early; it
+ * waits for the batch's first heartbeat instead (one per heartbeat interval).
  */
 final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   static final String VERSIONS = "versions";
@@ -218,13 +220,13 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       boolean quiet = in.changes().isEmpty() && truncates.isEmpty() && (expiry == null || expiry > watermarkMs)
           && !anyReady(in.clicks(), watermarkMs) && (waiting == null || !anyReady(waiting, watermarkMs));
       List<Click> pending = waiting == null ? new ArrayList<>() : waiting;
-      changed |= !pending.isEmpty();  // taken out and put back, its key moves in the bucket's order
       if (quiet) {  // the model would only park the new clicks: no need to read the user's versions
         pending.addAll(in.clicks());
         b.pending.put(user, pending);
-        changed |= waiting == null || !in.clicks().isEmpty();
+        changed |= !in.clicks().isEmpty();
         continue;
       }
+      List<Click> was = pending.isEmpty() ? List.of() : new ArrayList<>(pending);
       List<Version> before = loadVersions(user);
       UserHistory history = new UserHistory(new ArrayList<>(before), pending);
       List<Enriched> joined = history.advance(in.changes(), in.clicks(), truncates, watermarkMs, retentionMs);
@@ -234,7 +236,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       Long next = history.nextExpiryMs(retentionMs);
       if (next == null) b.expiries.remove(user);
       else b.expiries.put(user, next);
-      changed |= !history.pending.isEmpty() || !Objects.equals(next, expiry);
+      changed |= !same(was, history.pending) || !Objects.equals(next, expiry);
       for (Enriched e : joined) out.add(rows.event(user, e, e.click().eventTimeMs() <= cdcMs, progress));
     }
     Long timer = timerMs(key, b.nextWakeup());
@@ -289,6 +291,13 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   private void addChange(List<Row> out, String user, Version v) {
     Row change = rows.change(user, v);
     if (change != null) out.add(change);
+  }
+
+  /** Whether two lists hold the same events, in the same order. */
+  private static boolean same(List<Click> a, List<Click> b) {
+    if (a.size() != b.size()) return false;
+    for (int i = 0; i < a.size(); i++) if (a.get(i) != b.get(i)) return false;
+    return true;
   }
 
   private static boolean anyReady(List<Click> clicks, long watermarkMs) {

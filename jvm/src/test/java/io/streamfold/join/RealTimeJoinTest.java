@@ -213,4 +213,17 @@ class RealTimeJoinTest {
     nextTask();
     assertEquals(List.of("e1"), feed(progress(2_000), NOW + 200).stream().map(r -> get(r, "event_id")).toList());
   }
+
+  @Test
+  void aProfileChangeLeavingTheWaitingEventsWritesNoBucket() {
+    feed(progress(1_500), NOW);
+    feed(click("e1", "u1", 2_000), NOW);
+    feed(progress(1_600), NOW);  // the task's progress: the stored one lags it
+    Row written = storedBucket();
+    assertEquals(List.of(), feed(change("u1", 1_000, 1, "asia"), NOW));
+    assertTrue(written == storedBucket(), "not written again");
+    nextTask();
+    assertEquals(List.of("asia"), feed(progress(2_000), NOW + 100).stream()
+        .map(r -> get(r, "profile_regionid")).toList());
+  }
 }
