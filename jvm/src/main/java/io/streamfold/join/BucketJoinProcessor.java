@@ -10,6 +10,7 @@ import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.Set;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
@@ -55,6 +56,17 @@ import scala.jdk.javaapi.CollectionConverters;
  * time it waits for (a waiting event's, or a version's expiry) and the progress's last move; Spark fires it
  * after any input row of the partition once due. When the progress last moved is the task's memory: a new
  * batch's task starts counting at its first row of the bucket.
+ *
+ * <p>Real-time mode's per-row cost. Every input row is a call, and every CDC heartbeat reaches every bucket,
+ * so most calls bring only progress to a bucket with nothing it releases. The task keeps each bucket's decoded
+ * state it has read or written (a task's state partition is its own: no other writer), and writes it only
+ * when a call changed its waiting events, an expiry or its timer: a heartbeat that releases nothing, a
+ * click released at once, a profile change of a user whose waiting events stay, write no bucket (the user's
+ * versions are their own state). The stored bucket's keys may then be in another order than the task's
+ * copy (a key advanced moves to the end), which changes nothing: each key is advanced on its own. And its
+ * progress_ms may lag the task's, which is safe: an event leaves once progress covers its time, and a
+ * stored progress is one that was read, so a new batch's task starting from it releases nothing early; it
+ * waits for the batch's first heartbeat instead (one per heartbeat interval).
  */
 final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   static final String VERSIONS = "versions";
@@ -75,6 +87,10 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   private transient ValueState<Row> bucket;
   private transient Long firedMs;  // the timer Spark just fired (and already removed)
   private transient Map<Integer, Long> progressMovedMs;  // real-time mode: bucket -> when its progress moved
+  private transient Map<Integer, Held> held;  // real-time mode: bucket -> its state as this task knows it
+
+  /** A bucket's state as the task knows it, and the row last read from or written to its ValueState. */
+  private record Held(StateCodec.Bucket bucket, Row stored) {}
 
   BucketJoinProcessor(boolean latestMode, long retentionMs, BucketRows rows) {
     this(latestMode, retentionMs, rows, null);
@@ -95,6 +111,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
         VERSIONS, Encoders.STRING(), Encoders.row(StateCodec.USER), TTLConfig.NONE());
     bucket = getHandle().getValueState(BUCKET, Encoders.row(StateCodec.BUCKET), TTLConfig.NONE());
     progressMovedMs = new HashMap<>();
+    held = new HashMap<>();
   }
 
   @Override
@@ -178,8 +195,9 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
    */
   private List<Row> join(int key, Map<String, Input> input, List<Version> truncates, Long batchProgressMs,
       TimerValues timerValues) {
-    Row stored = bucket.get();
-    StateCodec.Bucket b = codec.decodeBucket(stored);
+    Held known = heldBucket(key);
+    Row stored = known.stored();
+    StateCodec.Bucket b = known.bucket();
     Long progress = b.progressMs;
     boolean moved = batchProgressMs != null && (progress == null || batchProgressMs > progress);
     if (moved) progress = batchProgressMs;
@@ -194,6 +212,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       if (expiry <= watermarkMs) due.add(user);
     });
     List<Row> out = new ArrayList<>();
+    boolean changed = false;  // whether the bucket's waiting events or expiries change (see the class comment)
     for (String user : due) {
       Input in = input.getOrDefault(user, Input.NONE);
       List<Click> waiting = b.pending.remove(user);
@@ -204,8 +223,10 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       if (quiet) {  // the model would only park the new clicks: no need to read the user's versions
         pending.addAll(in.clicks());
         b.pending.put(user, pending);
+        changed |= !in.clicks().isEmpty();
         continue;
       }
+      List<Click> was = pending.isEmpty() ? List.of() : new ArrayList<>(pending);
       List<Version> before = loadVersions(user);
       UserHistory history = new UserHistory(new ArrayList<>(before), pending);
       List<Enriched> joined = history.advance(in.changes(), in.clicks(), truncates, watermarkMs, retentionMs);
@@ -215,18 +236,42 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       Long next = history.nextExpiryMs(retentionMs);
       if (next == null) b.expiries.remove(user);
       else b.expiries.put(user, next);
+      changed |= !same(was, history.pending) || !Objects.equals(next, expiry);
       for (Enriched e : joined) out.add(rows.event(user, e, e.click().eventTimeMs() <= cdcMs, progress));
     }
     Long timer = timerMs(key, b.nextWakeup());
     reschedule(b.timerMs, timer);
+    changed |= !Objects.equals(timer, b.timerMs);
     b.timerMs = timer;
+    if (maxWaitMs != null && !changed) return out;  // see the class comment: progress_ms may lag
+    store(key, b, stored);
+    return out;
+  }
+
+  /** The bucket's state: the task's copy in real-time mode, else read from its ValueState. */
+  private Held heldBucket(int key) {
+    Held known = maxWaitMs == null ? null : held.get(key);
+    if (known != null) return known;
+    Row stored = bucket.get();
+    known = new Held(codec.decodeBucket(stored), stored);
+    if (maxWaitMs != null) held.put(key, known);
+    return known;
+  }
+
+  /** Writes the bucket's state where it changed, and keeps what was written as the task's copy. */
+  private void store(int key, StateCodec.Bucket b, Row stored) {
+    Row written = stored;
     if (b.isEmpty()) {
       if (stored != null) bucket.clear();
+      written = null;
     } else {
       Row encoded = codec.encodeBucket(b);
-      if (!encoded.equals(stored)) bucket.update(encoded);
+      if (!encoded.equals(stored)) {
+        bucket.update(encoded);
+        written = encoded;
+      }
     }
-    return out;
+    if (maxWaitMs != null) held.put(key, new Held(b, written));
   }
 
   /** Kafka Streams' KStream-KTable join: the latest version, nothing waits, no timers. */
@@ -246,6 +291,13 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   private void addChange(List<Row> out, String user, Version v) {
     Row change = rows.change(user, v);
     if (change != null) out.add(change);
+  }
+
+  /** Whether two lists hold the same events, in the same order. */
+  private static boolean same(List<Click> a, List<Click> b) {
+    if (a.size() != b.size()) return false;
+    for (int i = 0; i < a.size(); i++) if (a.get(i) != b.get(i)) return false;
+    return true;
   }
 
   private static boolean anyReady(List<Click> clicks, long watermarkMs) {

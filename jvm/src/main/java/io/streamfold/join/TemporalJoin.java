@@ -63,8 +63,9 @@ public final class TemporalJoin {
    * CDC source is read and parsed once per batch for the changes, the progress and the watermark alike.
    *
    * <p>perHeartbeat (real-time mode, where a partition ends only with its batch): the progress read so
-   * far is also fanned out at each progress row (a heartbeat) that moves it, right where it stands among
-   * the changes, so each bucket gets it after every change committed before it.
+   * far is also fanned out at a progress row (a heartbeat) that moves it, right where it stands among
+   * the changes, so each bucket gets it after every change committed before it: at every such heartbeat
+   * while the CDC topic is read live, at most once a second while a backlog is read (HeartbeatPacing).
    */
   static Dataset<Row> cdcRows(Dataset<Row> cdc, Fanout rows, boolean fanOutProgress) {
     return cdcRows(cdc, rows, fanOutProgress, false);
@@ -81,6 +82,7 @@ public final class TemporalJoin {
       private Row truncate;  // being fanned out, to truncateBucket and up
       private int truncateBucket = BUCKETS;
       private int heartbeatBucket = BUCKETS;  // a heartbeat's progress being fanned out, to this bucket and up
+      private final HeartbeatPacing pacing = new HeartbeatPacing();
 
       @Override
       public boolean hasNext() {
@@ -100,7 +102,8 @@ public final class TemporalJoin {
             next = rows.forBucket(r, 0);
           } else if (change || TaggedRow.REJECT.equals(k)) {
             next = r;
-          } else if (perHeartbeat && TaggedRow.PROGRESS.equals(k) && max > fanned) {
+          } else if (perHeartbeat && TaggedRow.PROGRESS.equals(k) && max > fanned
+              && pacing.fanOut(max, System.currentTimeMillis())) {
             fanned = max;
             heartbeatBucket = 1;
             next = rows.progress(0, max);
@@ -121,6 +124,29 @@ public final class TemporalJoin {
     // The progress rows hold nulls where CDC rows may have none (lsn, source): in micro-batches the union with
     // the ticks has made every column nullable already; in real-time mode there are no ticks.
     return cdc.mapPartitions(fanOut, Encoders.row(perHeartbeat ? nullable(cdc.schema()) : cdc.schema()));
+  }
+
+  /**
+   * Which heartbeats cdcRows fans out in real-time mode, each a row for every bucket (1,024 rows; at the
+   * connector's 200 ms heartbeat, more rows a second than the events themselves). A heartbeat read live
+   * (its progress within LIVE_MS of the wall clock) is fanned out at once: an event waiting for it leaves
+   * with it. One read from a backlog (a new checkpoint, a restart, a job behind) is fanned out only when
+   * BACKLOG_EVERY_MS have passed since the last fan-out: the backlog's heartbeats come in a burst, each
+   * superseding the one before, and fanning every one out made the CDC task the job's bottleneck (a
+   * backlog of 10 minutes holds 3,000 heartbeats: 3 million rows). Which heartbeat releases an event
+   * changes nothing in its row but cdc_progress_ms: every change before a heartbeat is read before it.
+   */
+  static final class HeartbeatPacing {
+    static final long LIVE_MS = 1_000;
+    static final long BACKLOG_EVERY_MS = 1_000;
+    private long fannedAtMs = Long.MIN_VALUE / 2;
+
+    /** Whether to fan out the progress of the heartbeat read now (its progress moved). */
+    boolean fanOut(long progressMs, long nowMs) {
+      if (progressMs < nowMs - LIVE_MS && nowMs - fannedAtMs < BACKLOG_EVERY_MS) return false;
+      fannedAtMs = nowMs;
+      return true;
+    }
   }
 
   /**

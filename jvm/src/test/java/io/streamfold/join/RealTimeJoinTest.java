@@ -12,6 +12,7 @@ import org.apache.spark.sql.streaming.ExpiredTimerInfo;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
+import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.StructType;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -35,9 +36,14 @@ class RealTimeJoinTest {
 
   @BeforeEach
   void start() {
+    handle = new InMemoryHandle();
+    nextTask();
+  }
+
+  /** A task's operator on the state so far (each batch's task has its own). */
+  void nextTask() {
     operator = new BucketJoinProcessor(false, 86_400_000L,
         new TableRows(SPECS.taggedRow(), SPECS.outputRows()), MAX_WAIT_MS);
-    handle = new InMemoryHandle();
     operator.setHandle(handle);
     operator.init(OutputMode.Append(), TimeMode.ProcessingTime());
   }
@@ -92,6 +98,11 @@ class RealTimeJoinTest {
     List<Row> events = new ArrayList<>();
     out.foreach(r -> "event".equals(r.getString(0)) ? events.add(r) : null);
     return events;
+  }
+
+  @SuppressWarnings("unchecked")
+  Row storedBucket() {
+    return ((ValueState<Row>) handle.states.get(BucketJoinProcessor.BUCKET)).get();
   }
 
   static Object get(Row r, String column) {
@@ -161,5 +172,58 @@ class RealTimeJoinTest {
     feed(progress(1_500), NOW);
     feed(click("e1", "u1", t), NOW);
     assertEquals(List.of(t + MAX_WAIT_MS), List.copyOf(handle.timers));
+  }
+
+  @Test
+  void aHeartbeatThatReleasesNothingWritesNoState() {
+    feed(progress(1_500), NOW);
+    Row written = storedBucket();
+    feed(progress(1_600), NOW + 200);
+    assertTrue(written == storedBucket(), "not written again");
+    assertEquals(1, feed(click("e1", "u1", 1_550), NOW + 300).size(), "the task's progress covers it");
+  }
+
+  @Test
+  void aNewTaskStartsFromTheStoredProgressAndWaitsForAHeartbeat() {
+    feed(progress(1_500), NOW);
+    feed(progress(1_600), NOW + 200);  // the task's, not stored
+    nextTask();
+    assertEquals(List.of(), feed(click("e1", "u1", 1_550), NOW + 300), "stored progress 1,500 does not cover it");
+    List<Row> released = feed(progress(1_600), NOW + 400);
+    assertEquals(1, released.size());
+    assertEquals(true, get(released.get(0), "complete"));
+    assertEquals(1_600L, get(released.get(0), "cdc_progress_ms"));
+  }
+
+  @Test
+  void aClickReleasedAtOnceWritesNoBucket() {
+    feed(change("u1", 1_000, 1, "asia"), NOW);
+    feed(progress(1_500), NOW);
+    Row written = storedBucket();
+    feed(progress(1_600), NOW + 50);  // the task's progress: the stored one lags it
+    assertEquals(List.of("asia"), feed(click("e1", "u1", 1_200), NOW + 100).stream()
+        .map(r -> get(r, "profile_regionid")).toList());
+    assertTrue(written == storedBucket(), "not written again");
+  }
+
+  @Test
+  void aParkedClickIsStoredForTheNextTask() {
+    feed(progress(1_500), NOW);
+    feed(click("e1", "u1", 2_000), NOW + 100);
+    nextTask();
+    assertEquals(List.of("e1"), feed(progress(2_000), NOW + 200).stream().map(r -> get(r, "event_id")).toList());
+  }
+
+  @Test
+  void aProfileChangeLeavingTheWaitingEventsWritesNoBucket() {
+    feed(progress(1_500), NOW);
+    feed(click("e1", "u1", 2_000), NOW);
+    feed(progress(1_600), NOW);  // the task's progress: the stored one lags it
+    Row written = storedBucket();
+    assertEquals(List.of(), feed(change("u1", 1_000, 1, "asia"), NOW));
+    assertTrue(written == storedBucket(), "not written again");
+    nextTask();
+    assertEquals(List.of("asia"), feed(progress(2_000), NOW + 100).stream()
+        .map(r -> get(r, "profile_regionid")).toList());
   }
 }
