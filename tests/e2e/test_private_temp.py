@@ -82,7 +82,14 @@ def test_the_jobs_temporary_files_are_private(streamfold_setup, tmp_path_factory
     generate.send_kafka(streamfold_setup.kafka_bootstrap, clicks, lambda _sent: None, sandbox.clicks_topic)
     with (sandbox.home / "job.log").open("a") as log:
         job = subprocess.Popen(
-            [sys.executable, "-m", "bench.job_runner", str(sandbox.home / "progress.jsonl"), "kafka"],
+            [
+                sys.executable,
+                "-m",
+                "bench.job_runner",
+                str(sandbox.home / "progress.jsonl"),
+                "kafka",
+                "micro_batch",
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=sandbox.env(),
