@@ -144,6 +144,10 @@ DEFAULT_TRIGGER = "500ms"
 # Real-time mode's batch: how often offsets and state commit (rows move as they arrive), and how much a
 # restart after a failure replays (docs/decisions/realtime-mode.md).
 DEFAULT_BATCH_DURATION = "30s"
+# Spark refuses a shorter real-time batch (at the query's start, in a stack trace) unless this setting of
+# its own is lowered.
+MIN_BATCH_DURATION_CONF = "spark.sql.streaming.realTimeMode.minBatchDuration"
+MIN_BATCH_DURATION_MS = 5_000
 
 
 def check_conf(conf: dict[str, str]) -> None:
@@ -168,6 +172,11 @@ def batch_duration_ms(conf: dict[str, str]) -> int:
         raise JobError(f"trigger.batch_duration: {exc}") from None
     if duration <= 0:
         raise JobError("trigger.batch_duration: must be > 0")
+    if duration < MIN_BATCH_DURATION_MS and MIN_BATCH_DURATION_CONF not in conf:
+        raise JobError(
+            f"trigger.batch_duration: at least {MIN_BATCH_DURATION_MS // 1000}s in real-time mode "
+            f"(Spark's {MIN_BATCH_DURATION_CONF} sets the minimum)"
+        )
     return duration
 
 

@@ -195,9 +195,11 @@ def test_realtime_mode_refuses_what_it_cannot_run_in_one_line():
 def test_realtime_batch_duration_defaults_to_30_s_and_parses():
     assert batch_duration_ms({}) == 30_000
     assert batch_duration_ms({"trigger.batch_duration": "5m"}) == 300_000
-    for bad in ("soon", "0s"):
+    for bad in ("soon", "0s", "4s"):  # Spark's minimum: 5 s
         with pytest.raises(JobError, match="trigger.batch_duration"):
             batch_duration_ms({"trigger.batch_duration": bad})
+    lowered = {"trigger.batch_duration": "1s", "spark.sql.streaming.realTimeMode.minBatchDuration": "1s"}
+    assert batch_duration_ms(lowered) == 1_000
 
 
 def test_a_new_real_time_checkpoint_gets_4_state_partitions_whatever_the_cores(spark, tmp_path, monkeypatch):
