@@ -1,19 +1,27 @@
 """kill -9 at random points while clicks and profile changes stream in: nothing lost, nothing doubled, in the
-enriched rows, the totals and the profile history."""
+enriched rows, the totals and the profile history; in micro-batches (Kafka and Kinesis) and in Spark's
+real-time mode."""
 
 from __future__ import annotations
 
 import random
+import signal
 import time
+from pathlib import Path
 
 import pytest
 
+from common import pipeline_file as pf
+from pipeline import topology
 from tests.support import pipeline as sp
 from tests.support.traffic import Traffic, add_users, kafka_sender, kinesis_sender
 
 pytestmark = pytest.mark.e2e
 
 KILLS = 3
+# A real-time batch commits the join's state and the sources' offsets this often: the kills fall before,
+# during and after commits.
+REALTIME_BATCH = "trigger.batch_duration=5s"
 
 
 @pytest.mark.parametrize("source", ["kafka", "kinesis"])
@@ -56,3 +64,51 @@ def test_kill_9_at_random_points_loses_and_doubles_nothing(source, pg, streamfol
         f"expected {len(want.rows)} rows, {len(want.dead)} dead letters; "
         f"{sp.batches(sandbox)} partitions of batches landed"
     )
+
+
+def commits(checkpoint: Path) -> int:
+    """The batches a query has committed."""
+    return sum(1 for _ in (checkpoint / "commits").glob("[0-9]*"))
+
+
+def test_kill_9_in_real_time_mode_loses_and_doubles_nothing(pg, streamfold_setup, tmp_path_factory):
+    sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, "sink_crash_realtime", tmp_path_factory.mktemp("rt"))
+    bootstrap = streamfold_setup.kafka_bootstrap
+    users = [f"crash-rt-{i}" for i in range(30)]
+    add_users(pg, users)
+    log = sandbox.home / "job.log"
+    checkpoint = sandbox.home / "checkpoints" / f"{pf.load().name}-kafka{topology.REALTIME_SUFFIX}"
+
+    def start():
+        return sandbox.start("kafka", log, conf=(REALTIME_BATCH,), mode=pf.REALTIME)
+
+    delays = [random.uniform(0, 8) for _ in range(KILLS)]
+    with Traffic(kafka_sender(bootstrap, sandbox.clicks_topic), pg, users):
+        for delay in delays:
+            # Killed after the restarted job has committed a batch: its state and offsets come back.
+            with sp.killed_after_a_batch(start, lambda: commits(checkpoint), 240):
+                time.sleep(delay)
+
+    want = sp.expected(
+        sandbox.inputs("kafka", bootstrap),
+        sp.profile_history(bootstrap),
+        sp.realtime_cdc_dead_letters(bootstrap),
+    )
+    job = start()  # the last run, in real-time mode too, until every record has landed
+    try:
+
+        def landed_while_running() -> bool:
+            assert job.poll() is None, log.read_text(errors="replace")[-4000:]
+            return sp.landed(sandbox, want)
+
+        sp.wait_until(landed_while_running, 300, "every record landed")
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(timeout=120) == 0
+    finally:
+        if job.poll() is None:
+            sp.kill9(job)
+    history = sp.profile_history(bootstrap)
+    with sandbox.connect() as conn:
+        sp.assert_matches(conn, want)  # nothing doubled: rows, totals and dead letters, each once
+        assert sp.stored_history(conn, users) == {u: history[u] for u in users if u in history}
+    print(f"real-time: kills after {[round(d, 1) for d in delays]} s; {commits(checkpoint)} batches")

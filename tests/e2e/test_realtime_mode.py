@@ -21,7 +21,7 @@ import uuid
 import psycopg
 import pytest
 
-from common import config, names
+from common import config
 from common import pipeline_file as pf
 from pipeline import topology
 from streamfold import generate
@@ -63,20 +63,6 @@ def story(pg: psycopg.Connection) -> list[tuple[str, bytes]]:
     ]
 
 
-def landed(sandbox: sp.Sandbox, want: sp.Expected) -> bool:
-    """Every event of `want` and every dead letter is in PostgreSQL."""
-    with sandbox.connect() as conn:
-        rows = sp.actual_rows(conn)
-        dead = {d for (d,) in conn.execute(f"SELECT dead_letter_id FROM {names.DEAD_LETTERS_TABLE}")}
-    return want.rows.keys() <= rows.keys() and want.dead <= dead
-
-
-def cdc_dead_letters(bootstrap: str) -> set[str]:
-    """The CDC topic's records the reference fold rejects (the query reads that topic from its start, with
-    the session's other tests' records; not Debezium's heartbeat topic)."""
-    return {d for d in sp.cdc_dead_letters(bootstrap) if d.startswith(f"kafka:{names.CDC_USERS_TOPIC}:")}
-
-
 def test_the_default_pipeline_lands_in_real_time_mode_while_its_batch_is_open(
     streamfold_setup: config.Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -90,7 +76,7 @@ def test_the_default_pipeline_lands_in_real_time_mode_while_its_batch_is_open(
 
     def landed_while_running(want: sp.Expected) -> bool:
         assert job.poll() is None, log.read_text(errors="replace")[-4000:]
-        return landed(sandbox, want)
+        return sp.landed(sandbox, want)
 
     try:
         with psycopg.connect(streamfold_setup.pg_dsn, autocommit=True) as pg:
@@ -100,7 +86,7 @@ def test_the_default_pipeline_lands_in_real_time_mode_while_its_batch_is_open(
         assert (len(records.rows), len(records.dead)) == (300 - 300 // 50 + 3, 300 // 50 + 2)
         sp.wait_until(lambda: landed_while_running(records), 240, "every event in PostgreSQL")
         # The join has read the CDC topic past the story's changes: the oracle reads them now.
-        want = sp.expected(inputs, sp.profile_history(bootstrap), cdc_dead_letters(bootstrap))
+        want = sp.expected(inputs, sp.profile_history(bootstrap), sp.realtime_cdc_dead_letters(bootstrap))
         sp.wait_until(lambda: landed_while_running(want), 60, "the CDC topic's dead letters")
         query = f"{pf.load().name}-kafka{topology.REALTIME_SUFFIX}"
         commits = sandbox.home / "checkpoints" / query / "commits"

@@ -244,6 +244,20 @@ def cdc_dead_letters(bootstrap: str) -> set[str]:
     return dead
 
 
+def realtime_cdc_dead_letters(bootstrap: str) -> set[str]:
+    """The CDC records a real-time query rejects: the CDC topic's (it reads that topic from its start, with
+    the session's other tests' records), not Debezium's heartbeat topic, which it does not read."""
+    return {d for d in cdc_dead_letters(bootstrap) if d.startswith(f"kafka:{names.CDC_USERS_TOPIC}:")}
+
+
+def landed(sandbox: Sandbox, want: Expected) -> bool:
+    """Every event of `want` and every dead letter is in PostgreSQL."""
+    with sandbox.connect() as conn:
+        rows = actual_rows(conn)
+        dead = {d for (d,) in conn.execute(f"SELECT dead_letter_id FROM {names.DEAD_LETTERS_TABLE}")}
+    return want.rows.keys() <= rows.keys() and want.dead <= dead
+
+
 def expected_region(history: dict[str, list[tuple[int, int, str | None]]], user: str, t: int) -> str:
     versions = history.get(user, [])
     i = bisect.bisect_right(versions, (t, 2**63, "\uffff")) - 1
