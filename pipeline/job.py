@@ -284,7 +284,7 @@ def run(
             # is, waiting on the query), that would break the Py4J connection and end Ctrl-C in a traceback.
             signal.signal(signal.SIGTERM, stop)
             signal.signal(signal.SIGINT, stop)
-        status_files.write_job(state, source, spark)
+        status_files.write_job(state, source, pf.REALTIME if realtime else pf.MICRO_BATCH, spark)
         if realtime:
             name, start = realtime_query(spark, settings, join, registry, checkpoints, conf)
         else:
@@ -303,11 +303,11 @@ def run(
                 waiting = status_files.WaitingClicks(state, checkpoints / name, echo)
 
                 def on_poll() -> None:
-                    # A real-time batch is one long phase, and its state is committed only at its end:
-                    # neither figure says anything there yet (docs/decisions/realtime-mode.md).
+                    # A real-time batch is one long phase by design: no stall to report there. The waiting
+                    # count reads the state its last batch committed, in either mode.
                     if not realtime:
                         stalls.check(spark.streams.active)
-                        waiting.refresh(spark)
+                    waiting.refresh(spark)
 
                 stop.wait(spark, on_poll)
                 if stop.signal is not None:

@@ -1,7 +1,7 @@
 """What a running job tells `streamfold status` (streamfold/status.py), as small JSON files it rewrites.
 
 $STREAMFOLD_HOME/status/
-  job.json         pid, source, start time, Spark UI URL (Prometheus metrics under it)
+  job.json         pid, source, mode, start time, Spark UI URL (Prometheus metrics under it)
   <query>.json     the query's last StreamingQueryProgress (batch duration, rows/s, state rows, ...),
                    written by the JVM listener io.streamfold.status.ProgressListener
   join.json        clicks waiting in the join's committed state, counted when `streamfold status` asks
@@ -52,11 +52,11 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def write_job(home: Path, source: str, spark: SparkSession) -> None:
+def write_job(home: Path, source: str, mode: str, spark: SparkSession) -> None:
     ui = spark.sparkContext.uiWebUrl
     write_json(
         status_dir(home) / JOB_FILE,
-        {"pid": os.getpid(), "source": source, "started_ms": now_ms(), "spark_ui": ui},
+        {"pid": os.getpid(), "source": source, "mode": mode, "started_ms": now_ms(), "spark_ui": ui},
     )
 
 

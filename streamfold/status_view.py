@@ -64,8 +64,10 @@ def job_line(job: Any) -> str:
         return f"job: {message}"
     state = "[green]running[/]" if job["running"] else "[red]not running[/]"
     metrics = f", Prometheus {job['prometheus']}" if job["running"] and job.get("prometheus") else ""
+    mode = f", mode {job['mode']}" if job.get("mode") else ""
     return (
-        f"job: {state} (pid {job['pid']}, source {job['source']}, started {ago(job['started_ms'])}){metrics}"
+        f"job: {state} (pid {job['pid']}, source {job['source']}{mode}, started {ago(job['started_ms'])})"
+        f"{metrics}"
     )
 
 

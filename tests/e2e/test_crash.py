@@ -71,6 +71,19 @@ def commits(checkpoint: Path) -> int:
     return sum(1 for _ in (checkpoint / "commits").glob("[0-9]*"))
 
 
+def caught_up(sandbox: sp.Sandbox, query: str, since_ms: float) -> bool:
+    """Whether `streamfold status` says the running real-time job's query has processed the events topic to
+    its end (the CDC topic's heartbeats never end), and has counted no event waiting in the join after
+    since_ms."""
+    figures = sandbox.status()
+    assert figures["job"]["running"] and figures["job"]["mode"] == pf.REALTIME, figures["job"]
+    rows = figures["kafka_lag"]
+    lag = [r["lag"] for r in rows if r["query"] == query and r["topic"] == sandbox.clicks_topic]
+    waiting = figures["join_waiting"]
+    counted = waiting is not None and waiting["as_of_ms"] >= since_ms
+    return bool(lag) and sum(lag) == 0 and counted and waiting["clicks"] == 0
+
+
 def test_kill_9_in_real_time_mode_loses_and_doubles_nothing(pg, streamfold_setup, tmp_path_factory):
     sandbox = sp.make_sandbox(streamfold_setup.pg_dsn, "sink_crash_realtime", tmp_path_factory.mktemp("rt"))
     bootstrap = streamfold_setup.kafka_bootstrap
@@ -102,6 +115,10 @@ def test_kill_9_in_real_time_mode_loses_and_doubles_nothing(pg, streamfold_setup
             return sp.landed(sandbox, want)
 
         sp.wait_until(landed_while_running, 300, "every record landed")
+        landed_ms = time.time() * 1000
+        # `streamfold status` reads the real-time query: its offsets at the topics' ends and nothing waiting
+        # in the join, once a batch has committed after the last record landed.
+        sp.wait_until(lambda: caught_up(sandbox, checkpoint.name, landed_ms), 120, "status: caught up")
         job.send_signal(signal.SIGTERM)
         assert job.wait(timeout=120) == 0
     finally:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,19 +23,6 @@ from tests.support import pipeline as sp
 pytestmark = pytest.mark.e2e
 
 QUERY = "clicks-kafka"
-
-
-def status(sandbox: sp.Sandbox, **env: str) -> dict[str, Any]:
-    result = subprocess.run(
-        [sys.executable, "-m", "streamfold", "status", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=sandbox.env(**env),
-        cwd=sp.ROOT,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
 
 
 def clicks_lag(sandbox: sp.Sandbox, figures: dict[str, Any]) -> int:
@@ -57,7 +42,7 @@ def send_clicks(sandbox: sp.Sandbox, bootstrap: str, count: int, seed: int, bad:
 
 def waiting_after(sandbox: sp.Sandbox, since_ms: int) -> int | None:
     """The join's waiting count, once the job has counted it after `since_ms` and the lag is 0."""
-    figures = status(sandbox)
+    figures = sandbox.status()
     waiting = figures["join_waiting"]
     if clicks_lag(sandbox, figures) or not waiting or waiting["as_of_ms"] < since_ms:
         return None
@@ -73,14 +58,14 @@ def test_status_reports_lag_waiting_clicks_dead_letters_and_connector(pg, stream
     try:
         send_clicks(sandbox, bootstrap, 20, seed=501, bad=3)
         sp.wait_until(
-            lambda: status(sandbox)["queries"].get(QUERY, {}).get("committed_batch") is not None,
+            lambda: sandbox.status()["queries"].get(QUERY, {}).get("committed_batch") is not None,
             240,
             "a committed batch",
         )
-        sp.wait_until(lambda: clicks_lag(sandbox, status(sandbox)) == 0, 180, "the job to catch up")
+        sp.wait_until(lambda: clicks_lag(sandbox, sandbox.status()) == 0, 180, "the job to catch up")
         # Heartbeats every 200 ms: once the first (slow) batches are behind it, CDC progress stays fresh.
-        sp.wait_until(lambda: status(sandbox)["cdc_progress"]["age_s"] < 15, 180, "fresh CDC progress")
-        figures = status(sandbox)
+        sp.wait_until(lambda: sandbox.status()["cdc_progress"]["age_s"] < 15, 180, "fresh CDC progress")
+        figures = sandbox.status()
         assert figures["job"]["running"] and figures["job"]["source"] == "kafka"
         assert figures["connector"]["state"] == "RUNNING", figures["connector"]
         query = figures["queries"][QUERY]
@@ -108,7 +93,7 @@ def test_status_reports_lag_waiting_clicks_dead_letters_and_connector(pg, stream
             sp.wait_until(
                 lambda: waiting_after(sandbox, sent_ms) == before + 25, 120, "25 more clicks waiting"
             )
-            figures = status(sandbox)
+            figures = sandbox.status()
             assert "error" in figures["connector"], figures["connector"]
             assert figures["cdc_progress"]["age_s"] >= 3, figures["cdc_progress"]
         finally:
@@ -125,11 +110,11 @@ def test_status_reports_lag_waiting_clicks_dead_letters_and_connector(pg, stream
     assert job.returncode == 0, log.read_text()[-3000:]
 
     # The job stopped: the lag is exactly what arrived since.
-    figures = status(sandbox)
+    figures = sandbox.status()
     assert not figures["job"]["running"]
     assert clicks_lag(sandbox, figures) == 0
     send_clicks(sandbox, bootstrap, 30, seed=503)
-    assert clicks_lag(sandbox, status(sandbox)) == 30
+    assert clicks_lag(sandbox, sandbox.status()) == 30
 
 
 def test_status_counts_kinesis_records_behind(streamfold_setup, tmp_path):
@@ -138,7 +123,7 @@ def test_status_counts_kinesis_records_behind(streamfold_setup, tmp_path):
     stream = kinesis.client()
     records = [(c["userid"], json.dumps(c).encode()) for c in clicks(ClickSpec(count=20, users=5, seed=504))]
     kinesis.put_records(stream, sandbox.stream(), records)
-    rows = status(sandbox)["kinesis_lag"]
+    rows = sandbox.status()["kinesis_lag"]
     assert rows and all(r["query"] == "clicks-kinesis" for r in rows), rows
     assert sum(r["records_behind"] for r in rows) == 20, rows
     assert all(isinstance(r["millis_behind_latest"], int) for r in rows), rows
@@ -177,12 +162,12 @@ def test_a_paused_connector_shows_in_the_slot_and_the_jobs_log(streamfold_setup,
     try:
         send_clicks(sandbox, bootstrap, 10, seed=601)
         sp.wait_until(
-            lambda: status(sandbox)["queries"].get(QUERY, {}).get("committed_batch") is not None,
+            lambda: sandbox.status()["queries"].get(QUERY, {}).get("committed_batch") is not None,
             240,
             "a committed batch",
         )
-        sp.wait_until(lambda: clicks_lag(sandbox, status(sandbox)) == 0, 180, "the job to catch up")
-        slot = status(sandbox)["replication_slot"]
+        sp.wait_until(lambda: clicks_lag(sandbox, sandbox.status()) == 0, 180, "the job to catch up")
+        slot = sandbox.status()["replication_slot"]
         assert slot["exists"] and slot["active"] and slot["wal_status"] == "reserved", slot
         assert slot["max_slot_wal_keep_size_bytes"] == 4096 * MIB and slot["safe_wal_size_bytes"] > 0, slot
         assert slot["warnings"] == [] and slot["warn_bytes"] == 1024 * MIB, slot
@@ -190,7 +175,7 @@ def test_a_paused_connector_shows_in_the_slot_and_the_jobs_log(streamfold_setup,
         pause_connector(connect_url, "pause")
         try:
             sp.wait_until(lambda: connector_state(connect_url) == "PAUSED", 60, "the connector paused")
-            held = status(sandbox)["replication_slot"]["retained_wal_bytes"]
+            held = sandbox.status()["replication_slot"]["retained_wal_bytes"]
             # WAL of another database of the cluster: the slot keeps it, Debezium publishes none of it. (Not
             # pg_logical_emit_message: Debezium publishes those to `cdc.message`, a topic that does not
             # exist, and its task fails.)
@@ -200,7 +185,7 @@ def test_a_paused_connector_shows_in_the_slot_and_the_jobs_log(streamfold_setup,
                 conn.execute(
                     "INSERT INTO wal_filler SELECT repeat('x', 1000) FROM generate_series(1, %s)", (rows,)
                 )
-            figures = status(sandbox, STREAMFOLD_SLOT_WAL_WARN_MB="4")
+            figures = sandbox.status(STREAMFOLD_SLOT_WAL_WARN_MB="4")
             slot = figures["replication_slot"]
             assert slot["retained_wal_bytes"] >= held + WAL_WRITTEN, (held, slot)
             assert slot["warn_bytes"] == 4 * MIB and slot["wal_status"] == "reserved", slot
@@ -227,7 +212,7 @@ def test_a_paused_connector_shows_in_the_slot_and_the_jobs_log(streamfold_setup,
         connector_setup.wait_until_running(connect_url, names.CONNECTOR_NAME, timeout_s=180)
 
         def slot_healthy() -> bool:
-            slot = status(sandbox)["replication_slot"]
+            slot = sandbox.status()["replication_slot"]
             return bool(slot["active"]) and slot["warnings"] == []
 
         sp.wait_until(slot_healthy, 180, "Debezium to hold its slot again")

@@ -9,6 +9,7 @@ with a plain sort-and-search, independent of the Spark operator.
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import signal
 import subprocess
@@ -98,6 +99,19 @@ class Sandbox:
         )
         assert result.returncode == 0, result.stderr[-4000:]
         return result
+
+    def status(self, **env: str) -> dict[str, Any]:
+        """`streamfold status --json` of the sandbox's home."""
+        result = subprocess.run(
+            [sys.executable, "-m", "streamfold", "status", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=self.env(**env),
+            cwd=ROOT,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        return json.loads(result.stdout)
 
     def start(
         self, source: str, log: Path, conf: tuple[str, ...] = (), mode: str | None = None, **env: str
