@@ -25,7 +25,10 @@ import org.apache.spark.sql.types.StructType;
  * event field). Every change, truncate and reject passes on to the next stage as it came; CDC progress rows
  * reach the first stage only, which holds every event (one with no key too) until progress passes it, while
  * a later stage takes the progress that released each event (progressWith) and joins an event with no key
- * with nothing at once. A released event comes out with this join's
+ * with nothing at once. In Spark's real-time mode (realTime) a later stage takes CDC progress rows instead:
+ * each stage but the last passes every progress row it gets on to the same bucket of the next stage
+ * (progressOut), and a later stage keeps its own progress, as the first does (TemporalJoin.stagesRealTime
+ * says why). A released event comes out with this join's
  * columns (if_missing applied), its valid_from, whether all of it is known, and the keys the later joins
  * of a chain read from the raw version it found (ForeignKey: before if_missing, in the fold's key text).
  * Every other value of the event (its fields, what earlier stages wrote) waits with it in the bucket's state.
@@ -66,17 +69,24 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
    * progress that released it its own.
    */
   private final boolean first;
+  /**
+   * Real-time mode: a later stage learns CDC progress from the progress rows the stage before passes on
+   * (its own bucket's), not from the events; forwards: this stage passes them on (every stage but the last).
+   */
+  private final boolean realTime, forwards;
   /** The key of the events the first stage holds that look up nothing (a key text is never null). */
   static final String NO_KEY = "\u0000none";
 
   /** The stage a spec's JSON text describes (see the class comment), over rows of `schema`. */
   static StageRows of(StructType schema, String json, boolean first) {
-    return new StageRows(schema, object(JoinSpec.parseJson(json), "a stage"), first);
+    return new StageRows(schema, object(JoinSpec.parseJson(json), "a stage"), first, false, false);
   }
 
-  private StageRows(StructType schema, Map<?, ?> spec, boolean first) {
+  private StageRows(StructType schema, Map<?, ?> spec, boolean first, boolean realTime, boolean forwards) {
     this.schema = schema;
     this.first = first;
+    this.realTime = realTime;
+    this.forwards = forwards;
     table = text(spec.get("table"), "table");
     width = schema.size();
     kind = schema.fieldIndex("kind");
@@ -169,13 +179,13 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
 
   @Override
   public Long progressWith(Row r) {
-    if (first || !TaggedRow.EVENT.equals(r.getString(kind)) || r.isNullAt(cdcProgress)) return null;
+    if (first || realTime || !TaggedRow.EVENT.equals(r.getString(kind)) || r.isNullAt(cdcProgress)) return null;
     return r.getLong(cdcProgress);
   }
 
   @Override
   public boolean keepsProgress() {
-    return first;
+    return first || realTime;
   }
 
   @Override
@@ -276,10 +286,14 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
     return RowFactory.create(values);
   }
 
-  /** None: a later stage learns CDC progress from the events the first released (progressWith). */
+  /**
+   * In micro-batches none: a later stage learns CDC progress from the events the first released
+   * (progressWith). In real-time mode the progress row for the same bucket of the next stage (none after
+   * the last).
+   */
   @Override
   public Row progressOut(int forBucket, long progressMs) {
-    return null;
+    return forwards ? progress(forBucket, progressMs) : null;
   }
 
   @Override
@@ -337,11 +351,13 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
     return JoinSpec.text(value, what);
   }
 
-  /** Every stage of a {"stages": [each stage's spec, in the plan's order]} JSON text. */
-  static List<StageRows> all(StructType schema, String json) {
+  /** Every stage of a {"stages": [each stage's spec, in the plan's order]} JSON text; realTime: Spark's real-time mode. */
+  static List<StageRows> all(StructType schema, String json, boolean realTime) {
+    List<?> specs = JoinSpec.list(object(JoinSpec.parseJson(json), "the stages"), "stages");
     List<StageRows> stages = new ArrayList<>();
-    for (Object stage : JoinSpec.list(object(JoinSpec.parseJson(json), "the stages"), "stages")) {
-      stages.add(new StageRows(schema, object(stage, "a stage"), stages.isEmpty()));
+    for (Object stage : specs) {
+      boolean last = stages.size() == specs.size() - 1;
+      stages.add(new StageRows(schema, object(stage, "a stage"), stages.isEmpty(), realTime, realTime && !last));
     }
     return stages;
   }

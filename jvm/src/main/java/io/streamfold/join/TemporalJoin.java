@@ -4,6 +4,7 @@ import java.io.Serializable;
 import java.util.Iterator;
 import java.util.List;
 import java.util.NoSuchElementException;
+import java.util.function.Function;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Dataset;
@@ -216,9 +217,32 @@ public final class TemporalJoin {
    * carries its progress to the later ones (StageRows). Event time only.
    */
   public static Dataset<Row> stages(Dataset<Row> events, Dataset<Row> cdc, long retentionMs, String stagesJson) {
-    List<StageRows> stages = StageRows.all(events.schema(), stagesJson);
+    List<StageRows> stages = StageRows.all(events.schema(), stagesJson, false);
+    return chained(events.union(cdcRows(cdc, stages.get(0), true)), stages,
+        stage -> new BucketJoinProcessor(false, retentionMs, stage), TimeMode.EventTime());
+  }
+
+  /**
+   * stages for Spark's real-time mode, as applyRealTime is apply's: `cdc` carries no watermark, CDC progress
+   * reaches every bucket of the first stage at each heartbeat (cdcRows, perHeartbeat), and join.max_wait
+   * and version expiry run on processing-time timers. A later stage cannot take the progress an event
+   * brings: read row by row, the event may reach it before a change of its table committed before that
+   * progress, which passes through another partition of the stage before. So each stage but the last
+   * passes the progress each of its buckets gets on to the same bucket of the next stage (StageRows): a
+   * change keeps its bucket through every stage, so a bucket's changes and progress travel one path in
+   * order, and a later stage releases an event once its own bucket's progress covers it, as the first does.
+   */
+  public static Dataset<Row> stagesRealTime(
+      Dataset<Row> events, Dataset<Row> cdc, long retentionMs, long maxWaitMs, String stagesJson) {
+    List<StageRows> stages = StageRows.all(events.schema(), stagesJson, true);
+    return chained(events.union(cdcRows(cdc, stages.get(0), true, true)), stages,
+        stage -> new BucketJoinProcessor(false, retentionMs, stage, maxWaitMs), TimeMode.ProcessingTime());
+  }
+
+  /** The stream through one operator per stage, in order, each keyed by a bucket of the stage's key. */
+  private static Dataset<Row> chained(Dataset<Row> stream, List<StageRows> stages,
+      Function<StageRows, BucketJoinProcessor> operator, TimeMode timeMode) {
     UserDefinedFunction bucketOf = functions.udf((UDF1<String, Integer>) TaggedRow::bucketOf, DataTypes.IntegerType);
-    Dataset<Row> stream = events.union(cdcRows(cdc, stages.get(0), true));
     for (StageRows stage : stages) {
       Column isEvent = functions.col("kind").equalTo(TaggedRow.EVENT);
       Column key = functions.when(isEvent, functions.col(stage.keyColumn())).otherwise(functions.col("key"));
@@ -229,8 +253,7 @@ public final class TemporalJoin {
       stream = keyed
           .groupBy(functions.col("bucket"))
           .as(Encoders.INT(), Encoders.row(keyed.schema()))
-          .transformWithState(new BucketJoinProcessor(false, retentionMs, stage), TimeMode.EventTime(),
-              OutputMode.Append(), Encoders.row(keyed.schema()));
+          .transformWithState(operator.apply(stage), timeMode, OutputMode.Append(), Encoders.row(keyed.schema()));
     }
     return stream;
   }
