@@ -22,6 +22,7 @@ from pyspark.sql.streaming import StreamingQuery
 from rich.markup import escape
 
 from common import pipeline_file as pf
+from common import plan
 from common.config import Settings
 from common.versions import moved_live
 from db import pipeline_schema, schema, versions
@@ -191,11 +192,6 @@ def check_realtime(pipeline: pf.Pipeline, source: str, once: bool, conf: dict[st
         raise JobError(
             "--once runs micro-batches (a real-time batch has no planned end): drop --mode realtime"
         )
-    if pipeline.tables:
-        raise JobError(
-            "--mode realtime joins the profile table only: a pipeline file with `tables` runs with "
-            "--mode micro_batch"
-        )
     if pipeline.outputs.format == "avro" and pipeline.aggregates:
         raise JobError(
             "--mode realtime publishes JSON aggregate topics only: with outputs.format avro and aggregates, "
@@ -275,7 +271,7 @@ def run(
         status = {spark_session.STATUS_DIR_CONF: str(status_files.status_dir(settings.home))}
         session_conf = {**conf, **status}
         if realtime:
-            session_conf = spark_session.realtime_conf(session_conf)
+            session_conf = spark_session.realtime_conf(session_conf, len(plan.of(settings.pipeline).joins))
         spark = spark_session.session(f"streamfold-{source}", session_conf)
         if not once:
             # `docker compose stop` and process managers send SIGTERM, people Ctrl-C: stop the query
@@ -351,7 +347,7 @@ def partition_new_checkpoint(
 ) -> None:
     """A new checkpoint gets as many state partitions as Spark has cores (at least 4), unless --conf names
     them; in real-time mode 4, since each of its tasks holds a task slot for a whole batch, the sources'
-    beside the join's (pipeline/spark.py REALTIME_LOCAL_MASTER). An existing one keeps its own: Spark
+    beside the join's (pipeline/spark.py realtime_local_master). An existing one keeps its own: Spark
     restores the number from the checkpoint's offset log (a checkpoint whose first batch never wrote its
     offsets is new to Spark too)."""
     logged = any(f.name.isdigit() for f in (checkpoint / "offsets").glob("*"))  # offsets/<batch id>

@@ -120,16 +120,23 @@ REALTIME = {
     "spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
 }
 # A real-time batch runs all its stages at once, each task holding its slot for the whole batch: one per
-# source partition (the events topic's and the CDC topic's) plus one per state partition. local[*] on a
-# small machine has too few; these threads cover topics of up to 12 partitions over 4 state partitions.
-REALTIME_LOCAL_MASTER = "local[16]"
+# source partition (the events topic's and the CDC topic's) plus one per state partition of each stateful
+# operator (one per table a file joins). local[*] on a small machine has too few; REALTIME_SOURCE_SLOTS
+# threads cover topics of up to 12 partitions, beside 4 state partitions per join: local[16] for one table.
+REALTIME_SOURCE_SLOTS = 12
 
 
-def realtime_conf(conf: dict[str, str]) -> dict[str, str]:
+def realtime_local_master(joins: int) -> str:
+    """A local master with a task slot for every task of a real-time batch joining `joins` tables."""
+    return f"local[{REALTIME_SOURCE_SLOTS + MIN_STATE_PARTITIONS * joins}]"
+
+
+def realtime_conf(conf: dict[str, str], joins: int = 1) -> dict[str, str]:
     """The session's settings for real-time mode, under conf's own: REALTIME, and a local master with
-    enough task slots unless one is chosen (--conf spark.master or STREAMFOLD_SPARK_MASTER)."""
+    enough task slots for `joins` stateful operators unless one is chosen (--conf spark.master or
+    STREAMFOLD_SPARK_MASTER)."""
     chosen = conf.get("spark.master") or config.lookup("STREAMFOLD_SPARK_MASTER", "")
-    slots = {} if chosen else {"spark.master": REALTIME_LOCAL_MASTER}
+    slots = {} if chosen else {"spark.master": realtime_local_master(joins)}
     return {**REALTIME, **slots, **conf}
 
 

@@ -130,11 +130,15 @@ def _next_hops(joins: tuple[plan.TableJoin, ...], j: int) -> list[dict[str, Any]
     ]
 
 
-def join_tables(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: Pipeline) -> DataFrame:
+def join_tables(
+    events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: Pipeline, realtime: bool = False
+) -> DataFrame:
     """Events as pipeline/temporal_join.py temporal_join takes them (rejects may ride along) and the fold
     of every table (cdc_fold.fold_tables) -> the last stage's rows (stage_schema): each event once with every
     join's columns, each reject once, and every change and truncate the stages passed on.
-    Event time only."""
+    Event time only. realtime: for Spark's real-time mode, as temporal_join's: no watermark, the stages on
+    processing-time timers for join.max_wait and version expiry, CDC progress passed from each stage's
+    bucket to the same bucket of the next (TemporalJoin.stagesRealTime)."""
     if cfg.mode == LATEST:
         raise ValueError(
             "join.mode latest joins the profile table only: a file with `tables` joins at event time"
@@ -146,13 +150,16 @@ def join_tables(events: DataFrame, cdc: DataFrame, cfg: JoinConfig, pipeline: Pi
     wide = stage_schema(pipeline)
     tagged_cdc = _tag_cdc(_observe_drift(cdc, pipeline), plan.of(pipeline), wide, buckets)
     tagged_cdc = tagged_cdc.observe(CDC_PROGRESS_METRIC, F.max("progress_ms").alias("progress_ms"))
-    tagged_cdc = watermarked(spark, tagged_cdc, wide, cfg.max_wait_ms)
-    joined = jvm.io.streamfold.join.TemporalJoin.stages(
-        _tag_events(events, pipeline, wide, buckets)._jdf,
-        tagged_cdc._jdf,
-        cfg.version_retention_ms,
-        json.dumps(stages_spec(pipeline)),
-    )
+    operator = jvm.io.streamfold.join.TemporalJoin
+    tagged_events = _tag_events(events, pipeline, wide, buckets)._jdf
+    spec = json.dumps(stages_spec(pipeline))
+    if realtime:
+        joined = operator.stagesRealTime(
+            tagged_events, tagged_cdc._jdf, cfg.version_retention_ms, cfg.max_wait_ms, spec
+        )
+    else:
+        tagged_cdc = watermarked(spark, tagged_cdc, wide, cfg.max_wait_ms)
+        joined = operator.stages(tagged_events, tagged_cdc._jdf, cfg.version_retention_ms, spec)
     return DataFrame(joined, spark)
 
 

@@ -75,15 +75,13 @@ def enrich(
     """Steps 2 and 3, whatever the sources: raw events (event_id, source, payload, now_ms) and raw CDC records
     (topic, key, value, event_id, written_ms) -> the join's output (records.join_output(pipeline)).
     registry: where Avro events' schemas are read (events.registry_for), None for JSON events.
-    realtime: the join for Spark's real-time mode (temporal_join); a file with `tables` has none yet."""
+    realtime: the join for Spark's real-time mode (temporal_join, stages.join_tables)."""
     resolved = plan.of(pipeline)
     parsed = events.parse(raw_clicks, resolved.event_spec, registry)  # events, and rejects with their error
     cdc_registry = cdc_fold.avro_registry(pipeline)  # cdc.format avro: Avro change events
-    if pipeline.tables and realtime:
-        raise ValueError("a pipeline file with `tables` runs in micro-batches only")
     if pipeline.tables:  # one stage per join (pipeline/stages.py); a one-table file keeps its one operator
         folded = cdc_fold.fold_tables(cdc_raw, cdc_fold.tables_spec(pipeline), cdc_registry)
-        return stages.outputs(stages.join_tables(parsed, folded, join, pipeline), pipeline)
+        return stages.outputs(stages.join_tables(parsed, folded, join, pipeline, realtime), pipeline)
     changes = cdc_fold.fold(cdc_raw, resolved.profile_spec, cdc_registry)  # changes, progress, rejects
     # Rejects and changes ride through the join operator, so each source is read and parsed once per batch.
     # enriched clicks, dead letters, changelog rows

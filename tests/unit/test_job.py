@@ -183,13 +183,11 @@ def test_realtime_mode_refuses_what_it_cannot_run_in_one_line():
         with pytest.raises(JobError, match=expected) as refused:
             check_realtime(default, source, once, {})
         assert "\n" not in str(refused.value)
-    parcels = pf.load(ROOT / "examples" / "parcels" / "pipeline.yaml")
-    with pytest.raises(JobError, match="a pipeline file with `tables` runs with --mode micro_batch"):
-        check_realtime(parcels, "kafka", False, {})
     avro = default.model_copy(update={"outputs": default.outputs.model_copy(update={"format": "avro"})})
     with pytest.raises(JobError, match="publishes JSON aggregate topics only"):
         check_realtime(avro, "kafka", False, {})
     check_realtime(default, "kafka", False, {})  # the default pipeline runs in real-time mode
+    check_realtime(pf.load(ROOT / "examples" / "parcels" / "pipeline.yaml"), "kafka", False, {})  # tables too
 
 
 def test_realtime_batch_duration_defaults_to_30_s_and_parses():
@@ -204,7 +202,7 @@ def test_realtime_batch_duration_defaults_to_30_s_and_parses():
 
 def test_a_new_real_time_checkpoint_gets_4_state_partitions_whatever_the_cores(spark, tmp_path, monkeypatch):
     # Real-time mode's tasks hold their slots for a whole batch, the sources' beside the join's: the state
-    # partitions must not take every slot of REALTIME_LOCAL_MASTER.
+    # partitions must not take every slot of realtime_local_master.
     monkeypatch.setattr(job.spark_session, "state_partitions", lambda _spark: 16)
     said: list[str] = []
     try:

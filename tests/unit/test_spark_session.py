@@ -51,6 +51,15 @@ def test_the_master_is_conf_then_streamfold_spark_master_then_local(monkeypatch,
     assert spark_session.settings()["spark.executorEnv.STREAMFOLD_SINK_RETRY_S"] == "30"
 
 
+def test_real_time_mode_gets_a_task_slot_for_each_joins_state_partitions(monkeypatch, tmp_path: Path):
+    # A real-time batch holds a slot per source partition and per state partition of every join's operator.
+    monkeypatch.setenv("STREAMFOLD_HOME", str(tmp_path))  # no stack.env there
+    monkeypatch.delenv("STREAMFOLD_SPARK_MASTER", raising=False)
+    assert spark_session.realtime_conf({})["spark.master"] == "local[16]"
+    assert spark_session.realtime_conf({}, joins=3)["spark.master"] == "local[24]"
+    assert spark_session.realtime_conf({"spark.master": "local[4]"}, joins=3)["spark.master"] == "local[4]"
+
+
 def test_executors_get_the_drivers_code_as_a_zip(tmp_path: Path):
     with zipfile.ZipFile(spark_session.code_zip(tmp_path)) as archive:
         shipped = set(archive.namelist())
