@@ -6,7 +6,8 @@ to the millisecond around the commit times Debezium recorded (an event a millise
 the old version, one at it the new); a dangling and a null foreign key join the columns' if_missing and are
 complete; a deleted row joins nothing from its commit on. The profile's history, profile_at and changelog
 hold each parcel version the join stored, as for a one-table file; each further table has its own history,
-view and function."""
+view and function. Then the same file in real-time mode (`run --mode realtime`) lands the Kafka scans again,
+joined alike."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from common import config, plan
 from common import pipeline_file as pf
 from tests.e2e.test_own_pipeline_story import produce
 from tests.support import own_pipeline as own
+from tests.support import pipeline as sp
 from tests.support.kafka import read_all
 
 pytestmark = pytest.mark.e2e
@@ -202,3 +204,41 @@ def test_three_tables_join_each_at_the_events_time(parcels: own.OwnPipeline, str
     for topic in (plan.of(p).cdc_topic, plan.of(p).enriched_topic):
         raw = b"".join(m.raw_value or b"" for m in read_all(bootstrap, topic))
         assert raw and b"example.com" not in raw and b"Edna" not in raw and b"+49" not in raw, topic
+    in_real_time_mode_the_kafka_scans_land_joined_alike(parcels, want)
+
+
+def in_real_time_mode_the_kafka_scans_land_joined_alike(
+    parcels: own.OwnPipeline, want: dict[str, tuple[Any, ...]]
+) -> None:
+    """The same file and scans through `run --mode realtime` (a query and checkpoint of its own, from the
+    topics' first records): the enriched and aggregate tables emptied first, each Kafka scan lands again
+    once, joined as in micro-batches, and the totals equal a GROUP BY."""
+    p = parcels.pipeline
+    resolved = plan.of(p)
+    with parcels.connect() as conn:
+        for table in (resolved.enriched_table, *(a.table for a in resolved.aggregates)):
+            conn.execute(f"DELETE FROM {table}")
+    log = parcels.home / "realtime.log"
+    job = parcels.start("kafka", log, "--mode", "realtime", "--conf=trigger.batch_duration=30m")
+    complete = resolved.names.complete
+    query = (
+        f"SELECT status, parcel_service, sender_country, sender_tier, depot_city, depot_region, {complete} "
+        f"FROM {resolved.enriched_table}"
+    )
+
+    def landed() -> list[tuple[Any, ...]] | None:
+        assert job.poll() is None, log.read_text(errors="replace")[-4000:]
+        with parcels.connect() as conn:
+            rows = conn.execute(query).fetchall()
+        return rows if len(rows) >= len(want) else None
+
+    try:
+        rows = sp.wait_until_value(landed, 300, "the Kafka scans in real-time mode")
+        with parcels.connect() as conn:  # a row's totals land in its own transaction
+            assert_totals_group_the_enriched_rows(conn, p)
+        assert len(rows) == len(want), rows
+        assert {r[0]: r[1:] for r in rows} == want
+        sp.stop_realtime_job(job, log)
+    finally:
+        if job.poll() is None:
+            sp.kill9(job)

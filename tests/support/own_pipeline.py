@@ -120,9 +120,10 @@ class OwnPipeline:
         """The pid `streamfold reprocess` recorded for version `name`'s job."""
         return int((self.home / "versions" / name / "job.pid").read_text().split()[0])
 
-    def start(self, source: str, log: Path) -> subprocess.Popen:
+    def start(self, source: str, log: Path, *args: str) -> subprocess.Popen:
+        """The continuous job in its own process group; args: more of `run`'s (--mode, --conf)."""
         return subprocess.Popen(
-            [sys.executable, "-m", "streamfold", "run", "--source", source],
+            [sys.executable, "-m", "streamfold", "run", "--source", source, *args],
             stdout=log.open("a"), stderr=subprocess.STDOUT, env=self.env(), cwd=ROOT, start_new_session=True,
         )  # fmt: skip
 

@@ -146,6 +146,16 @@ def make_sandbox(admin_dsn: str, name: str, home: Path) -> Sandbox:
     return Sandbox(name, dsn, home, topic)
 
 
+def stop_realtime_job(job: subprocess.Popen, log: Path) -> None:
+    """SIGTERM stops a real-time job with exit 0 and no error line: its open batch's abort says nothing."""
+    job.send_signal(signal.SIGTERM)
+    assert job.wait(timeout=120) == 0, log.read_text(errors="replace")[-4000:]
+    output = log.read_text(errors="replace")
+    assert "stopping (SIGTERM)" in output
+    for noise in ("Traceback", "Py4JError", " ERROR "):
+        assert noise not in output, output[-3000:]
+
+
 def kill9(process: subprocess.Popen) -> None:
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
