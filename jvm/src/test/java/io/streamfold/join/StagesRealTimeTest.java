@@ -40,19 +40,33 @@ class StagesRealTimeTest {
   static final class Bucket {
     final int bucket;
     final BucketJoinProcessor operator;
+    final InMemoryHandle handle = new InMemoryHandle();
 
     Bucket(int stage, int bucket) {
       this.bucket = bucket;
       operator = new BucketJoinProcessor(false, 86_400_000L, STAGES.get(stage), MAX_WAIT_MS);
-      operator.setHandle(new InMemoryHandle());
+      operator.setHandle(handle);
       operator.init(OutputMode.Append(), TimeMode.ProcessingTime());
     }
 
     /** Every row the bucket emits for one input row. */
     List<Row> feed(Row input) {
+      return feed(input, NOW);
+    }
+
+    /** Every row the bucket emits for one input row at the wall clock nowMs. */
+    List<Row> feed(Row input, long nowMs) {
       List<Row> out = new ArrayList<>();
-      operator.handleInputRows(bucket, CollectionConverters.asScala(List.of(input).iterator()), at(NOW))
+      operator.handleInputRows(bucket, CollectionConverters.asScala(List.of(input).iterator()), at(nowMs))
           .foreach(r -> out.add(r));
+      return out;
+    }
+
+    /** Every row the bucket emits when Spark fires its timer timerMs at the wall clock of the timer. */
+    List<Row> fire(long timerMs) {
+      handle.timers.remove(timerMs);  // Spark removes a timer as it fires it
+      List<Row> out = new ArrayList<>();
+      operator.handleExpiredTimer(bucket, at(timerMs), () -> timerMs).foreach(r -> out.add(r));
       return out;
     }
 
@@ -125,5 +139,29 @@ class StagesRealTimeTest {
     assertNull(get(none, "j1_key"));
     assertEquals("XX", get(none, "j1_country"), "the column's if_missing");
     assertEquals(true, get(none, "j1_known"), "no key is the data, not a gap");
+  }
+
+  @Test
+  void onAStalledCdcMaxWaitReleasesThroughEveryStageAsIncomplete() {
+    Bucket parcel = new Bucket(0, 5);
+    Bucket[] sender = {new Bucket(0, 9), new Bucket(1, 9)};
+    Bucket depot = new Bucket(2, 3);
+    parcel.feed(change(PARCELS, 0, "sender_id", "7", 100, 1, 1L));
+    through(change(SENDERS, 1, "country", "1", 110, 2, "DE"), sender);
+    parcel.feed(progress(5, 150));
+    through(progress(9, 150), sender);  // then CDC stalls
+    parcel.feed(scan("e", 200, "7", "x"));
+    long timer = NOW + MAX_WAIT_MS;
+    assertEquals(List.of(timer), List.copyOf(parcel.handle.timers));
+    Row e = ofKind(parcel.fire(timer), "event").get(0);
+    assertEquals(true, get(e, "released_by_max_wait"));
+    Row joined = ofKind(sender[1].feed(e, timer), "event").get(0);
+    assertEquals(List.of("7", 1L, "1", "DE", 110L, true), hops(joined),
+        "the sender's bucket saw its progress stall for max_wait too: at once");
+    assertEquals(List.of(), ofKind(depot.feed(joined, timer), "event"),
+        "a bucket this task has not seen counts max_wait from now");
+    Row out = ofKind(depot.fire(timer + MAX_WAIT_MS), "event").get(0);
+    assertEquals(true, get(out, "released_by_max_wait"));
+    assertEquals(List.of("7", 1L, "1", "DE", 110L, true), hops(out));
   }
 }
