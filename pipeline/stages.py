@@ -4,7 +4,8 @@ spec/cascade.py is the model, tests/unit/test_stages_spark.py holds the Spark st
 
 The events and the fold of every table's changes (pipeline/cdc_fold.py fold_tables) are tagged into one
 wide row (stage_schema), watermarked as the one-table join's are (pipeline/temporal_join.py), and handed to
-io.streamfold.join.TemporalJoin.stages with each stage's spec (stages_spec). Stage k keys an event by its
+io.streamfold.join.TemporalJoin.stages with each stage's spec (stages_spec); in Spark's real-time mode
+unwatermarked, to TemporalJoin.stagesRealTime (docs/decisions/realtime-mode.md). Stage k keys an event by its
 join's key column j<k>_key: set here from an event field, or written by the stage of the table the chain
 reads it from (in the fold's key text). A one-table file never comes here: it keeps the one operator of
 pipeline/temporal_join.py, its plan, operator ids and checkpoints.

@@ -32,7 +32,8 @@ import org.apache.spark.sql.types.StructType;
  * "reject", from either input) come out unchanged in the error, source and payload columns, and every
  * profile change comes out too (kind "change", change_op set), so each source is read and parsed once per
  * batch for the join, the dead letters and the changelog alike. applyRealTime is apply's event-time join
- * for Spark's real-time mode (docs/decisions/realtime-mode.md).
+ * for Spark's real-time mode (docs/decisions/realtime-mode.md), as stagesRealTime is stages' (the join of
+ * several tables).
  */
 public final class TemporalJoin {
   /**
