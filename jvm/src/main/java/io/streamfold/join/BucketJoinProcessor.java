@@ -49,8 +49,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * calls handleInputRows once per input row, so an event whose time CDC progress has reached is released
  * as it arrives, and a waiting one as soon as a progress row covering it reaches its bucket (one per
  * heartbeat, TemporalJoin.cdcRows). The wall clock stands in for the ticks, but only while CDC progress
- * stalls: once the bucket's progress has not moved for join.max_wait, the watermark is now - max_wait;
- * never before the bucket's first progress (a new checkpoint reads the CDC topic's snapshot first).
+ * stalls: once the bucket's progress has not moved for join.max_wait, the watermark is now - max_wait.
  * (Events are read row by row here, not a batch at a time: with the micro-batches' now - max_wait, a
  * backlog older than max_wait would be released as it is read, ahead of the changes still being read
  * from the CDC topic.) The bucket's timer is a processing-time timer max_wait after the later of the event
@@ -90,11 +89,8 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   private transient Map<Integer, Long> progressMovedMs;  // real-time mode: bucket -> when its progress moved
   private transient Map<Integer, Held> held;  // real-time mode: bucket -> its state as this task knows it
 
-  /**
-   * A bucket's state as the task knows it, the row last read from or written to its ValueState, and whether
-   * that row holds a CDC progress.
-   */
-  private record Held(StateCodec.Bucket bucket, Row stored, boolean storedProgress) {}
+  /** A bucket's state as the task knows it, and the row last read from or written to its ValueState. */
+  private record Held(StateCodec.Bucket bucket, Row stored) {}
 
   BucketJoinProcessor(boolean latestMode, long retentionMs, BucketRows rows) {
     this(latestMode, retentionMs, rows, null);
@@ -186,9 +182,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   /** The timer that wakes the bucket when the watermark can reach wakeupMs (an event time). */
   private Long timerMs(int key, Long wakeupMs) {
     if (wakeupMs == null || maxWaitMs == null) return wakeupMs;
-    Long movedMs = progressMovedMs.get(key);
-    if (movedMs == null) return null;  // no progress yet: the first progress row wakes the bucket
-    long from = Math.max(wakeupMs, movedMs);
+    long from = Math.max(wakeupMs, progressMovedMs.get(key));
     long at = from + maxWaitMs;
     return at < from ? Long.MAX_VALUE : at;  // a wakeup near the end of time stays there
   }
@@ -209,11 +203,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     if (moved) progress = batchProgressMs;
     if (rows.keepsProgress()) b.progressMs = progress;
     long cdcMs = progress == null ? Long.MIN_VALUE : progress;
-    // Real-time mode: no wall clock before the bucket's first CDC progress. Until then the CDC topic is
-    // being read from its start (a snapshot of every row, with no heartbeat among them), not stalled; the
-    // watermark stays 0, as the clock's before a stall (see clockWatermarkMs).
-    boolean clocked = maxWaitMs == null || progress != null;
-    long watermarkMs = clocked ? Math.max(clockWatermarkMs(key, timerValues, moved), cdcMs) : 0L;
+    long watermarkMs = Math.max(clockWatermarkMs(key, timerValues, moved), cdcMs);
     Set<String> due = new LinkedHashSet<>(input.keySet());
     b.pending.forEach((user, clicks) -> {
       if (anyReady(clicks, watermarkMs)) due.add(user);
@@ -253,9 +243,6 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     reschedule(b.timerMs, timer);
     changed |= !Objects.equals(timer, b.timerMs);
     b.timerMs = timer;
-    // A bucket's first progress is written (once in its life), so that a later task knows the CDC topic
-    // has been read up to a heartbeat and lets the wall clock count (see watermarkMs above).
-    changed |= !known.storedProgress() && b.progressMs != null;
     if (maxWaitMs != null && !changed) return out;  // see the class comment: progress_ms may lag
     store(key, b, stored);
     return out;
@@ -266,8 +253,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     Held known = maxWaitMs == null ? null : held.get(key);
     if (known != null) return known;
     Row stored = bucket.get();
-    StateCodec.Bucket b = codec.decodeBucket(stored);
-    known = new Held(b, stored, b.progressMs != null);
+    known = new Held(codec.decodeBucket(stored), stored);
     if (maxWaitMs != null) held.put(key, known);
     return known;
   }
@@ -285,7 +271,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
         written = encoded;
       }
     }
-    if (maxWaitMs != null) held.put(key, new Held(b, written, written != null && b.progressMs != null));
+    if (maxWaitMs != null) held.put(key, new Held(b, written));
   }
 
   /** Kafka Streams' KStream-KTable join: the latest version, nothing waits, no timers. */

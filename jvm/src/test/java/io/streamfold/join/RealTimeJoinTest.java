@@ -157,28 +157,6 @@ class RealTimeJoinTest {
   }
 
   @Test
-  void noWallClockBeforeTheBucketsFirstProgress() {
-    // A new checkpoint reads the CDC topic from its start: a snapshot of every row, no heartbeat among them.
-    assertEquals(List.of(), feed(click("e1", "u1", 2_000), NOW));
-    assertTrue(handle.timers.isEmpty(), "no max_wait timer before any progress");
-    assertEquals(List.of(), feed(change("u1", 1_000, 1, "asia"), NOW + 3 * MAX_WAIT_MS), "it still waits");
-    List<Row> released = feed(progress(2_500), NOW + 3 * MAX_WAIT_MS + 1);
-    assertEquals(List.of("asia"), released.stream().map(r -> get(r, "profile_regionid")).toList());
-    assertEquals(true, get(released.get(0), "complete"));
-  }
-
-  @Test
-  void aBucketsFirstProgressIsStoredSoANewTasksClockCounts() {
-    feed(progress(1_500), NOW);  // nothing else reaches the bucket, then CDC stalls
-    nextTask();
-    assertEquals(List.of(), feed(click("e1", "u1", 2_000), NOW + 1));
-    long timer = NOW + 1 + MAX_WAIT_MS;  // max_wait from the task's first row of the bucket
-    assertEquals(List.of(timer), List.copyOf(handle.timers));
-    Row e1 = fire(timer, timer).get(0);
-    assertEquals(true, get(e1, "released_by_max_wait"));
-  }
-
-  @Test
   void progressThatMovesPutsTheTimerOff() {
     feed(progress(1_500), NOW);
     feed(click("e1", "u1", 2_000), NOW);
