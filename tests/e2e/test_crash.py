@@ -7,12 +7,12 @@ from __future__ import annotations
 import random
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
 from common import pipeline_file as pf
 from pipeline import topology
+from pipeline.temporal_join import committed_batches
 from tests.support import pipeline as sp
 from tests.support.traffic import Traffic, add_users, kafka_sender, kinesis_sender
 
@@ -66,11 +66,6 @@ def test_kill_9_at_random_points_loses_and_doubles_nothing(source, pg, streamfol
     )
 
 
-def commits(checkpoint: Path) -> int:
-    """The batches a query has committed."""
-    return sum(1 for _ in (checkpoint / "commits").glob("[0-9]*"))
-
-
 def caught_up(sandbox: sp.Sandbox, query: str, since_ms: float) -> bool:
     """Whether `streamfold status` says the running real-time job's query has processed the events topic to
     its end (the CDC topic's heartbeats never end), and has counted no event waiting in the join after
@@ -101,7 +96,7 @@ def test_kill_9_in_real_time_mode_loses_and_doubles_nothing(pg, streamfold_setup
     with Traffic(kafka_sender(bootstrap, sandbox.clicks_topic), pg, users):
         for delay in delays:
             # Killed after the restarted job has committed a batch: its state and offsets come back.
-            with sp.killed_after_a_batch(start, lambda: commits(checkpoint), 240):
+            with sp.killed_after_a_batch(start, lambda: len(committed_batches(checkpoint)), 240):
                 time.sleep(delay)
 
     want = sp.expected(
@@ -130,4 +125,5 @@ def test_kill_9_in_real_time_mode_loses_and_doubles_nothing(pg, streamfold_setup
     with sandbox.connect() as conn:
         sp.assert_matches(conn, want)  # nothing doubled: rows, totals and dead letters, each once
         assert sp.stored_history(conn, users) == {u: history[u] for u in users if u in history}
-    print(f"real-time: kills after {[round(d, 1) for d in delays]} s; {commits(checkpoint)} batches")
+    batches = len(committed_batches(checkpoint))
+    print(f"real-time: kills after {[round(d, 1) for d in delays]} s; {batches} batches")
