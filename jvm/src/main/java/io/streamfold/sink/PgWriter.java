@@ -44,8 +44,9 @@ public final class PgWriter {
 
   /**
    * The SQL of a sink spec, written once on the driver: the session's staging tables, the COPY targets, the
-   * upserts of the totals and the deduplicating insert. Every upsert touches its keys in sorted order, so
-   * concurrent partitions cannot deadlock.
+   * upserts of the totals and the deduplicating insert. Both paths upsert the aggregates one after the other
+   * in the spec's order, each touching its keys in sorted order, so concurrent partitions do not deadlock
+   * on the totals (a deadlock Postgres reports anyway is retried: isTransient).
    */
   record Statements(String session, String copyEnriched, String copyEnrichedStaging, List<String> copyTotals,
       String upsertTotals, String insertAndAggregate, String insertDeadLetters, List<String> copyHistories,
@@ -72,16 +73,26 @@ public final class PgWriter {
         String keys = a.keys().stream().map(SinkSpec.Key::column).collect(Collectors.joining(", "));
         upserts.add("INSERT INTO " + a.table() + " AS t (" + targets + ") SELECT " + targets + " FROM pg_temp."
             + staging + " ORDER BY " + keys + upsertTail(a));
-        folds.add(fold(spec, a, i, returning));
+        folds.add(fold(spec, a, returning));
       }
       session.add("CREATE TEMP TABLE IF NOT EXISTS batch_dead_letters (dead_letter_id text, source text, "
           + "reason text, payload bytea) ON COMMIT DELETE ROWS");
-      String insertAndAggregate = "WITH inserted AS ("
-          + " INSERT INTO " + table + " (" + columns + ")"
-          + " SELECT " + columns + " FROM pg_temp.batch_enriched ON CONFLICT DO NOTHING"
-          + " RETURNING " + (returning.isEmpty() ? "1" : String.join(", ", returning))
-          + ")" + folds.stream().map(f -> ", " + f).collect(Collectors.joining())
-          + " SELECT count(*) FROM inserted";
+      String insertNew = "INSERT INTO " + table + " (" + columns + ")"
+          + " SELECT " + columns + " FROM pg_temp.batch_enriched ON CONFLICT DO NOTHING";
+      List<String> insertAndAggregate = new ArrayList<>();
+      if (returning.isEmpty()) {
+        insertAndAggregate.add(insertNew);
+      } else {
+        // The rows inserted are kept, then each aggregate folded from them in turn: folded in data-modifying
+        // CTEs of one statement, the aggregates would be upserted in an order Postgres leaves open, and a
+        // transaction on this path could deadlock with one upserting the same keys on the COPY path.
+        String kept = String.join(", ", returning);
+        session.add("CREATE TEMP TABLE IF NOT EXISTS batch_inserted ON COMMIT DELETE ROWS AS SELECT " + kept
+            + " FROM " + table + " WITH NO DATA");
+        insertAndAggregate.add("WITH inserted AS (" + insertNew + " RETURNING " + kept + ")"
+            + " INSERT INTO pg_temp.batch_inserted (" + kept + ") SELECT " + kept + " FROM inserted");
+        insertAndAggregate.addAll(folds);
+      }
       List<String> copyHistories = new ArrayList<>();
       List<String> insertHistories = new ArrayList<>();
       for (int i = 0; i < spec.histories().size(); i++) {
@@ -99,7 +110,7 @@ public final class PgWriter {
           + " FROM pg_temp.batch_dead_letters ON CONFLICT DO NOTHING";
       return new Statements(String.join(";\n", session), table + " (" + columns + ")",
           "pg_temp.batch_enriched (" + columns + ")", copyTotals, String.join(";\n", upserts),
-          insertAndAggregate, insertDeadLetters, copyHistories, insertHistories);
+          String.join(";\n", insertAndAggregate), insertDeadLetters, copyHistories, insertHistories);
     }
 
     /**
@@ -132,9 +143,9 @@ public final class PgWriter {
           + added.stream().map(c -> c + " = t." + c + " + excluded." + c).collect(Collectors.joining(", "));
     }
 
-    /** The aggregate's totals folded from the rows the deduplicating insert inserted (`inserted`): each
+    /** The aggregate's totals folded from the rows the deduplicating insert inserted (batch_inserted): each
      * key and summand is the enriched column at the same ordinal of the join's output. */
-    private static String fold(SinkSpec spec, SinkSpec.Aggregate a, int i, Set<String> returning) {
+    private static String fold(SinkSpec spec, SinkSpec.Aggregate a, Set<String> returning) {
       List<String> select = new ArrayList<>();
       List<String> order = new ArrayList<>();
       for (SinkSpec.Key key : a.keys()) {
@@ -155,9 +166,9 @@ public final class PgWriter {
         returning.add(column);
         select.add("coalesce(sum(" + column + "), 0)");
       }
-      return "aggregate_" + i + " AS (INSERT INTO " + a.table() + " AS t (" + String.join(", ", totalColumns(a))
-          + ") SELECT " + String.join(", ", select) + " FROM inserted GROUP BY " + String.join(", ", order)
-          + " ORDER BY " + String.join(", ", order) + upsertTail(a) + " RETURNING 1)";
+      return "INSERT INTO " + a.table() + " AS t (" + String.join(", ", totalColumns(a)) + ") SELECT "
+          + String.join(", ", select) + " FROM pg_temp.batch_inserted GROUP BY " + String.join(", ", order)
+          + " ORDER BY " + String.join(", ", order) + upsertTail(a);
     }
 
     private static String enrichedColumn(SinkSpec spec, int ordinal, String aggregate) {
@@ -378,7 +389,10 @@ public final class PgWriter {
     }
   }
 
-  /** A lost or refused connection, or a server shutting down or starting: wait for it. */
+  /**
+   * A lost or refused connection, a server shutting down or starting (wait for it), or a transaction Postgres
+   * rolled back for a deadlock or a serialization failure (run it again).
+   */
   static boolean isTransient(Exception error) {
     for (Throwable e = error; e != null; e = e.getCause()) {
       if (e instanceof SQLTransientException || e instanceof SQLRecoverableException || e instanceof IOException) {
@@ -386,7 +400,9 @@ public final class PgWriter {
       }
       if (e instanceof SQLException sql && sql.getSQLState() != null) {
         String state = sql.getSQLState();
-        if (state.startsWith("08") || state.startsWith("57P") || state.equals("53300")) {
+        // 08: connection; 57P: shutdown; 53300: too many connections; 40: a deadlock or serialization failure
+        // rolled the transaction back, which is safe to run again (psycopg's TransactionRollback is retried too)
+        if (state.startsWith("08") || state.startsWith("57P") || state.equals("53300") || state.startsWith("40")) {
           return true;
         }
       }
