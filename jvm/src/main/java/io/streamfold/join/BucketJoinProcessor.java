@@ -49,12 +49,14 @@ import scala.jdk.javaapi.CollectionConverters;
  * calls handleInputRows once per input row, so an event whose time CDC progress has reached is released
  * as it arrives, and a waiting one as soon as a progress row covering it reaches its bucket (one per
  * heartbeat, TemporalJoin.cdcRows). The wall clock stands in for the ticks, but only while CDC progress
- * stalls: once the bucket's progress has not moved for join.max_wait, the watermark is now - max_wait.
+ * stalls: once no progress row has reached the bucket for join.max_wait, the watermark is now - max_wait
+ * (progress rows keep coming while the CDC task reads, even a long run of changes behind the wall clock:
+ * TemporalJoin.HeartbeatPacing).
  * (Events are read row by row here, not a batch at a time: with the micro-batches' now - max_wait, a
  * backlog older than max_wait would be released as it is read, ahead of the changes still being read
  * from the CDC topic.) The bucket's timer is a processing-time timer max_wait after the later of the event
- * time it waits for (a waiting event's, or a version's expiry) and the progress's last move; Spark fires it
- * after any input row of the partition once due. When the progress last moved is the task's memory: a new
+ * time it waits for (a waiting event's, or a version's expiry) and the last progress row; Spark fires it
+ * after any input row of the partition once due. When that row came is the task's memory: a new
  * batch's task starts counting at its first row of the bucket.
  *
  * <p>Real-time mode's per-row cost. Every input row is a call, and every CDC heartbeat reaches every bucket,
@@ -86,7 +88,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   private transient MapState<String, Row> versions;
   private transient ValueState<Row> bucket;
   private transient Long firedMs;  // the timer Spark just fired (and already removed)
-  private transient Map<Integer, Long> progressMovedMs;  // real-time mode: bucket -> when its progress moved
+  private transient Map<Integer, Long> progressSeenMs;  // real-time mode: bucket -> when progress last reached it
   private transient Map<Integer, Held> held;  // real-time mode: bucket -> its state as this task knows it
 
   /** A bucket's state as the task knows it, and the row last read from or written to its ValueState. */
@@ -110,7 +112,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     versions = getHandle().getMapState(
         VERSIONS, Encoders.STRING(), Encoders.row(StateCodec.USER), TTLConfig.NONE());
     bucket = getHandle().getValueState(BUCKET, Encoders.row(StateCodec.BUCKET), TTLConfig.NONE());
-    progressMovedMs = new HashMap<>();
+    progressSeenMs = new HashMap<>();
     held = new HashMap<>();
   }
 
@@ -168,21 +170,21 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
 
   /**
    * Spark's watermark in micro-batches; in real-time mode the wall clock's, now - max_wait, once the
-   * bucket's CDC progress has not moved for max_wait (see the class comment), else 0 (Spark's watermark
+   * bucket has had no CDC progress row for max_wait (see the class comment), else 0 (Spark's watermark
    * before it has one: UserHistory expires versions relative to it, so it must not be Long.MIN_VALUE).
    */
-  private long clockWatermarkMs(int key, TimerValues timerValues, boolean progressMoved) {
+  private long clockWatermarkMs(int key, TimerValues timerValues, boolean progressSeen) {
     if (maxWaitMs == null) return timerValues.getCurrentWatermarkInMs();
     long now = timerValues.getCurrentProcessingTimeInMs();
-    if (progressMoved) progressMovedMs.put(key, now);
-    long movedMs = progressMovedMs.computeIfAbsent(key, k -> now);
-    return now - movedMs >= maxWaitMs ? Math.max(0L, now - maxWaitMs) : 0L;
+    if (progressSeen) progressSeenMs.put(key, now);
+    long seenMs = progressSeenMs.computeIfAbsent(key, k -> now);
+    return now - seenMs >= maxWaitMs ? Math.max(0L, now - maxWaitMs) : 0L;
   }
 
   /** The timer that wakes the bucket when the watermark can reach wakeupMs (an event time). */
   private Long timerMs(int key, Long wakeupMs) {
     if (wakeupMs == null || maxWaitMs == null) return wakeupMs;
-    long from = Math.max(wakeupMs, progressMovedMs.get(key));
+    long from = Math.max(wakeupMs, progressSeenMs.get(key));
     long at = from + maxWaitMs;
     return at < from ? Long.MAX_VALUE : at;  // a wakeup near the end of time stays there
   }
@@ -203,7 +205,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     if (moved) progress = batchProgressMs;
     if (rows.keepsProgress()) b.progressMs = progress;
     long cdcMs = progress == null ? Long.MIN_VALUE : progress;
-    long watermarkMs = Math.max(clockWatermarkMs(key, timerValues, moved), cdcMs);
+    long watermarkMs = Math.max(clockWatermarkMs(key, timerValues, batchProgressMs != null), cdcMs);
     Set<String> due = new LinkedHashSet<>(input.keySet());
     b.pending.forEach((user, clicks) -> {
       if (anyReady(clicks, watermarkMs)) due.add(user);

@@ -65,9 +65,9 @@ public final class TemporalJoin {
    * CDC source is read and parsed once per batch for the changes, the progress and the watermark alike.
    *
    * <p>perHeartbeat (real-time mode, where a partition ends only with its batch): the progress read so
-   * far is also fanned out at a progress row (a heartbeat) that moves it, right where it stands among
-   * the changes, so each bucket gets it after every change committed before it: at every such heartbeat
-   * while the CDC topic is read live, at most once a second while a backlog is read (HeartbeatPacing).
+   * far is also fanned out right where it stands among the changes, so each bucket gets it after every
+   * change committed before it: at every heartbeat that moves it while the CDC topic is read live, and
+   * once a second while a backlog is read, at a heartbeat or a change, moved or not (HeartbeatPacing).
    */
   static Dataset<Row> cdcRows(Dataset<Row> cdc, Fanout rows, boolean fanOutProgress) {
     return cdcRows(cdc, rows, fanOutProgress, false);
@@ -104,11 +104,13 @@ public final class TemporalJoin {
             next = rows.forBucket(r, 0);
           } else if (change || TaggedRow.REJECT.equals(k)) {
             next = r;
-          } else if (perHeartbeat && TaggedRow.PROGRESS.equals(k) && max > fanned
-              && pacing.fanOut(max, System.currentTimeMillis())) {
-            fanned = max;
-            heartbeatBucket = 1;
-            next = rows.progress(0, max);
+          }
+          boolean heartbeat = TaggedRow.PROGRESS.equals(k);
+          if (perHeartbeat && (heartbeat || change) && !r.isNullAt(progress)
+              && pacing.fanOut(r.getLong(progress), heartbeat && max > fanned, System.currentTimeMillis())) {
+            fanned = max;  // after the change, if it was one: every bucket gets its progress after it
+            heartbeatBucket = next == null ? 1 : 0;
+            if (next == null) next = rows.progress(0, max);
           }
         }
         if (next == null && max != Long.MIN_VALUE && bucket < BUCKETS) next = rows.progress(bucket++, max);
@@ -129,23 +131,35 @@ public final class TemporalJoin {
   }
 
   /**
-   * Which heartbeats cdcRows fans out in real-time mode, each a row for every bucket (1,024 rows; at the
-   * connector's 200 ms heartbeat, more rows a second than the events themselves). A heartbeat read live
-   * (its progress within LIVE_MS of the wall clock) is fanned out at once: an event waiting for it leaves
-   * with it. One read from a backlog (a new checkpoint, a restart, a job behind) is fanned out only when
-   * BACKLOG_EVERY_MS have passed since the last fan-out: the backlog's heartbeats come in a burst, each
-   * superseding the one before, and fanning every one out made the CDC task the job's bottleneck (a
-   * backlog of 10 minutes holds 3,000 heartbeats: 3 million rows). Which heartbeat releases an event
-   * changes nothing in its row but cdc_progress_ms: every change before a heartbeat is read before it.
+   * When cdcRows fans the progress out in real-time mode, each time a row for every bucket (1,024 rows; at
+   * the connector's 200 ms heartbeat, more rows a second than the events themselves).
+   *
+   * <p>Read live (the row committed within LIVE_MS of the wall clock), every heartbeat that moves the
+   * progress is fanned out at once: an event waiting for it leaves with it.
+   *
+   * <p>Read behind (a new checkpoint, a restart, a job that fell behind), the progress read so far is fanned
+   * out once every BACKLOG_EVERY_MS, at a heartbeat or at a change, whether it moved or not. Fanning out every
+   * heartbeat of a backlog made the CDC task the job's bottleneck (a backlog of 10 minutes holds 3,000
+   * heartbeats: 3 million rows); which heartbeat releases an event changes nothing in its row but
+   * cdc_progress_ms, every change before a heartbeat being read before it. And a bucket must hear from the
+   * CDC task while it reads a long run of changes with no heartbeat between them (a bulk load): a bucket
+   * whose progress rows stop for join.max_wait takes CDC to have stalled and releases its events without
+   * their changes (BucketJoinProcessor). A reader that is behind has not stalled: each fan-out restarts
+   * that clock. When the reader catches up and the connector is stopped, nothing more is fanned out, and
+   * max_wait runs.
    */
   static final class HeartbeatPacing {
     static final long LIVE_MS = 1_000;
     static final long BACKLOG_EVERY_MS = 1_000;
     private long fannedAtMs = Long.MIN_VALUE / 2;
 
-    /** Whether to fan out the progress of the heartbeat read now (its progress moved). */
-    boolean fanOut(long progressMs, long nowMs) {
-      if (progressMs < nowMs - LIVE_MS && nowMs - fannedAtMs < BACKLOG_EVERY_MS) return false;
+    /**
+     * Whether to fan out the progress after a CDC row read at nowMs: rowProgressMs, the row's own progress
+     * (its commit time - 1); moves, whether it is a heartbeat that moved the progress read so far.
+     */
+    boolean fanOut(long rowProgressMs, boolean moves, long nowMs) {
+      boolean behind = rowProgressMs < nowMs - LIVE_MS;
+      if (behind ? nowMs - fannedAtMs < BACKLOG_EVERY_MS : !moves) return false;
       fannedAtMs = nowMs;
       return true;
     }

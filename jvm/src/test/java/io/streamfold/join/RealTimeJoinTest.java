@@ -167,6 +167,22 @@ class RealTimeJoinTest {
   }
 
   @Test
+  void progressRowsThatDoNotMoveStillHoldMaxWaitOff() {
+    // A bulk load read behind: the CDC task fans out the same progress once a second while it reads the
+    // load's changes (TemporalJoin.HeartbeatPacing). CDC has not stalled, so the events wait for the load.
+    feed(progress(1_500), NOW);
+    feed(click("e1", "u1", 2_000), NOW);
+    for (long s = 1; s <= 30; s++) {
+      assertEquals(List.of(), feed(progress(1_500), NOW + s * 1_000), "second " + s);
+    }
+    assertEquals(List.of(NOW + 30_000 + MAX_WAIT_MS), List.copyOf(handle.timers));
+    feed(change("u1", 1_900, 1, "asia"), NOW + 30_500);
+    List<Row> released = feed(progress(2_000), NOW + 31_000);
+    assertEquals(List.of("asia"), released.stream().map(r -> get(r, "profile_regionid")).toList());
+    assertEquals(true, get(released.get(0), "complete"));
+  }
+
+  @Test
   void aRecentEventWaitsMaxWaitPastItsOwnTime() {
     long t = NOW + 60_000;  // an event stamped ahead of the progress's last move
     feed(progress(1_500), NOW);
