@@ -147,11 +147,11 @@ def join_tables(
     spark = events.sparkSession
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)  # required by transformWithState
     jvm: Any = spark._jvm
-    buckets = jvm.io.streamfold.join.TemporalJoin.BUCKETS
+    operator = jvm.io.streamfold.join.TemporalJoin
+    buckets = operator.REALTIME_BUCKETS if realtime else operator.BUCKETS
     wide = stage_schema(pipeline)
     tagged_cdc = _tag_cdc(_observe_drift(cdc, pipeline), plan.of(pipeline), wide, buckets)
     tagged_cdc = tagged_cdc.observe(CDC_PROGRESS_METRIC, F.max("progress_ms").alias("progress_ms"))
-    operator = jvm.io.streamfold.join.TemporalJoin
     tagged_events = _tag_events(events, pipeline, wide, buckets)._jdf
     spec = json.dumps(stages_spec(pipeline))
     if realtime:

@@ -222,7 +222,8 @@ def temporal_join(
     spark = events.sparkSession
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)  # required by transformWithState
     jvm: Any = spark._jvm
-    buckets = jvm.io.streamfold.join.TemporalJoin.BUCKETS
+    operator = jvm.io.streamfold.join.TemporalJoin
+    buckets = operator.REALTIME_BUCKETS if realtime else operator.BUCKETS
     tagged = tagged_schema(pipeline)
     tagged_cdc = _tag_cdc(_observe_drift(cdc, pipeline), plan.of(pipeline), tagged, buckets)
     if cfg.mode != LATEST:
@@ -231,7 +232,6 @@ def temporal_join(
         tagged_cdc = tagged_cdc.observe(CDC_PROGRESS_METRIC, F.max("progress_ms").alias("progress_ms"))
         if not realtime:
             tagged_cdc = watermarked(spark, tagged_cdc, tagged, cfg.max_wait_ms)
-    operator = jvm.io.streamfold.join.TemporalJoin
     tagged_events = _tag_events(events, pipeline, tagged, buckets)
     spec = json.dumps(join_spec(pipeline))
     if realtime and cfg.mode != LATEST:

@@ -6,6 +6,7 @@ import io.streamfold.join.UserHistory.Version;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
@@ -49,14 +50,15 @@ import scala.jdk.javaapi.CollectionConverters;
  * calls handleInputRows once per input row, so an event whose time CDC progress has reached is released
  * as it arrives, and a waiting one as soon as a progress row covering it reaches its bucket (one per
  * heartbeat, TemporalJoin.cdcRows). The wall clock stands in for the ticks, but only while CDC progress
- * stalls: once no progress row has reached the bucket for join.max_wait, the watermark is now - max_wait
- * (progress rows keep coming while the CDC task reads, even a long run of changes behind the wall clock:
- * TemporalJoin.HeartbeatPacing).
+ * stalls: once no progress row has reached the bucket for join.max_wait, the watermark is now - max_wait.
+ * Not while the last progress row said the CDC task was reading its topic behind (PROGRESS_BEHIND,
+ * TemporalJoin.HeartbeatPacing): more CDC is then on its way, and the events wait for it.
  * (Events are read row by row here, not a batch at a time: with the micro-batches' now - max_wait, a
  * backlog older than max_wait would be released as it is read, ahead of the changes still being read
  * from the CDC topic.) The bucket's timer is a processing-time timer max_wait after the later of the event
- * time it waits for (a waiting event's, or a version's expiry) and the last progress row; Spark fires it
- * after any input row of the partition once due. When that row came is the task's memory: a new
+ * time it waits for (a waiting event's, or a version's expiry) and the last progress row (none while CDC is
+ * read behind); Spark fires it after any input row of the partition once due. When that row came, and
+ * whether CDC was read behind, is the task's memory: a new
  * batch's task starts counting at its first row of the bucket.
  *
  * <p>Real-time mode's per-row cost. Every input row is a call, and every CDC heartbeat reaches every bucket,
@@ -88,7 +90,10 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   private transient MapState<String, Row> versions;
   private transient ValueState<Row> bucket;
   private transient Long firedMs;  // the timer Spark just fired (and already removed)
-  private transient Map<Integer, Long> progressSeenMs;  // real-time mode: bucket -> when progress last reached it
+  // Real-time mode: bucket -> when a caught-up progress row last reached it; and the buckets whose last
+  // progress row was read behind (more CDC is on its way: no max_wait).
+  private transient Map<Integer, Long> progressSeenMs;
+  private transient Set<Integer> cdcBehind;
   private transient Map<Integer, Held> held;  // real-time mode: bucket -> its state as this task knows it
 
   /** A bucket's state as the task knows it, and the row last read from or written to its ValueState. */
@@ -113,6 +118,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
         VERSIONS, Encoders.STRING(), Encoders.row(StateCodec.USER), TTLConfig.NONE());
     bucket = getHandle().getValueState(BUCKET, Encoders.row(StateCodec.BUCKET), TTLConfig.NONE());
     progressSeenMs = new HashMap<>();
+    cdcBehind = new HashSet<>();
     held = new HashMap<>();
   }
 
@@ -123,13 +129,17 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     List<Row> out = new ArrayList<>();
     List<Version> truncates = new ArrayList<>(0);
     Long progressMs = null;
+    Boolean caughtUp = null;  // the last progress row's: whether the CDC task had caught up
     while (input.hasNext()) {
       Row row = input.next();
       Row passed = rows.passed(row);
       if (passed != null) out.add(passed);
       switch (rows.role(row)) {
         case PASS -> { }
-        case PROGRESS -> progressMs = progressMs == null ? rows.tsMs(row) : Math.max(progressMs, rows.tsMs(row));
+        case PROGRESS -> {
+          progressMs = progressMs == null ? rows.tsMs(row) : Math.max(progressMs, rows.tsMs(row));
+          caughtUp = rows.caughtUp(row);
+        }
         case TRUNCATE -> truncates.add(rows.tombstone(row));
         case INPUT -> {
           Input in = byKey.computeIfAbsent(rows.key(row), u -> newInput());
@@ -140,7 +150,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       }
     }
     if (progressMs != null) {
-      Row progress = rows.progressOut(key, progressMs);
+      Row progress = rows.progressOut(key, progressMs, caughtUp == null || caughtUp);
       if (progress != null) out.add(progress);
     }
     if (!truncates.isEmpty()) {  // every user of the bucket with versions takes them
@@ -152,7 +162,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     }
     out.addAll(latestMode
         ? joinLatest(byKey, truncates)
-        : join(key, byKey, truncates, progressMs, timerValues));
+        : join(key, byKey, truncates, progressMs, caughtUp, timerValues));
     return CollectionConverters.asScala(out.iterator());
   }
 
@@ -164,19 +174,24 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   public scala.collection.Iterator<Row> handleExpiredTimer(
       Integer key, TimerValues timerValues, ExpiredTimerInfo expiredTimerInfo) {
     firedMs = expiredTimerInfo.getExpiryTimeInMs();
-    List<Row> out = join(key, Collections.emptyMap(), List.of(), null, timerValues);
+    List<Row> out = join(key, Collections.emptyMap(), List.of(), null, null, timerValues);
     return CollectionConverters.asScala(out.iterator());
   }
 
   /**
    * Spark's watermark in micro-batches; in real-time mode the wall clock's, now - max_wait, once the
-   * bucket has had no CDC progress row for max_wait (see the class comment), else 0 (Spark's watermark
+   * bucket has had no CDC progress row for max_wait after one caught up (see the class comment), else 0 (Spark's watermark
    * before it has one: UserHistory expires versions relative to it, so it must not be Long.MIN_VALUE).
    */
-  private long clockWatermarkMs(int key, TimerValues timerValues, boolean progressSeen) {
+  private long clockWatermarkMs(int key, TimerValues timerValues, Boolean caughtUp) {
     if (maxWaitMs == null) return timerValues.getCurrentWatermarkInMs();
     long now = timerValues.getCurrentProcessingTimeInMs();
-    if (progressSeen) progressSeenMs.put(key, now);
+    if (caughtUp != null && !caughtUp) cdcBehind.add(key);
+    if (caughtUp != null && caughtUp) {
+      cdcBehind.remove(key);
+      progressSeenMs.put(key, now);
+    }
+    if (cdcBehind.contains(key)) return 0L;
     long seenMs = progressSeenMs.computeIfAbsent(key, k -> now);
     return now - seenMs >= maxWaitMs ? Math.max(0L, now - maxWaitMs) : 0L;
   }
@@ -184,6 +199,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   /** The timer that wakes the bucket when the watermark can reach wakeupMs (an event time). */
   private Long timerMs(int key, Long wakeupMs) {
     if (wakeupMs == null || maxWaitMs == null) return wakeupMs;
+    if (cdcBehind.contains(key)) return null;  // the next progress row wakes the bucket
     long from = Math.max(wakeupMs, progressSeenMs.get(key));
     long at = from + maxWaitMs;
     return at < from ? Long.MAX_VALUE : at;  // a wakeup near the end of time stays there
@@ -196,7 +212,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
    * releases clicks one batch sooner, and a row released beyond the CDC progress (by max_wait) says so.
    */
   private List<Row> join(int key, Map<String, Input> input, List<Version> truncates, Long batchProgressMs,
-      TimerValues timerValues) {
+      Boolean caughtUp, TimerValues timerValues) {
     Held known = heldBucket(key);
     Row stored = known.stored();
     StateCodec.Bucket b = known.bucket();
@@ -205,7 +221,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     if (moved) progress = batchProgressMs;
     if (rows.keepsProgress()) b.progressMs = progress;
     long cdcMs = progress == null ? Long.MIN_VALUE : progress;
-    long watermarkMs = Math.max(clockWatermarkMs(key, timerValues, batchProgressMs != null), cdcMs);
+    long watermarkMs = Math.max(clockWatermarkMs(key, timerValues, caughtUp), cdcMs);
     Set<String> due = new LinkedHashSet<>(input.keySet());
     b.pending.forEach((user, clicks) -> {
       if (anyReady(clicks, watermarkMs)) due.add(user);

@@ -19,7 +19,7 @@ interface BucketRows extends Serializable {
   enum Role {
     /** Only passed on. */
     PASS,
-    /** CDC progress for this bucket (ts_ms). */
+    /** CDC progress for this bucket (ts_ms), and whether the CDC task had caught up (caughtUp). */
     PROGRESS,
     /** A truncate of the operator's table: every key's versions end. */
     TRUNCATE,
@@ -49,8 +49,14 @@ interface BucketRows extends Serializable {
   /** A version as stored, as a changelog row; null: the operator writes no changelog. */
   Row change(String key, Version v);
 
+  /**
+   * For a PROGRESS row: whether the CDC task had caught up with its topic when it fanned it out; if not, more
+   * CDC is on its way (TemporalJoin.HeartbeatPacing).
+   */
+  boolean caughtUp(Row r);
+
   /** The row passing this bucket's CDC progress on to the next operator; null: none does. */
-  Row progressOut(int bucket, long progressMs);
+  Row progressOut(int bucket, long progressMs, boolean caughtUp);
 
   /**
    * The CDC progress an INPUT row brings with it; null: none. A later stage of the join of several tables

@@ -150,7 +150,7 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
   @Override
   public Role role(Row r) {
     String k = r.getString(kind);
-    if (TaggedRow.PROGRESS.equals(k)) return Role.PROGRESS;
+    if (TaggedRow.isProgress(k)) return Role.PROGRESS;
     if (TaggedRow.EVENT.equals(k)) return first || !r.isNullAt(stageKey) ? Role.INPUT : Role.PASS;
     if (!table.equals(r.getString(tableAt))) return Role.PASS;
     if (TaggedRow.TRUNCATE.equals(k)) return Role.TRUNCATE;
@@ -161,7 +161,7 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
   @Override
   public Row passed(Row r) {
     String k = r.getString(kind);
-    if (TaggedRow.PROGRESS.equals(k)) return null;
+    if (TaggedRow.isProgress(k)) return null;
     if (!TaggedRow.EVENT.equals(k)) return r;
     if (first || !r.isNullAt(stageKey)) return null;
     Object[] values = new Object[width];
@@ -292,8 +292,13 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
    * the last).
    */
   @Override
-  public Row progressOut(int forBucket, long progressMs) {
-    return forwards ? progress(forBucket, progressMs) : null;
+  public Row progressOut(int forBucket, long progressMs, boolean caughtUp) {
+    return forwards ? progress(forBucket, progressMs, caughtUp) : null;
+  }
+
+  @Override
+  public boolean caughtUp(Row r) {
+    return !TaggedRow.PROGRESS_BEHIND.equals(r.getString(kind));
   }
 
   @Override
@@ -305,9 +310,9 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
   }
 
   @Override
-  public Row progress(int forBucket, long progressMs) {
+  public Row progress(int forBucket, long progressMs, boolean caughtUp) {
     Object[] values = new Object[width];
-    values[kind] = TaggedRow.PROGRESS;
+    values[kind] = caughtUp ? TaggedRow.PROGRESS : TaggedRow.PROGRESS_BEHIND;
     values[bucket] = forBucket;
     values[ts] = progressMs;
     values[progress] = progressMs;

@@ -61,7 +61,12 @@ final class TableRows implements BucketRows {
   }
 
   @Override
-  public Row progressOut(int bucket, long progressMs) {
+  public boolean caughtUp(Row r) {
+    return tagged.caughtUp(r);
+  }
+
+  @Override
+  public Row progressOut(int bucket, long progressMs, boolean caughtUp) {
     return null;
   }
 

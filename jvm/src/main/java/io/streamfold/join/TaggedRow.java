@@ -28,7 +28,10 @@ final class TaggedRow implements TemporalJoin.Fanout {
   static final String CHANGE = "change";
   /** A version a stage of the join of several tables stored (StageRows.change). */
   static final String VERSION = "version";
+  /** CDC progress; fanned out by the join (TemporalJoin.cdcRows), the CDC task had caught up with its topic. */
   static final String PROGRESS = "progress";
+  /** CDC progress the join fanned out while reading its topic behind: more CDC is on its way. */
+  static final String PROGRESS_BEHIND = "progress_behind";
   static final String TRUNCATE = "truncate";
   static final String REJECT = "reject";
   static final String EVENT_PREFIX = "e_";
@@ -85,12 +88,21 @@ final class TaggedRow implements TemporalJoin.Fanout {
    * multiplicative hash: a bucket's keys must not share low hash bits, or every HashMap over one
    * bucket's keys degenerates into one bin.
    */
-  static Integer bucketOf(String key) {
-    return key == null ? null : (key.hashCode() * 0x9E3779B9) >>> (32 - TemporalJoin.BUCKET_BITS);
+  static Integer bucketOf(String key, int bits) {
+    return key == null ? null : (key.hashCode() * 0x9E3779B9) >>> (32 - bits);
   }
 
   boolean isProgress(Row r) {
-    return PROGRESS.equals(r.getString(kind));
+    return isProgress(r.getString(kind));
+  }
+
+  /** Either kind of the progress rows cdcRows fans out. */
+  static boolean isProgress(String kind) {
+    return PROGRESS.equals(kind) || PROGRESS_BEHIND.equals(kind);
+  }
+
+  boolean caughtUp(Row r) {
+    return !PROGRESS_BEHIND.equals(r.getString(kind));
   }
 
   boolean isTruncate(Row r) {
@@ -125,9 +137,9 @@ final class TaggedRow implements TemporalJoin.Fanout {
   }
 
   @Override
-  public Row progress(int forBucket, long progressMs) {
+  public Row progress(int forBucket, long progressMs, boolean caughtUp) {
     Object[] values = new Object[width];
-    values[kind] = PROGRESS;
+    values[kind] = caughtUp ? PROGRESS : PROGRESS_BEHIND;
     values[bucket] = forBucket;
     values[ts] = progressMs;
     return RowFactory.create(values);

@@ -42,6 +42,16 @@ public final class TemporalJoin {
    */
   public static final int BUCKET_BITS = 10;
   public static final int BUCKETS = 1 << BUCKET_BITS;
+  /**
+   * Real-time mode's buckets (a checkpoint of its own). Every heartbeat's progress reaches every bucket, a
+   * row and an operator call each, five times a second: with 1,024 buckets those rows cost more than the
+   * events live. But a bucket keeps its waiting events in one value, encoded whole at each event parked:
+   * with 64 buckets, a backlog's events parked by thousands a bucket and the job landed nothing in 3
+   * minutes (docs/decisions/realtime-mode.md). So as many as in micro-batches, until waiting events are
+   * kept apart from the bucket's value.
+   */
+  public static final int REALTIME_BUCKET_BITS = 10;
+  public static final int REALTIME_BUCKETS = 1 << REALTIME_BUCKET_BITS;
 
   private TemporalJoin() {}
 
@@ -50,8 +60,11 @@ public final class TemporalJoin {
     /** The row (a truncate) for one bucket: the same values, bucket set. */
     Row forBucket(Row r, int bucket);
 
-    /** A progress row for one bucket: kind, bucket and ts_ms set, every other field null. */
-    Row progress(int bucket, long progressMs);
+    /**
+     * A progress row for one bucket: kind, bucket and ts_ms set, every other field null; caughtUp, whether the
+     * CDC task had caught up with its topic (HeartbeatPacing).
+     */
+    Row progress(int bucket, long progressMs, boolean caughtUp);
   }
 
   /**
@@ -76,20 +89,24 @@ public final class TemporalJoin {
   static Dataset<Row> cdcRows(Dataset<Row> cdc, Fanout rows, boolean fanOutProgress, boolean perHeartbeat) {
     final int kind = cdc.schema().fieldIndex("kind");
     final int progress = cdc.schema().fieldIndex("progress_ms");
+    final int buckets = perHeartbeat ? REALTIME_BUCKETS : BUCKETS;
     MapPartitionsFunction<Row, Row> fanOut = it -> new Iterator<Row>() {
       private long max = Long.MIN_VALUE;
       private long fanned = Long.MIN_VALUE;  // the progress fanned out at the last heartbeat
       private Row next;
-      private int bucket = fanOutProgress ? 0 : BUCKETS;
+      private int bucket = fanOutProgress ? 0 : buckets;
       private Row truncate;  // being fanned out, to truncateBucket and up
-      private int truncateBucket = BUCKETS;
-      private int heartbeatBucket = BUCKETS;  // a heartbeat's progress being fanned out, to this bucket and up
+      private int truncateBucket = buckets;
+      private int heartbeatBucket = buckets;  // a heartbeat's progress being fanned out, to this bucket and up
       private final HeartbeatPacing pacing = new HeartbeatPacing();
+      private boolean caughtUp = true;  // whether the last CDC row was read live (real-time mode)
+      private boolean fannedCaughtUp = true;
+      private long readAtMs = System.currentTimeMillis();  // when the last CDC row was read
 
       @Override
       public boolean hasNext() {
-        if (next == null && truncateBucket < BUCKETS) next = rows.forBucket(truncate, truncateBucket++);
-        if (next == null && heartbeatBucket < BUCKETS) next = rows.progress(heartbeatBucket++, fanned);
+        if (next == null && truncateBucket < buckets) next = rows.forBucket(truncate, truncateBucket++);
+        if (next == null && heartbeatBucket < buckets) next = rows.progress(heartbeatBucket++, fanned, fannedCaughtUp);
         while (next == null && it.hasNext()) {  // changes stream through; progress is only remembered
           Row r = it.next();
           String k = r.getString(kind);
@@ -106,14 +123,22 @@ public final class TemporalJoin {
             next = r;
           }
           boolean heartbeat = TaggedRow.PROGRESS.equals(k);
-          if (perHeartbeat && (heartbeat || change) && !r.isNullAt(progress)
-              && pacing.fanOut(r.getLong(progress), heartbeat && max > fanned, System.currentTimeMillis())) {
-            fanned = max;  // after the change, if it was one: every bucket gets its progress after it
-            heartbeatBucket = next == null ? 1 : 0;
-            if (next == null) next = rows.progress(0, max);
+          if (perHeartbeat && (heartbeat || change) && !r.isNullAt(progress)) {
+            readAtMs = System.currentTimeMillis();
+            caughtUp = !HeartbeatPacing.behind(r.getLong(progress), readAtMs);
+            if (pacing.fanOut(r.getLong(progress), heartbeat && max > fanned, readAtMs)) {
+              fanned = max;  // after the change, if it was one: every bucket gets its progress after it
+              fannedCaughtUp = caughtUp;
+              heartbeatBucket = next == null ? 1 : 0;
+              if (next == null) next = rows.progress(0, max, caughtUp);
+            }
           }
         }
-        if (next == null && max != Long.MIN_VALUE && bucket < BUCKETS) next = rows.progress(bucket++, max);
+        if (next == null && max != Long.MIN_VALUE && bucket < buckets) {
+          // The partition's end (real-time mode: the batch's): caught up too if the reader had nothing to read.
+          if (bucket == 0) caughtUp |= System.currentTimeMillis() - readAtMs >= HeartbeatPacing.LIVE_MS;
+          next = rows.progress(bucket++, max, caughtUp);
+        }
         return next != null;
       }
 
@@ -131,8 +156,7 @@ public final class TemporalJoin {
   }
 
   /**
-   * When cdcRows fans the progress out in real-time mode, each time a row for every bucket (1,024 rows; at
-   * the connector's 200 ms heartbeat, more rows a second than the events themselves).
+   * When cdcRows fans the progress out in real-time mode, each time a row for every bucket (REALTIME_BUCKETS).
    *
    * <p>Read live (the row committed within LIVE_MS of the wall clock), every heartbeat that moves the
    * progress is fanned out at once: an event waiting for it leaves with it.
@@ -140,26 +164,33 @@ public final class TemporalJoin {
    * <p>Read behind (a new checkpoint, a restart, a job that fell behind), the progress read so far is fanned
    * out once every BACKLOG_EVERY_MS, at a heartbeat or at a change, whether it moved or not. Fanning out every
    * heartbeat of a backlog made the CDC task the job's bottleneck (a backlog of 10 minutes holds 3,000
-   * heartbeats: 3 million rows); which heartbeat releases an event changes nothing in its row but
-   * cdc_progress_ms, every change before a heartbeat being read before it. And a bucket must hear from the
-   * CDC task while it reads a long run of changes with no heartbeat between them (a bulk load): a bucket
-   * whose progress rows stop for join.max_wait takes CDC to have stalled and releases its events without
-   * their changes (BucketJoinProcessor). A reader that is behind has not stalled: each fan-out restarts
-   * that clock. When the reader catches up and the connector is stopped, nothing more is fanned out, and
-   * max_wait runs.
+   * heartbeats: 3 million rows at 1,024 buckets); which heartbeat releases an event changes nothing in its row but
+   * cdc_progress_ms, every change before a heartbeat being read before it.
+   *
+   * <p>Each fan-out says whether the CDC task had caught up with its topic (kind PROGRESS: the row it came
+   * at was read live, or, at a partition's end, nothing had been read for LIVE_MS) or was reading behind
+   * (PROGRESS_BEHIND). join.max_wait is for CDC that stalled: a bucket releases its events without their
+   * changes only once no progress row has reached it for max_wait after one that was caught up
+   * (BucketJoinProcessor). After one read behind, more CDC is on its way, however long the click flood keeps
+   * it in the shuffle, and the events wait for it: a stopped connector found behind is waited out from the
+   * batch's end, whose fan-out is caught up.
    */
   static final class HeartbeatPacing {
     static final long LIVE_MS = 1_000;
     static final long BACKLOG_EVERY_MS = 1_000;
     private long fannedAtMs = Long.MIN_VALUE / 2;
 
+    /** Whether a CDC row of progress rowProgressMs read at nowMs is read behind the wall clock. */
+    static boolean behind(long rowProgressMs, long nowMs) {
+      return rowProgressMs < nowMs - LIVE_MS;
+    }
+
     /**
      * Whether to fan out the progress after a CDC row read at nowMs: rowProgressMs, the row's own progress
      * (its commit time - 1); moves, whether it is a heartbeat that moved the progress read so far.
      */
     boolean fanOut(long rowProgressMs, boolean moves, long nowMs) {
-      boolean behind = rowProgressMs < nowMs - LIVE_MS;
-      if (behind ? nowMs - fannedAtMs < BACKLOG_EVERY_MS : !moves) return false;
+      if (behind(rowProgressMs, nowMs) ? nowMs - fannedAtMs < BACKLOG_EVERY_MS : !moves) return false;
       fannedAtMs = nowMs;
       return true;
     }
@@ -183,15 +214,15 @@ public final class TemporalJoin {
     OutputRows output = new OutputRows(spec, rows);
     BucketJoinProcessor processor = new BucketJoinProcessor(latest, retentionMs, new TableRows(rows, output));
     return joined(events.union(cdcRows(cdc, rows, !latest)), processor,
-        latest ? TimeMode.None() : TimeMode.EventTime(), output);
+        latest ? TimeMode.None() : TimeMode.EventTime(), output, BUCKET_BITS);
   }
 
   /** The tagged rows by bucket through the one-table operator. */
   private static Dataset<Row> joined(
-      Dataset<Row> input, BucketJoinProcessor processor, TimeMode timeMode, OutputRows output) {
+      Dataset<Row> input, BucketJoinProcessor processor, TimeMode timeMode, OutputRows output, int bucketBits) {
     // The key is a column, not a function of the row: groupByKey(function) would turn every row into a
     // Row object once for the key and again for the operator (a tenth of the job's CPU in a profile).
-    UserDefinedFunction bucketOf = functions.udf((UDF1<String, Integer>) TaggedRow::bucketOf, DataTypes.IntegerType);
+    UserDefinedFunction bucketOf = bucketOf(bucketBits);
     Column bucket = functions.coalesce(functions.col("bucket"), bucketOf.apply(functions.col("key")));
     Dataset<Row> tagged = input.withColumn("bucket", bucket);
     return tagged
@@ -213,7 +244,13 @@ public final class TemporalJoin {
     OutputRows output = new OutputRows(spec, rows);
     BucketJoinProcessor processor =
         new BucketJoinProcessor(false, retentionMs, new TableRows(rows, output), maxWaitMs);
-    return joined(events.union(cdcRows(cdc, rows, true, true)), processor, TimeMode.ProcessingTime(), output);
+    return joined(events.union(cdcRows(cdc, rows, true, true)), processor, TimeMode.ProcessingTime(), output,
+        REALTIME_BUCKET_BITS);
+  }
+
+  /** A key's bucket, of 2^bits (TaggedRow.bucketOf), as a column function. */
+  private static UserDefinedFunction bucketOf(int bits) {
+    return functions.udf((UDF1<String, Integer>) key -> TaggedRow.bucketOf(key, bits), DataTypes.IntegerType);
   }
 
   private static StructType nullable(StructType schema) {
@@ -234,7 +271,7 @@ public final class TemporalJoin {
   public static Dataset<Row> stages(Dataset<Row> events, Dataset<Row> cdc, long retentionMs, String stagesJson) {
     List<StageRows> stages = StageRows.all(events.schema(), stagesJson, false);
     return chained(events.union(cdcRows(cdc, stages.get(0), true)), stages,
-        stage -> new BucketJoinProcessor(false, retentionMs, stage), TimeMode.EventTime());
+        stage -> new BucketJoinProcessor(false, retentionMs, stage), TimeMode.EventTime(), BUCKET_BITS);
   }
 
   /**
@@ -251,18 +288,19 @@ public final class TemporalJoin {
       Dataset<Row> events, Dataset<Row> cdc, long retentionMs, long maxWaitMs, String stagesJson) {
     List<StageRows> stages = StageRows.all(events.schema(), stagesJson, true);
     return chained(events.union(cdcRows(cdc, stages.get(0), true, true)), stages,
-        stage -> new BucketJoinProcessor(false, retentionMs, stage, maxWaitMs), TimeMode.ProcessingTime());
+        stage -> new BucketJoinProcessor(false, retentionMs, stage, maxWaitMs), TimeMode.ProcessingTime(),
+        REALTIME_BUCKET_BITS);
   }
 
   /** The stream through one operator per stage, in order, each keyed by a bucket of the stage's key. */
   private static Dataset<Row> chained(Dataset<Row> stream, List<StageRows> stages,
-      Function<StageRows, BucketJoinProcessor> operator, TimeMode timeMode) {
-    UserDefinedFunction bucketOf = functions.udf((UDF1<String, Integer>) TaggedRow::bucketOf, DataTypes.IntegerType);
+      Function<StageRows, BucketJoinProcessor> operator, TimeMode timeMode, int bucketBits) {
+    UserDefinedFunction bucketOf = bucketOf(bucketBits);
     for (StageRows stage : stages) {
       Column isEvent = functions.col("kind").equalTo(TaggedRow.EVENT);
       Column key = functions.when(isEvent, functions.col(stage.keyColumn())).otherwise(functions.col("key"));
       // An event with no key joins nothing at once: any bucket takes it, spread by its id.
-      Column spread = functions.pmod(functions.hash(functions.col("event_id")), functions.lit(BUCKETS));
+      Column spread = functions.pmod(functions.hash(functions.col("event_id")), functions.lit(1 << bucketBits));
       Column bucket = functions.coalesce(functions.col("bucket"), bucketOf.apply(key), spread);
       Dataset<Row> keyed = stream.withColumn("bucket", bucket);
       stream = keyed

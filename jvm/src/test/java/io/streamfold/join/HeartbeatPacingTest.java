@@ -49,6 +49,12 @@ class HeartbeatPacingTest {
   }
 
   @Test
+  void aRowIsBehindOnceItsCommitIsOverASecondOld() {
+    assertEquals(false, TemporalJoin.HeartbeatPacing.behind(NOW - 1_000, NOW));
+    assertEquals(true, TemporalJoin.HeartbeatPacing.behind(NOW - 1_001, NOW));
+  }
+
+  @Test
   void theFirstLiveHeartbeatAfterABacklogIsFannedOutAtOnce() {
     TemporalJoin.HeartbeatPacing pacing = new TemporalJoin.HeartbeatPacing();
     assertEquals(true, pacing.fanOut(NOW - 60_000, true, NOW));

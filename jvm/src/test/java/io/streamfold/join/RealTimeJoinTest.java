@@ -69,6 +69,10 @@ class RealTimeJoinTest {
     return row("kind", "progress", "bucket", 0, "ts_ms", ms);
   }
 
+  static Row progressBehind(long ms) {
+    return row("kind", "progress_behind", "bucket", 0, "ts_ms", ms);
+  }
+
   static TimerValues at(long nowMs) {
     return new TimerValues() {
       @Override
@@ -167,19 +171,32 @@ class RealTimeJoinTest {
   }
 
   @Test
-  void progressRowsThatDoNotMoveStillHoldMaxWaitOff() {
-    // A bulk load read behind: the CDC task fans out the same progress once a second while it reads the
-    // load's changes (TemporalJoin.HeartbeatPacing). CDC has not stalled, so the events wait for the load.
+  void progressReadBehindHoldsMaxWaitOff() {
+    // A backlog, or a flood of clicks ahead of the CDC task: it fans out the progress it has read once a
+    // second, marked behind (TemporalJoin.HeartbeatPacing). CDC has not stalled: the events wait for it.
     feed(progress(1_500), NOW);
     feed(click("e1", "u1", 2_000), NOW);
-    for (long s = 1; s <= 30; s++) {
-      assertEquals(List.of(), feed(progress(1_500), NOW + s * 1_000), "second " + s);
-    }
+    assertEquals(List.of(), feed(progressBehind(1_500), NOW + 1_000));
+    assertTrue(handle.timers.isEmpty(), "no max_wait timer while CDC is read behind");
+    assertEquals(List.of(), feed(click("e2", "u1", 2_100), NOW + 60_000), "a minute later, still waiting");
+    assertTrue(handle.timers.isEmpty());
+    feed(change("u1", 1_900, 1, "asia"), NOW + 60_500);
+    List<Row> released = feed(progressBehind(2_100), NOW + 61_000);
+    assertEquals(List.of("asia", "asia"), released.stream().map(r -> get(r, "profile_regionid")).toList());
+    assertEquals(List.of(true, true), released.stream().map(r -> get(r, "complete")).toList());
+  }
+
+  @Test
+  void maxWaitRunsAgainFromTheFirstProgressCaughtUp() {
+    // A stopped connector found while reading behind: the batch's end fans the progress out caught up (the
+    // reader had nothing more to read), and max_wait runs from there.
+    feed(progressBehind(1_500), NOW);
+    feed(click("e1", "u1", 2_000), NOW + 1_000);
+    assertTrue(handle.timers.isEmpty());
+    feed(progress(1_500), NOW + 30_000);
     assertEquals(List.of(NOW + 30_000 + MAX_WAIT_MS), List.copyOf(handle.timers));
-    feed(change("u1", 1_900, 1, "asia"), NOW + 30_500);
-    List<Row> released = feed(progress(2_000), NOW + 31_000);
-    assertEquals(List.of("asia"), released.stream().map(r -> get(r, "profile_regionid")).toList());
-    assertEquals(true, get(released.get(0), "complete"));
+    List<Row> released = fire(NOW + 30_000 + MAX_WAIT_MS, NOW + 30_000 + MAX_WAIT_MS);
+    assertEquals(List.of(true), released.stream().map(r -> get(r, "released_by_max_wait")).toList());
   }
 
   @Test
