@@ -296,7 +296,7 @@ def run(
                 echo(f"running {query.name}; Ctrl-C stops")
                 echo(f"Spark UI {spark.sparkContext.uiWebUrl}, Prometheus metrics under /metrics/prometheus")
                 stalls = StallReporter(echo)
-                waiting = status_files.WaitingClicks(state, checkpoints / name, echo)
+                waiting = status_files.WaitingClicks(state, checkpoints / name, echo, realtime)
 
                 def on_poll() -> None:
                     # A real-time batch is one long phase by design: no stall to report there. The waiting

@@ -87,8 +87,11 @@ class WaitingClicks:
     """Counts the clicks waiting in the join's last committed state when asked (request_count), at most
     every WAITING_EVERY_S."""
 
-    def __init__(self, home: Path, checkpoint: Path, echo: Callable[[str], None]) -> None:
+    def __init__(
+        self, home: Path, checkpoint: Path, echo: Callable[[str], None], realtime: bool = False
+    ) -> None:
         self.path = status_dir(home) / WAITING_FILE
+        self.realtime = realtime
         self.request = status_dir(home) / REQUEST_FILE
         self.checkpoint = checkpoint
         self.echo = echo
@@ -105,7 +108,7 @@ class WaitingClicks:
         self.last_s = time.monotonic()
         self.answered_ms = asked
         try:
-            pending = pending_clicks(spark, str(self.checkpoint), tasks=1)
+            pending = pending_clicks(spark, str(self.checkpoint), tasks=1, realtime=self.realtime)
         except Exception as exc:  # a status figure must never stop the job: say so once, try again later
             if not self.failing:
                 self.echo(f"[yellow]cannot count the clicks waiting in the join state:[/] {exc}")

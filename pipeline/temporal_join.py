@@ -99,6 +99,9 @@ EVENT_PREFIX, PROFILE_PREFIX = "e_", "p_"  # an event field and a profile column
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _STATE_NAME = "bucket"  # io.streamfold.join.BucketJoinProcessor.BUCKET
+# Real-time mode keeps the waiting events apart, by key (BucketJoinProcessor.WAITING); Spark's state reader
+# gives a map state's entries a row each, the value under user_map_value.
+_REALTIME_STATE_NAME, _REALTIME_VALUE = "waiting", "user_map_value"
 _OPERATOR_NAME = "transformWithStateExec"
 # The observed metric (StreamingQueryProgress.observedMetrics) with the largest progress_ms of a batch's CDC
 # rows, null for a batch without any: event_time mode only.
@@ -382,9 +385,12 @@ class Pending:
     latest_ms: int | None
 
 
-def pending_clicks(spark: SparkSession, checkpoint: str, tasks: int | None = None) -> Pending:
+def pending_clicks(
+    spark: SparkSession, checkpoint: str, tasks: int | None = None, realtime: bool = False
+) -> Pending:
     """Reads the join operator's last committed state with Spark's state data source; in at most `tasks`
-    tasks when given (the state partitions are then restored one after another)."""
+    tasks when given (the state partitions are then restored one after another). realtime: a real-time
+    mode checkpoint, whose waiting events are kept by key."""
     operator_id = _join_operator_id(spark, checkpoint)
     if operator_id is None:
         return Pending(0, None, None)
@@ -392,13 +398,14 @@ def pending_clicks(spark: SparkSession, checkpoint: str, tasks: int | None = Non
         spark.read.format("statestore")
         .option("path", checkpoint)
         .option("operatorId", operator_id)
-        .option("stateVarName", _STATE_NAME)
+        .option("stateVarName", _REALTIME_STATE_NAME if realtime else _STATE_NAME)
         .load()
     )
     if tasks is not None:
         state = state.coalesce(tasks)
+    value = _REALTIME_VALUE if realtime else "value"
     total, earliest, latest = state.agg(
-        F.sum("value.pending"), F.min("value.pending_min_ms"), F.max("value.pending_max_ms")
+        F.sum(f"{value}.pending"), F.min(f"{value}.pending_min_ms"), F.max(f"{value}.pending_max_ms")
     ).first()  # type: ignore[misc]
     return Pending(int(total or 0), earliest, latest)
 

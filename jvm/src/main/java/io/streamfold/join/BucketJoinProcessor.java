@@ -63,11 +63,13 @@ import scala.jdk.javaapi.CollectionConverters;
  *
  * <p>Real-time mode's per-row cost. Every input row is a call, and every CDC heartbeat reaches every bucket,
  * so most calls bring only progress to a bucket with nothing it releases. The task keeps each bucket's decoded
- * state it has read or written (a task's state partition is its own: no other writer), and writes it only
- * when a call changed its waiting events, an expiry or its timer: a heartbeat that releases nothing, a
- * click released at once, a profile change of a user whose waiting events stay, write no bucket (the user's
- * versions are their own state). The stored bucket's keys may then be in another order than the task's
- * copy (a key advanced moves to the end), which changes nothing: each key is advanced on its own. And its
+ * state it has read or written (a task's state partition is its own: no other writer), and writes its value
+ * only when a call changed an expiry or its timer: a heartbeat that releases nothing, a click released at
+ * once, a profile change of a user whose waiting events stay, write no bucket (the user's versions are
+ * their own state). The waiting events are not in the bucket's value but in MapState "waiting", by key: an
+ * event parked writes its key's waiting events only (encoded whole at each park, a backlog's buckets of
+ * hundreds of waiting events cost in proportion at every event, and the job fell to a fifth of its speed
+ * once a backlog's events waited for their changes). The stored bucket's
  * progress_ms may lag the task's, which is safe: an event leaves once progress covers its time, and a
  * stored progress is one that was read, so a new batch's task starting from it releases nothing early; it
  * waits for the batch's first heartbeat instead (one per heartbeat interval).
@@ -75,6 +77,8 @@ import scala.jdk.javaapi.CollectionConverters;
 final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   static final String VERSIONS = "versions";
   static final String BUCKET = "bucket";
+  /** Real-time mode's waiting events, by key, apart from the bucket's value (see the class comment). */
+  static final String WAITING = "waiting";
 
   /** One user's rows in this batch. */
   private record Input(List<Version> changes, List<Click> clicks) {
@@ -89,12 +93,14 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   private final StateCodec codec;
   private transient MapState<String, Row> versions;
   private transient ValueState<Row> bucket;
+  private transient MapState<String, Row> waiting;  // real-time mode only
   private transient Long firedMs;  // the timer Spark just fired (and already removed)
   // Real-time mode: bucket -> when a caught-up progress row last reached it; and the buckets whose last
   // progress row was read behind (more CDC is on its way: no max_wait).
   private transient Map<Integer, Long> progressSeenMs;
   private transient Set<Integer> cdcBehind;
   private transient Map<Integer, Held> held;  // real-time mode: bucket -> its state as this task knows it
+  private transient Map<Integer, Long> advancedToMs;  // real-time mode: bucket -> its last watermark (passes)
 
   /** A bucket's state as the task knows it, and the row last read from or written to its ValueState. */
   private record Held(StateCodec.Bucket bucket, Row stored) {}
@@ -117,8 +123,12 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     versions = getHandle().getMapState(
         VERSIONS, Encoders.STRING(), Encoders.row(StateCodec.USER), TTLConfig.NONE());
     bucket = getHandle().getValueState(BUCKET, Encoders.row(StateCodec.BUCKET), TTLConfig.NONE());
+    if (maxWaitMs != null) {
+      waiting = getHandle().getMapState(WAITING, Encoders.STRING(), Encoders.row(StateCodec.WAITING), TTLConfig.NONE());
+    }
     progressSeenMs = new HashMap<>();
     cdcBehind = new HashSet<>();
+    advancedToMs = new HashMap<>();
     held = new HashMap<>();
   }
 
@@ -196,10 +206,25 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     return now - seenMs >= maxWaitMs ? Math.max(0L, now - maxWaitMs) : 0L;
   }
 
-  /** The timer that wakes the bucket when the watermark can reach wakeupMs (an event time). */
-  private Long timerMs(int key, Long wakeupMs) {
+  /**
+   * Whether the watermark passes the last one the bucket was advanced to in this task: only then can a
+   * waiting event or an expiry be due (each call leaves none at or before its watermark). Real-time mode
+   * calls the join once per row, mostly with the watermark unchanged, and a bucket may hold thousands of
+   * waiting keys while a backlog waits for its changes; micro-batches call it once a bucket and batch.
+   */
+  private boolean passes(int key, long watermarkMs) {
+    if (maxWaitMs == null) return true;
+    Long last = advancedToMs.put(key, watermarkMs);
+    return last == null || watermarkMs > last;
+  }
+
+  /** The timer that wakes the bucket when the watermark can reach its next wakeup (an event time). */
+  private Long timerMs(int key, StateCodec.Bucket b) {
+    // While CDC is read behind the next progress row wakes the bucket; and its waiting events may be a
+    // backlog's thousands, not to be walked at every row (nextWakeup).
+    if (maxWaitMs != null && cdcBehind.contains(key)) return null;
+    Long wakeupMs = b.nextWakeup();
     if (wakeupMs == null || maxWaitMs == null) return wakeupMs;
-    if (cdcBehind.contains(key)) return null;  // the next progress row wakes the bucket
     long from = Math.max(wakeupMs, progressSeenMs.get(key));
     long at = from + maxWaitMs;
     return at < from ? Long.MAX_VALUE : at;  // a wakeup near the end of time stays there
@@ -223,14 +248,16 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     long cdcMs = progress == null ? Long.MIN_VALUE : progress;
     long watermarkMs = Math.max(clockWatermarkMs(key, timerValues, caughtUp), cdcMs);
     Set<String> due = new LinkedHashSet<>(input.keySet());
-    b.pending.forEach((user, clicks) -> {
-      if (anyReady(clicks, watermarkMs)) due.add(user);
-    });
-    b.expiries.forEach((user, expiry) -> {
-      if (expiry <= watermarkMs) due.add(user);
-    });
+    if (passes(key, watermarkMs)) {
+      b.pending.forEach((user, clicks) -> {
+        if (anyReady(clicks, watermarkMs)) due.add(user);
+      });
+      b.expiries.forEach((user, expiry) -> {
+        if (expiry <= watermarkMs) due.add(user);
+      });
+    }
     List<Row> out = new ArrayList<>();
-    boolean changed = false;  // whether the bucket's waiting events or expiries change (see the class comment)
+    boolean changed = false;  // real-time mode: whether an expiry changes (waiting events are written apart)
     for (String user : due) {
       Input in = input.getOrDefault(user, Input.NONE);
       List<Click> waiting = b.pending.remove(user);
@@ -241,7 +268,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       if (quiet) {  // the model would only park the new clicks: no need to read the user's versions
         pending.addAll(in.clicks());
         b.pending.put(user, pending);
-        changed |= !in.clicks().isEmpty();
+        if (!in.clicks().isEmpty()) parked(user, pending);
         continue;
       }
       List<Click> was = pending.isEmpty() ? List.of() : new ArrayList<>(pending);
@@ -254,10 +281,11 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       Long next = history.nextExpiryMs(retentionMs);
       if (next == null) b.expiries.remove(user);
       else b.expiries.put(user, next);
-      changed |= !same(was, history.pending) || !Objects.equals(next, expiry);
+      if (!same(was, history.pending)) parked(user, history.pending);
+      changed |= !Objects.equals(next, expiry);
       for (Enriched e : joined) out.add(rows.event(user, e, e.click().eventTimeMs() <= cdcMs, progress));
     }
-    Long timer = timerMs(key, b.nextWakeup());
+    Long timer = timerMs(key, b);
     reschedule(b.timerMs, timer);
     changed |= !Objects.equals(timer, b.timerMs);
     b.timerMs = timer;
@@ -272,8 +300,22 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
     if (known != null) return known;
     Row stored = bucket.get();
     known = new Held(codec.decodeBucket(stored), stored);
-    if (maxWaitMs != null) held.put(key, known);
+    if (maxWaitMs != null) {
+      scala.collection.Iterator<scala.Tuple2<String, Row>> parked = waiting.iterator();
+      while (parked.hasNext()) {
+        scala.Tuple2<String, Row> user = parked.next();
+        known.bucket().pending.put(user._1(), codec.decodeWaiting(user._2()));
+      }
+      held.put(key, known);
+    }
     return known;
+  }
+
+  /** Real-time mode: a key's waiting events changed; written apart from the bucket's value. */
+  private void parked(String user, List<Click> clicks) {
+    if (maxWaitMs == null) return;  // in micro-batches they are in the bucket's value
+    if (clicks.isEmpty()) waiting.removeKey(user);
+    else waiting.updateValue(user, codec.encodeWaiting(clicks));
   }
 
   /** Writes the bucket's state where it changed, and keeps what was written as the task's copy. */
@@ -283,7 +325,7 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
       if (stored != null) bucket.clear();
       written = null;
     } else {
-      Row encoded = codec.encodeBucket(b);
+      Row encoded = maxWaitMs == null ? codec.encodeBucket(b) : codec.encodeBucketAlone(b);
       if (!encoded.equals(stored)) {
         bucket.update(encoded);
         written = encoded;

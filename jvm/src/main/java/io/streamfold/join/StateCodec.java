@@ -47,6 +47,16 @@ final class StateCodec implements Serializable {
       .add("progress_ms", DataTypes.LongType)
       .add("body", DataTypes.BinaryType, false);
 
+  /**
+   * Real-time mode's MapState "waiting": key -> this; body holds the key's waiting events (see encodeWaiting).
+   * There a bucket's value holds no events: an event parked writes its key's events only, not the bucket's.
+   */
+  static final StructType WAITING = new StructType()
+      .add("pending", DataTypes.IntegerType, false)
+      .add("pending_min_ms", DataTypes.LongType)
+      .add("pending_max_ms", DataTypes.LongType)
+      .add("body", DataTypes.BinaryType, false);
+
   /** A bucket's state: waiting events by key (in arrival order), next version expiry by key, its timer. */
   static final class Bucket {
     final Map<String, List<Click>> pending = new LinkedHashMap<>();
@@ -110,20 +120,26 @@ final class StateCodec implements Serializable {
    * field, count; expiries, then per key: key, expiry.
    */
   Row encodeBucket(Bucket b) {
+    return encodeBucket(b, b.pending);
+  }
+
+  /** The bucket's value without its waiting events (real-time mode: they are in "waiting"). */
+  Row encodeBucketAlone(Bucket b) {
+    return encodeBucket(b, Map.of());
+  }
+
+  private Row encodeBucket(Bucket b, Map<String, List<Click>> pending) {
     Long min = null, max = null;
     int clicks = 0;
     Body.Out out = new Body.Out();
     out.write(FORMAT);
     out.length(fieldTypes.length);
-    for (List<Click> waiting : b.pending.values()) clicks += waiting.size();
+    for (List<Click> waiting : pending.values()) clicks += waiting.size();
     out.length(clicks);
-    for (Map.Entry<String, List<Click>> user : b.pending.entrySet()) {
+    for (Map.Entry<String, List<Click>> user : pending.entrySet()) {
       for (Click c : user.getValue()) {
         out.text(user.getKey());
-        out.text(c.eventId());
-        out.int64(c.eventTimeMs());
-        writeAll(out, fieldTypes, c.fields());
-        out.int32(c.count());
+        writeClick(out, c);
         if (min == null || c.eventTimeMs() < min) min = c.eventTimeMs();
         if (max == null || c.eventTimeMs() > max) max = c.eventTimeMs();
       }
@@ -143,14 +159,50 @@ final class StateCodec implements Serializable {
     int written = writtenCount(in, fieldTypes, "event fields");
     for (int i = 0, n = in.length(); i < n; i++) {
       String user = in.text();
-      b.pending.computeIfAbsent(user, u -> new ArrayList<>()).add(
-          new Click(in.text(), in.int64(), readAll(in, fieldTypes, written), in.int32()));
+      b.pending.computeIfAbsent(user, u -> new ArrayList<>()).add(readClick(in, written));
     }
     for (int i = 0, n = in.length(); i < n; i++) b.expiries.put(in.text(), in.int64());
     in.end();
     b.timerMs = row.isNullAt(3) ? null : row.getLong(3);
     b.progressMs = row.isNullAt(4) ? null : row.getLong(4);
     return b;
+  }
+
+  /** FORMAT, the events' field count, waiting events, then per event: event_id, event time, each field, count. */
+  Row encodeWaiting(List<Click> clicks) {
+    Long min = null, max = null;
+    Body.Out out = new Body.Out();
+    out.write(FORMAT);
+    out.length(fieldTypes.length);
+    out.length(clicks.size());
+    for (Click c : clicks) {
+      writeClick(out, c);
+      if (min == null || c.eventTimeMs() < min) min = c.eventTimeMs();
+      if (max == null || c.eventTimeMs() > max) max = c.eventTimeMs();
+    }
+    return RowFactory.create(clicks.size(), min, max, out.bytes());
+  }
+
+  List<Click> decodeWaiting(Row row) {
+    Body.In in = open((byte[]) row.get(3));
+    int written = writtenCount(in, fieldTypes, "event fields");
+    int n = in.length();
+    List<Click> clicks = new ArrayList<>(n);
+    for (int i = 0; i < n; i++) clicks.add(readClick(in, written));
+    in.end();
+    return clicks;
+  }
+
+  /** A waiting event: event_id, event time, each field, count. */
+  private void writeClick(Body.Out out, Click c) {
+    out.text(c.eventId());
+    out.int64(c.eventTimeMs());
+    writeAll(out, fieldTypes, c.fields());
+    out.int32(c.count());
+  }
+
+  private Click readClick(Body.In in, int written) {
+    return new Click(in.text(), in.int64(), readAll(in, fieldTypes, written), in.int32());
   }
 
   private static Body.In open(byte[] body) {

@@ -45,12 +45,10 @@ public final class TemporalJoin {
   /**
    * Real-time mode's buckets (a checkpoint of its own). Every heartbeat's progress reaches every bucket, a
    * row and an operator call each, five times a second: with 1,024 buckets those rows cost more than the
-   * events live. But a bucket keeps its waiting events in one value, encoded whole at each event parked:
-   * with 64 buckets, a backlog's events parked by thousands a bucket and the job landed nothing in 3
-   * minutes (docs/decisions/realtime-mode.md). So as many as in micro-batches, until waiting events are
-   * kept apart from the bucket's value.
+   * events live. Fewer and larger buckets cost nothing more per event there: a bucket's waiting events are
+   * kept by key, apart from its value (BucketJoinProcessor).
    */
-  public static final int REALTIME_BUCKET_BITS = 10;
+  public static final int REALTIME_BUCKET_BITS = 6;
   public static final int REALTIME_BUCKETS = 1 << REALTIME_BUCKET_BITS;
 
   private TemporalJoin() {}

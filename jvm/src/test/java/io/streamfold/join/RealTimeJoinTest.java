@@ -9,6 +9,7 @@ import java.util.List;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.streaming.ExpiredTimerInfo;
+import org.apache.spark.sql.streaming.MapState;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
@@ -245,6 +246,23 @@ class RealTimeJoinTest {
     feed(click("e1", "u1", 2_000), NOW + 100);
     nextTask();
     assertEquals(List.of("e1"), feed(progress(2_000), NOW + 200).stream().map(r -> get(r, "event_id")).toList());
+  }
+
+  @Test
+  void aParkedClickIsWrittenUnderItsKeyNotInTheBucket() {
+    feed(progress(1_500), NOW);
+    feed(click("e0", "u0", 2_000), NOW);
+    Row written = storedBucket();
+    feed(click("e1", "u1", 2_000), NOW + 10);
+    feed(click("e2", "u1", 2_100), NOW + 20);
+    assertTrue(written == storedBucket(), "the bucket's value holds no waiting events: not written again");
+    assertEquals(0, written.getInt(0), "no waiting events counted in the bucket's value");
+    @SuppressWarnings("unchecked")
+    MapState<String, Row> waiting = (MapState<String, Row>) handle.states.get(BucketJoinProcessor.WAITING);
+    assertEquals(List.of(1, 2), List.of(waiting.getValue("u0").getInt(0), waiting.getValue("u1").getInt(0)));
+    List<Row> released = feed(progress(2_100), NOW + 200);
+    assertEquals(3, released.size());
+    assertFalse(waiting.exists(), "released: nothing waits");
   }
 
   @Test
