@@ -1,9 +1,7 @@
 package io.streamfold.join;
 
 import java.io.Serializable;
-import java.util.Iterator;
 import java.util.List;
-import java.util.NoSuchElementException;
 import java.util.function.Function;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
 import org.apache.spark.sql.Column;
@@ -88,66 +86,8 @@ public final class TemporalJoin {
     final int kind = cdc.schema().fieldIndex("kind");
     final int progress = cdc.schema().fieldIndex("progress_ms");
     final int buckets = perHeartbeat ? REALTIME_BUCKETS : BUCKETS;
-    MapPartitionsFunction<Row, Row> fanOut = it -> new Iterator<Row>() {
-      private long max = Long.MIN_VALUE;
-      private long fanned = Long.MIN_VALUE;  // the progress fanned out at the last heartbeat
-      private Row next;
-      private int bucket = fanOutProgress ? 0 : buckets;
-      private Row truncate;  // being fanned out, to truncateBucket and up
-      private int truncateBucket = buckets;
-      private int heartbeatBucket = buckets;  // a heartbeat's progress being fanned out, to this bucket and up
-      private final HeartbeatPacing pacing = new HeartbeatPacing();
-      private boolean caughtUp = true;  // whether the last CDC row was read live (real-time mode)
-      private boolean fannedCaughtUp = true;
-      private long readAtMs = System.currentTimeMillis();  // when the last CDC row was read
-
-      @Override
-      public boolean hasNext() {
-        if (next == null && truncateBucket < buckets) next = rows.forBucket(truncate, truncateBucket++);
-        if (next == null && heartbeatBucket < buckets) next = rows.progress(heartbeatBucket++, fanned, fannedCaughtUp);
-        while (next == null && it.hasNext()) {  // changes stream through; progress is only remembered
-          Row r = it.next();
-          String k = r.getString(kind);
-          boolean change = TaggedRow.CHANGE.equals(k);
-          boolean truncates = TaggedRow.TRUNCATE.equals(k);
-          if ((change || truncates || TaggedRow.PROGRESS.equals(k)) && !r.isNullAt(progress)) {
-            max = Math.max(max, r.getLong(progress));
-          }
-          if (truncates) {
-            truncate = r;
-            truncateBucket = 1;
-            next = rows.forBucket(r, 0);
-          } else if (change || TaggedRow.REJECT.equals(k)) {
-            next = r;
-          }
-          boolean heartbeat = TaggedRow.PROGRESS.equals(k);
-          if (perHeartbeat && (heartbeat || change) && !r.isNullAt(progress)) {
-            readAtMs = System.currentTimeMillis();
-            caughtUp = !HeartbeatPacing.behind(r.getLong(progress), readAtMs);
-            if (pacing.fanOut(r.getLong(progress), heartbeat && max > fanned, readAtMs)) {
-              fanned = max;  // after the change, if it was one: every bucket gets its progress after it
-              fannedCaughtUp = caughtUp;
-              heartbeatBucket = next == null ? 1 : 0;
-              if (next == null) next = rows.progress(0, max, caughtUp);
-            }
-          }
-        }
-        if (next == null && max != Long.MIN_VALUE && bucket < buckets) {
-          // The partition's end (real-time mode: the batch's): caught up too if the reader had nothing to read.
-          if (bucket == 0) caughtUp |= System.currentTimeMillis() - readAtMs >= HeartbeatPacing.LIVE_MS;
-          next = rows.progress(bucket++, max, caughtUp);
-        }
-        return next != null;
-      }
-
-      @Override
-      public Row next() {
-        if (!hasNext()) throw new NoSuchElementException();
-        Row r = next;
-        next = null;
-        return r;
-      }
-    };
+    MapPartitionsFunction<Row, Row> fanOut =
+        it -> new CdcFanOut(it, rows, kind, progress, buckets, fanOutProgress, perHeartbeat, System::currentTimeMillis);
     // The progress rows hold nulls where CDC rows may have none (lsn, source): in micro-batches the union with
     // the ticks has made every column nullable already; in real-time mode there are no ticks.
     return cdc.mapPartitions(fanOut, Encoders.row(perHeartbeat ? nullable(cdc.schema()) : cdc.schema()));
