@@ -196,10 +196,11 @@ final class BucketJoinProcessor extends StatefulProcessor<Integer, Row, Row> {
   private long clockWatermarkMs(int key, TimerValues timerValues, Boolean caughtUp) {
     if (maxWaitMs == null) return timerValues.getCurrentWatermarkInMs();
     long now = timerValues.getCurrentProcessingTimeInMs();
-    if (caughtUp != null && !caughtUp) cdcBehind.add(key);
-    if (caughtUp != null && caughtUp) {
+    if (Boolean.TRUE.equals(caughtUp)) {
       cdcBehind.remove(key);
       progressSeenMs.put(key, now);
+    } else if (caughtUp != null) {
+      cdcBehind.add(key);
     }
     if (cdcBehind.contains(key)) return 0L;
     long seenMs = progressSeenMs.computeIfAbsent(key, k -> now);

@@ -298,7 +298,7 @@ final class StageRows implements BucketRows, TemporalJoin.Fanout {
 
   @Override
   public boolean caughtUp(Row r) {
-    return !TaggedRow.PROGRESS_BEHIND.equals(r.getString(kind));
+    return TaggedRow.caughtUp(r.getString(kind));
   }
 
   @Override

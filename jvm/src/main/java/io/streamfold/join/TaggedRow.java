@@ -102,7 +102,12 @@ final class TaggedRow implements TemporalJoin.Fanout {
   }
 
   boolean caughtUp(Row r) {
-    return !PROGRESS_BEHIND.equals(r.getString(kind));
+    return caughtUp(r.getString(kind));
+  }
+
+  /** For a progress row's kind: whether the CDC task had caught up with its topic when it fanned it out. */
+  static boolean caughtUp(String kind) {
+    return !PROGRESS_BEHIND.equals(kind);
   }
 
   boolean isTruncate(Row r) {
