@@ -69,14 +69,16 @@ def _kafka(
     )
 
 
-def realtime_kafka(spark: SparkSession, bootstrap: str, topic: str) -> DataFrame:
+def realtime_kafka(spark: SparkSession, bootstrap: str, topic: str, read_after: str = "") -> DataFrame:
     """One topic through the project's Kafka source for Spark's real-time mode (jvm/.../realtime), with the
     columns of Spark's (no timestampType or headers), from the earliest retained record on a new
     checkpoint. No read caps: a real-time batch is planned from its start only, and reads until its time
-    is up."""
+    is up. read_after: a topic whose backlog is read first (the events' the CDC topic's:
+    jvm/.../realtime/CatchUp.java)."""
     return (
         spark.readStream.format(REALTIME_KAFKA)
         .option("topic", topic)
+        .option("readAfter", read_after)
         .option("startingOffsets", "earliest")
         .option("kafka.bootstrap.servers", bootstrap)
         .options(**config.spark_kafka_options())

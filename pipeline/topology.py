@@ -147,13 +147,15 @@ def realtime_frame(
 ) -> tuple[str, DataFrame]:
     """The query's name and the join's output for Spark's real-time mode: the events topic and the CDC topic
     through the project's Kafka source (sources.realtime_kafka), from their earliest records on a new
-    checkpoint, joined by the real-time operator (temporal_join). Kafka events only."""
+    checkpoint, the CDC topic's backlog read first, joined by the real-time operator (temporal_join).
+    Kafka events only."""
     pipeline = settings.pipeline
     topic = settings.clicks_topic
+    resolved = plan.of(pipeline)
     raw_clicks = sources.from_kafka_clicks(
-        sources.realtime_kafka(spark, settings.kafka_bootstrap, topic), topic
+        sources.realtime_kafka(spark, settings.kafka_bootstrap, topic, read_after=resolved.cdc_topic), topic
     )
-    cdc_raw = sources.realtime_cdc(spark, settings.kafka_bootstrap, plan.of(pipeline))
+    cdc_raw = sources.realtime_cdc(spark, settings.kafka_bootstrap, resolved)
     joined = enrich(raw_clicks, cdc_raw, join, pipeline, registry, realtime=True)
     return f"{pipeline.name}-kafka{REALTIME_SUFFIX}", joined
 

@@ -5,6 +5,7 @@ import java.time.Duration;
 import java.util.Collections;
 import java.util.Iterator;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
@@ -17,13 +18,17 @@ import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead;
  * Reads one Kafka partition with a plain consumer (assign, seek, poll). In a micro-batch it stops at the
  * batch's end offset ({@link #next()}); in real-time mode Spark asks for each record with the time left in
  * the batch ({@link #nextWithTimeout(Long)}) and, when that runs out, where the reader stands
- * ({@link #getOffset()}): the next batch starts there.
+ * ({@link #getOffset()}): the next batch starts there. A real-time reader tells {@link CatchUp} how far it
+ * is behind the partition's end at its start, and one with {@code readAfter} waits while that topic's
+ * readers are.
  */
 public final class KafkaPartitionReader implements SupportsRealTimeRead<InternalRow> {
   /** How long a micro-batch read may see no progress towards its end offset before it fails. */
   static final Duration STALL_LIMIT = Duration.ofMinutes(2);
 
   private static final Duration MICRO_BATCH_POLL = Duration.ofMillis(500);
+  /** How often a reader waiting for another topic's backlog looks again. */
+  private static final long CATCH_UP_PAUSE_MS = 20;
 
   private final KafkaInputPartition split;
   private final TopicPartition topicPartition;
@@ -43,6 +48,10 @@ public final class KafkaPartitionReader implements SupportsRealTimeRead<Internal
     } else {
       consumer.seek(topicPartition, split.start());
       nextOffset = split.start();
+    }
+    if (!split.bounded()) {
+      long end = consumer.endOffsets(List.of(topicPartition)).get(topicPartition);
+      CatchUp.started(topicPartition, nextOffset, end);
     }
   }
 
@@ -82,8 +91,17 @@ public final class KafkaPartitionReader implements SupportsRealTimeRead<Internal
       if (left <= 0) {
         return RecordStatus.newStatusWithoutArrivalTime(false);
       }
+      if (waitsForCatchUp()) {
+        if (!pause(Math.min(left, Duration.ofMillis(CATCH_UP_PAUSE_MS).toNanos()))) {
+          return RecordStatus.newStatusWithoutArrivalTime(false);
+        }
+        continue;
+      }
       // poll returns as soon as records arrive: the wait costs no latency.
       buffered = consumer.poll(Duration.ofNanos(left)).records(topicPartition).iterator();
+      if (!buffered.hasNext()) {
+        CatchUp.readTo(topicPartition, consumer.position(topicPartition));
+      }
     }
     ConsumerRecord<byte[], byte[]> record = buffered.next();
     take(record);
@@ -93,6 +111,25 @@ public final class KafkaPartitionReader implements SupportsRealTimeRead<Internal
   private void take(ConsumerRecord<byte[], byte[]> record) {
     current = KafkaRows.of(record);
     nextOffset = record.offset() + 1;
+    if (!split.bounded()) {
+      CatchUp.readTo(topicPartition, nextOffset);
+    }
+  }
+
+  private boolean waitsForCatchUp() {
+    String after = split.options().readAfter();
+    return !after.isEmpty() && CatchUp.behind(after);
+  }
+
+  /** False if interrupted: Spark stops a real-time batch's tasks so; the flag stays set for it to see. */
+  private static boolean pause(long nanos) {
+    try {
+      TimeUnit.NANOSECONDS.sleep(nanos);
+      return true;
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return false;
+    }
   }
 
   @Override
@@ -107,6 +144,9 @@ public final class KafkaPartitionReader implements SupportsRealTimeRead<Internal
 
   @Override
   public void close() {
+    if (!split.bounded()) {
+      CatchUp.closed(topicPartition);
+    }
     try {
       consumer.close();
     } catch (InterruptException e) {

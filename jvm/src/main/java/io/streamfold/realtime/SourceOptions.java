@@ -9,12 +9,14 @@ import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
- * The source's options: {@code topic}, {@code startingOffsets} (earliest or latest, default latest) and
- * every {@code kafka.}-prefixed option handed to the consumer without the prefix, among them
+ * The source's options: {@code topic}, {@code startingOffsets} (earliest or latest, default latest),
+ * {@code readAfter} (a topic whose backlog real-time readers in the same JVM read first: {@link CatchUp};
+ * empty for none) and every {@code kafka.}-prefixed option handed to the consumer without the prefix, among them
  * {@code kafka.bootstrap.servers} (required) and the SASL login ({@code kafka.security.protocol},
  * {@code kafka.sasl.mechanism}, {@code kafka.sasl.jaas.config}).
  */
-public record SourceOptions(String topic, StartingOffsets starting, Map<String, String> kafka)
+public record SourceOptions(
+    String topic, StartingOffsets starting, String readAfter, Map<String, String> kafka)
     implements Serializable {
   static final String KAFKA_PREFIX = "kafka.";
 
@@ -22,6 +24,7 @@ public record SourceOptions(String topic, StartingOffsets starting, Map<String, 
     Map<String, String> kafka = new HashMap<>();
     String topic = null;
     StartingOffsets starting = StartingOffsets.LATEST;
+    String readAfter = "";
     for (Map.Entry<String, String> option : options.entrySet()) {
       String key = option.getKey().toLowerCase(Locale.ROOT);
       if (key.startsWith(KAFKA_PREFIX)) {
@@ -30,6 +33,8 @@ public record SourceOptions(String topic, StartingOffsets starting, Map<String, 
         topic = option.getValue();
       } else if (key.equals("startingoffsets")) {
         starting = StartingOffsets.parse(option.getValue());
+      } else if (key.equals("readafter")) {
+        readAfter = option.getValue().strip();
       }
     }
     if (topic == null || topic.isBlank()) {
@@ -38,7 +43,7 @@ public record SourceOptions(String topic, StartingOffsets starting, Map<String, 
     if (!kafka.containsKey(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG)) {
       throw new IllegalArgumentException("the streamfold-kafka source needs the option kafka.bootstrap.servers");
     }
-    return new SourceOptions(topic, starting, Map.copyOf(kafka));
+    return new SourceOptions(topic, starting, readAfter, Map.copyOf(kafka));
   }
 
   /** Spark logs the table and its options: the login's secrets show as "redacted". */
@@ -46,7 +51,8 @@ public record SourceOptions(String topic, StartingOffsets starting, Map<String, 
   public String toString() {
     Map<String, String> shown = new TreeMap<>(kafka);
     shown.replaceAll((key, value) -> secret(key) ? "redacted" : value);
-    return "SourceOptions[topic=" + topic + ", starting=" + starting + ", kafka=" + shown + "]";
+    return "SourceOptions[topic=" + topic + ", starting=" + starting + ", readAfter=" + readAfter + ", kafka=" + shown
+        + "]";
   }
 
   private static boolean secret(String key) {
