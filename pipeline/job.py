@@ -143,8 +143,9 @@ JOB_KEYS = (
 )
 DEFAULT_TRIGGER = "500ms"
 # Real-time mode's batch: how often offsets and state commit (rows move as they arrive), and how much a
-# restart after a failure replays (docs/decisions/realtime-mode.md).
-DEFAULT_BATCH_DURATION = "30s"
+# restart after a failure replays. Spark's own default: each batch's end stalls the stream for a second or
+# two, and the events arriving meanwhile are the latency's tail (docs/decisions/realtime-mode.md).
+DEFAULT_BATCH_DURATION = "5m"
 # Spark refuses a shorter real-time batch (at the query's start, in a stack trace) unless this setting of
 # its own is lowered.
 MIN_BATCH_DURATION_CONF = "spark.sql.streaming.realTimeMode.minBatchDuration"

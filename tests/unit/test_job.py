@@ -190,8 +190,8 @@ def test_realtime_mode_refuses_what_it_cannot_run_in_one_line():
     check_realtime(pf.load(ROOT / "examples" / "parcels" / "pipeline.yaml"), "kafka", False, {})  # tables too
 
 
-def test_realtime_batch_duration_defaults_to_30_s_and_parses():
-    assert batch_duration_ms({}) == 30_000
+def test_realtime_batch_duration_defaults_to_5_minutes_and_parses():
+    assert batch_duration_ms({}) == 300_000
     assert batch_duration_ms({"trigger.batch_duration": "5m"}) == 300_000
     for bad in ("soon", "0s", "4s"):  # Spark's minimum: 5 s
         with pytest.raises(JobError, match="trigger.batch_duration"):
