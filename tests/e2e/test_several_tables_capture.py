@@ -80,13 +80,16 @@ def scans(streamfold_setup: config.Settings) -> Iterator[config.Settings]:
 
 
 def changes_of(settings: config.Settings, want: int) -> list[dict]:
-    """The CDC topic's change events (heartbeats included) once `want` row changes are in it."""
+    """The CDC topic's change events (heartbeats included) once `want` row changes are in it and a
+    heartbeat after the last of them (the connector commits one every 200 ms while the capture holds)."""
     deadline = time.monotonic() + 180
     while True:
         messages = read_all(settings.kafka_bootstrap, plan.of(settings.pipeline).cdc_topic)
         envelopes = [m for m in messages if isinstance(m.value, dict)]
-        rows = [e for e in envelopes if e.value["source"]["table"] != pf.HEARTBEAT_TABLE]
-        if len(rows) >= want or time.monotonic() > deadline:
+        tables = [e.value["source"]["table"] for e in envelopes]
+        changed = [i for i, table in enumerate(tables) if table != pf.HEARTBEAT_TABLE]
+        beat_after = bool(changed) and pf.HEARTBEAT_TABLE in tables[changed[-1] + 1 :]
+        if (len(changed) >= want and beat_after) or time.monotonic() > deadline:
             assert {m.partition for m in messages} <= {0}
             return [e.value for e in envelopes]
         time.sleep(1)
