@@ -8,6 +8,7 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InterruptException;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -27,6 +28,8 @@ public final class KafkaPartitionReader implements SupportsRealTimeRead<Internal
   static final Duration STALL_LIMIT = Duration.ofMinutes(2);
 
   private static final Duration MICRO_BATCH_POLL = Duration.ofMillis(500);
+  /** How long a real-time reader asks for its partition's end at its start (CatchUp). */
+  private static final Duration END_OFFSET_WAIT = Duration.ofSeconds(10);
   /** How often a reader waiting for another topic's backlog looks again. */
   private static final long CATCH_UP_PAUSE_MS = 20;
 
@@ -50,8 +53,23 @@ public final class KafkaPartitionReader implements SupportsRealTimeRead<Internal
       nextOffset = split.start();
     }
     if (!split.bounded()) {
-      long end = consumer.endOffsets(List.of(topicPartition)).get(topicPartition);
-      CatchUp.started(topicPartition, nextOffset, end);
+      registerBacklog();
+    }
+  }
+
+  /**
+   * Tells CatchUp how far behind its partition's end this real-time reader starts. With the broker
+   * unreachable it does not: the events are then read at once and wait in the join, as on a cluster, and
+   * the task waits for the broker in poll rather than failing here.
+   */
+  private void registerBacklog() {
+    try {
+      Long end = consumer.endOffsets(List.of(topicPartition), END_OFFSET_WAIT).get(topicPartition);
+      if (end != null) {
+        CatchUp.started(topicPartition, nextOffset, end);
+      }
+    } catch (KafkaException e) {
+      // A timeout is one: nothing registered, nothing held back.
     }
   }
 
