@@ -22,7 +22,7 @@ lint: setup
 # tests on a real Docker Engine (started by the tests when none runs).
 test: setup lint
 	$(MAKE) --no-print-directory test-jvm
-	$(VENV)/pytest tests/unit -q
+	$(VENV)/pytest tests/unit -q --durations=10
 	$(MAKE) --no-print-directory e2e
 	$(MAKE) --no-print-directory test-cluster
 	$(MAKE) --no-print-directory test-compose
