@@ -192,7 +192,7 @@ def test_realtime_mode_refuses_what_it_cannot_run_in_one_line():
 
 def test_realtime_batch_duration_defaults_to_5_minutes_and_parses():
     assert batch_duration_ms({}) == 300_000
-    assert batch_duration_ms({"trigger.batch_duration": "5m"}) == 300_000
+    assert batch_duration_ms({"trigger.batch_duration": "30s"}) == 30_000
     for bad in ("soon", "0s", "4s"):  # Spark's minimum: 5 s
         with pytest.raises(JobError, match="trigger.batch_duration"):
             batch_duration_ms({"trigger.batch_duration": bad})
